@@ -1,0 +1,56 @@
+# NodeHeal developer entry points. Every target bootstraps what it needs (virtualenv, pip and npm
+# packages) so a fresh clone needs nothing but Python 3.11+, Node 20+ and make.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench clean
+
+help:
+	@echo "make demo   - run the local end-to-end simulation (bootstraps everything)"
+	@echo "make test   - lint, type-check and run the whole test suite (bootstraps everything)"
+	@echo "make synth  - build the Lambda asset and synthesize the CloudFormation template"
+	@echo "make bench  - run the benchmarks under benchmarks/"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . || $(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+bootstrap: $(VENV)/.installed node_modules/.installed
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check nodeheal lambdas stacks app.py benchmarks
+
+typecheck: $(VENV)/.installed
+	$(BIN)/mypy
+
+unit: $(VENV)/.installed
+	$(BIN)/pytest tests/unit -q
+
+test: bootstrap lint typecheck
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/pytest -q
+
+# Wheels for the Lambda asset, fetched once for the Lambda platform (manylinux x86_64, Python 3.12);
+# after this `cdk synth` needs no network and no Docker.
+lambda-deps: $(VENV)/.installed
+	$(BIN)/python -m stacks.lambda_asset download
+
+synth: bootstrap lambda-deps
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet && echo "template: cdk.out/NodeHeal.template.json"
+
+clean:
+	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from nodeheal.cli import main
+
+sys.exit(main())

@@ -1,0 +1,46 @@
+"""Remediation actions, in order of cost."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from nodeheal.errors import ConfigurationError
+
+
+class Action(StrEnum):
+    NONE = "none"  # record only
+    ALERT = "alert"  # notify a person, touch nothing
+    CORDON = "cordon"  # stop new pods landing on the node
+    REBOOT = "reboot"  # cordon, drain, EC2 reboot, confirm recovery, uncordon
+    REPLACE = "replace"  # cordon, drain, EC2 terminate; Karpenter provisions a new node
+
+    @property
+    def cost(self) -> int:
+        return _COST[self]
+
+    @property
+    def mutates_cluster(self) -> bool:
+        return self.cost >= _COST[Action.CORDON]
+
+    @property
+    def mutates_instance(self) -> bool:
+        return self in (Action.REBOOT, Action.REPLACE)
+
+    @classmethod
+    def parse(cls, value: str, where: str) -> Action:
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(action.value for action in cls)
+            raise ConfigurationError(f"{where} must be one of {allowed}; got {value!r}") from None
+
+
+_COST = {Action.NONE: 0, Action.ALERT: 1, Action.CORDON: 2, Action.REBOOT: 3, Action.REPLACE: 4}
+
+
+class Mode(StrEnum):
+    """How far NodeHeal may go. Roll out in this order: dry-run, cordon-only, full."""
+
+    DRY_RUN = "dry-run"  # decide and record everything, mutate nothing
+    CORDON_ONLY = "cordon-only"  # at most cordon (and alert); never drain, reboot or terminate
+    FULL = "full"

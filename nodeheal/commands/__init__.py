@@ -1,0 +1,1 @@
+"""Subcommands of the ``nodeheal`` CLI; each module exposes ``register(subparsers)``."""

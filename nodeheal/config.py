@@ -1,0 +1,312 @@
+"""Runtime settings of the remediation workflow: policy, budgets, drain, reboot, mode.
+
+One typed object, :class:`RemediationSettings`, parsed strictly from the ``nodeheal`` object in
+``cdk.json`` (camelCase keys, the same shape that appears under ``settings`` in every execution's
+input, so the console shows which policy made each decision). Deploy-only settings (bus name, rule
+pattern, e-mails, VPC) live in ``stacks/config.py``; the Lambdas never read ``cdk.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from nodeheal.actions import Action, Mode
+from nodeheal.errors import ConfigurationError
+from nodeheal.settings_reader import SettingsReader
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionRule:
+    """What to do for a bad condition that carries no more specific signal (no Xid, no known reason)."""
+
+    action: Action
+    #: Seconds the condition must have been bad (since its lastTransitionTime) before acting, so a
+    #: transient blip (an nvidia-smi timeout under load) does not cost a node.
+    confirm_seconds: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action.value, "confirmSeconds": self.confirm_seconds}
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> ConditionRule:
+        if isinstance(raw, str):
+            return cls(action=Action.parse(raw, where))
+        reader = SettingsReader(raw, where)
+        rule = cls(
+            action=Action.parse(reader.string("action"), f"{where}.action"),
+            confirm_seconds=reader.integer("confirmSeconds", 0, minimum=0, maximum=86_400),
+        )
+        reader.finish()
+        return rule
+
+
+def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyOverrides:
+    """Overrides of the built-in decision table; also the shape of a per-node-pool override."""
+
+    #: Xid code -> action, over the catalog default (e.g. ``{"63": "replace"}`` to follow EC2's stance).
+    xid_actions: Mapping[int, Action] = field(default_factory=lambda: _frozen({}))
+    #: Condition reason (node monitoring agent style, e.g. ``NvidiaNVLinkError``) -> action.
+    reason_actions: Mapping[str, Action] = field(default_factory=lambda: _frozen({}))
+    #: Condition type -> rule when nothing more specific matched. ``*Ready`` stands for every
+    #: node-monitoring-agent readiness condition other than the kubelet's ``Ready``.
+    condition_rules: Mapping[str, ConditionRule] = field(default_factory=lambda: _frozen({}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "xidActions": {str(k): v.value for k, v in sorted(self.xid_actions.items())},
+            "reasonActions": {k: v.value for k, v in sorted(self.reason_actions.items())},
+            "conditionRules": {k: v.to_json() for k, v in sorted(self.condition_rules.items())},
+        }
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> PolicyOverrides:
+        xid_raw = reader.mapping("xidActions", {})
+        xid_actions: dict[int, Action] = {}
+        for key, value in xid_raw.items():
+            if not str(key).isdigit():
+                raise ConfigurationError(f"{reader.where('xidActions')} key {key!r} is not an Xid number")
+            xid_actions[int(key)] = Action.parse(str(value), f"{reader.where('xidActions')}.{key}")
+        reason_actions = {
+            str(key): Action.parse(str(value), f"{reader.where('reasonActions')}.{key}")
+            for key, value in reader.mapping("reasonActions", {}).items()
+        }
+        condition_rules = {
+            str(key): ConditionRule.parse(value, f"{reader.where('conditionRules')}.{key}")
+            for key, value in reader.mapping("conditionRules", {}).items()
+        }
+        return cls(
+            xid_actions=_frozen(xid_actions),
+            reason_actions=_frozen(reason_actions),
+            condition_rules=_frozen(condition_rules),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySettings:
+    overrides: PolicyOverrides = field(default_factory=PolicyOverrides)
+    #: Action for a bad condition NodeHeal does not understand. Never destroy on what we do not know.
+    unknown_action: Action = Action.ALERT
+    #: A node rebooted for a GPU fault that faults again within this many hours is replaced.
+    reboot_escalation_hours: int = 24
+    #: Remediations of one node within ``attempt_window_hours`` before NodeHeal only alerts
+    #: ("contact support"): a node that keeps failing after reboots needs a person or an RMA.
+    max_attempts_per_node: int = 3
+    attempt_window_hours: int = 24
+    #: Nodes carrying this label with value ``true`` are never touched (alert only).
+    opt_out_label: str = "nodeheal.io/disabled"
+    #: Label naming a node's pool; per-pool overrides and pool budgets key on it.
+    node_pool_label: str = "karpenter.sh/nodepool"
+    #: Per-pool overrides, merged over ``overrides`` (pool wins).
+    node_pools: Mapping[str, PolicyOverrides] = field(default_factory=lambda: _frozen({}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.overrides.to_json(),
+            "unknownAction": self.unknown_action.value,
+            "rebootEscalationHours": self.reboot_escalation_hours,
+            "maxAttemptsPerNode": self.max_attempts_per_node,
+            "attemptWindowHours": self.attempt_window_hours,
+            "optOutLabel": self.opt_out_label,
+            "nodePoolLabel": self.node_pool_label,
+            "nodePools": {name: pool.to_json() for name, pool in sorted(self.node_pools.items())},
+        }
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> PolicySettings:
+        overrides = PolicyOverrides.read(reader)
+        pools: dict[str, PolicyOverrides] = {}
+        pools_reader = reader.child("nodePools")
+        for name in pools_reader.key_names():
+            pool_reader = pools_reader.child(name, optional=False)
+            pools[name] = PolicyOverrides.read(pool_reader)
+            pool_reader.finish()
+        pools_reader.finish()
+        settings = cls(
+            overrides=overrides,
+            unknown_action=Action.parse(reader.string("unknownAction", "alert"), "policy.unknownAction"),
+            reboot_escalation_hours=reader.integer("rebootEscalationHours", 24, minimum=0, maximum=720),
+            max_attempts_per_node=reader.integer("maxAttemptsPerNode", 3, minimum=1, maximum=100),
+            attempt_window_hours=reader.integer("attemptWindowHours", 24, minimum=1, maximum=720),
+            opt_out_label=reader.string("optOutLabel", "nodeheal.io/disabled"),
+            node_pool_label=reader.string("nodePoolLabel", "karpenter.sh/nodepool"),
+            node_pools=_frozen(pools),
+        )
+        reader.finish()
+        return settings
+
+    def for_pool(self, pool: str | None) -> PolicyOverrides:
+        """The overrides that apply to a node of ``pool``: pool entries win over global ones."""
+        pool_overrides = self.node_pools.get(pool or "")
+        if pool_overrides is None:
+            return self.overrides
+        return PolicyOverrides(
+            xid_actions=_frozen({**self.overrides.xid_actions, **pool_overrides.xid_actions}),
+            reason_actions=_frozen({**self.overrides.reason_actions, **pool_overrides.reason_actions}),
+            condition_rules=_frozen({**self.overrides.condition_rules, **pool_overrides.condition_rules}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSettings:
+    #: Remediations (reboot/replace) running at once per cluster. Each drains a multi-GPU node.
+    max_in_flight: int = 2
+    #: Remediations started per cluster in any sliding hour.
+    max_per_hour: int = 6
+    #: Share of a node pool that may be unhealthy-and-being-remediated at once (0..1)...
+    max_unhealthy_pool_share: float = 0.2
+    #: ...but never fewer than this many nodes, so a pool of 3 can still heal one node.
+    min_pool_allowance: int = 1
+    #: Budget refusals within ``breaker_window_minutes`` that open the circuit breaker. Once open,
+    #: only a person resets it; events that arrive meanwhile are recorded and alerted, never replayed.
+    breaker_trip_refusals: int = 3
+    breaker_window_minutes: int = 30
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "maxInFlight": self.max_in_flight,
+            "maxPerHour": self.max_per_hour,
+            "maxUnhealthyPoolShare": self.max_unhealthy_pool_share,
+            "minPoolAllowance": self.min_pool_allowance,
+            "breakerTripRefusals": self.breaker_trip_refusals,
+            "breakerWindowMinutes": self.breaker_window_minutes,
+        }
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> BudgetSettings:
+        settings = cls(
+            max_in_flight=reader.integer("maxInFlight", 2, minimum=1, maximum=1000),
+            max_per_hour=reader.integer("maxPerHour", 6, minimum=1, maximum=10_000),
+            max_unhealthy_pool_share=reader.number("maxUnhealthyPoolShare", 0.2, minimum=0.0, maximum=1.0),
+            min_pool_allowance=reader.integer("minPoolAllowance", 1, minimum=0, maximum=1000),
+            breaker_trip_refusals=reader.integer("breakerTripRefusals", 3, minimum=1, maximum=10_000),
+            breaker_window_minutes=reader.integer("breakerWindowMinutes", 30, minimum=1, maximum=1440),
+        )
+        reader.finish()
+        return settings
+
+
+@dataclass(frozen=True, slots=True)
+class DrainSettings:
+    #: Seconds from the first eviction round until the drain gives up and applies ``on_timeout``.
+    timeout_seconds: int = 900
+    #: Seconds the state machine waits between eviction rounds (a 429 from a PDB is retried then).
+    poll_seconds: int = 10
+    #: ``force`` deletes what is left with ``force_grace_seconds``; ``abort`` stops, stays cordoned, alerts.
+    on_timeout: str = "force"
+    force_grace_seconds: int = 30
+    #: How long pods annotated ``karpenter.sh/do-not-disrupt=true`` are left alone (for a checkpoint)
+    #: before they are evicted like the others. The GPU is broken: they cannot make progress anyway.
+    do_not_disrupt_wait_seconds: int = 300
+    #: Evictions sent at once in one round.
+    parallelism: int = 32
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "timeoutSeconds": self.timeout_seconds,
+            "pollSeconds": self.poll_seconds,
+            "onTimeout": self.on_timeout,
+            "forceGraceSeconds": self.force_grace_seconds,
+            "doNotDisruptWaitSeconds": self.do_not_disrupt_wait_seconds,
+            "parallelism": self.parallelism,
+        }
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> DrainSettings:
+        settings = cls(
+            timeout_seconds=reader.integer("timeoutSeconds", 900, minimum=0, maximum=86_400),
+            poll_seconds=reader.integer("pollSeconds", 10, minimum=0, maximum=3600),
+            on_timeout=reader.choice("onTimeout", ("force", "abort"), "force"),
+            force_grace_seconds=reader.integer("forceGraceSeconds", 30, minimum=0, maximum=3600),
+            do_not_disrupt_wait_seconds=reader.integer(
+                "doNotDisruptWaitSeconds", 300, minimum=0, maximum=86_400
+            ),
+            parallelism=reader.integer("parallelism", 32, minimum=1, maximum=256),
+        )
+        reader.finish()
+        return settings
+
+
+@dataclass(frozen=True, slots=True)
+class RebootSettings:
+    #: Seconds between recovery checks after the EC2 reboot.
+    poll_seconds: int = 30
+    #: Seconds after the reboot call within which the node must come back (new bootID, Ready,
+    #: condition healthy); otherwise NodeHeal escalates to replace.
+    recovery_timeout_seconds: int = 900
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pollSeconds": self.poll_seconds, "recoveryTimeoutSeconds": self.recovery_timeout_seconds}
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> RebootSettings:
+        settings = cls(
+            poll_seconds=reader.integer("pollSeconds", 30, minimum=0, maximum=3600),
+            recovery_timeout_seconds=reader.integer("recoveryTimeoutSeconds", 900, minimum=0, maximum=86_400),
+        )
+        reader.finish()
+        return settings
+
+
+@dataclass(frozen=True, slots=True)
+class RemediationSettings:
+    """Everything the workflow needs to decide and act; serialised into each execution's input."""
+
+    mode: Mode = Mode.FULL
+    policy: PolicySettings = field(default_factory=PolicySettings)
+    budgets: BudgetSettings = field(default_factory=BudgetSettings)
+    drain: DrainSettings = field(default_factory=DrainSettings)
+    reboot: RebootSettings = field(default_factory=RebootSettings)
+    #: A per-node lock expires after this many seconds, so a crashed execution cannot wedge a node.
+    #: Longer than the longest legitimate remediation (drain timeout + recovery timeout + margins).
+    lock_ttl_seconds: int = 7200
+    #: Delete the Node object right after the EC2 terminate call instead of waiting for Karpenter
+    #: to notice the instance is gone (it does within a minute or two; see the README).
+    delete_node_after_terminate: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode.value,
+            "policy": self.policy.to_json(),
+            "budgets": self.budgets.to_json(),
+            "drain": self.drain.to_json(),
+            "reboot": self.reboot.to_json(),
+            "lockTtlSeconds": self.lock_ttl_seconds,
+            "deleteNodeAfterTerminate": self.delete_node_after_terminate,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any, path: str = "settings") -> RemediationSettings:
+        reader = SettingsReader(raw, path)
+        settings = cls.read(reader)
+        reader.finish()
+        return settings
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> RemediationSettings:
+        """Read the remediation keys from ``reader``; the caller calls ``finish`` (it may own more keys)."""
+        mode_value = reader.choice("mode", tuple(m.value for m in Mode), Mode.FULL.value)
+        settings = cls(
+            mode=Mode(mode_value),
+            policy=PolicySettings.read(reader.child("policy")),
+            budgets=BudgetSettings.read(reader.child("budgets")),
+            drain=DrainSettings.read(reader.child("drain")),
+            reboot=RebootSettings.read(reader.child("reboot")),
+            lock_ttl_seconds=reader.integer("lockTtlSeconds", 7200, minimum=60, maximum=7 * 86_400),
+            delete_node_after_terminate=reader.boolean("deleteNodeAfterTerminate", False),
+        )
+        minimum_ttl = settings.drain.timeout_seconds + settings.reboot.recovery_timeout_seconds
+        if settings.lock_ttl_seconds < minimum_ttl:
+            raise ConfigurationError(
+                f"{reader.where('lockTtlSeconds')} ({settings.lock_ttl_seconds}) must be at least "
+                f"drain.timeoutSeconds + reboot.recoveryTimeoutSeconds ({minimum_ttl}) so a lock "
+                "cannot expire under a healthy remediation"
+            )
+        return settings

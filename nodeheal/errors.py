@@ -1,0 +1,60 @@
+"""Domain errors.
+
+The class names are the Step Functions contract: a Lambda task that raises one of these fails with
+the class name as its error name, and the state machine's Retry/Catch clauses refer to them by
+``ErrorClass.__name__``. Renaming a class is therefore a breaking change to the workflow.
+"""
+
+from __future__ import annotations
+
+
+class NodeHealError(Exception):
+    """Base class of every error NodeHeal raises on purpose."""
+
+
+class InvalidEventError(NodeHealError):
+    """An event does not follow contract v1 (missing or malformed field). Never retried."""
+
+
+class ConfigurationError(NodeHealError):
+    """Settings (cdk.json context, environment, flags) are missing or invalid. Never retried."""
+
+
+class KubernetesApiUnavailableError(NodeHealError):
+    """The Kubernetes API answered 5xx, 429 outside eviction, or did not answer. Retried with backoff."""
+
+
+class KubernetesApiError(NodeHealError):
+    """The Kubernetes API refused a request in a way a retry cannot fix (401, 403, 422...)."""
+
+
+class NodeGoneError(NodeHealError):
+    """The Node was deleted (or replaced by another object with the same name) mid-remediation."""
+
+
+class DrainAbortedError(NodeHealError):
+    """The drain timed out and the drain policy is ``abort``: the node stays cordoned for a person."""
+
+
+class OwnershipVerificationError(NodeHealError):
+    """The EC2 instance is not the Node's, or lacks the cluster ownership tag. Never retried."""
+
+
+class InstanceNotFoundError(NodeHealError):
+    """The Node's providerID does not name an EC2 instance we can resolve."""
+
+
+class Ec2ThrottledError(NodeHealError):
+    """EC2 throttled the call (RequestLimitExceeded and friends). Retried with backoff."""
+
+
+class Ec2IncorrectStateError(NodeHealError):
+    """EC2 refused the call because of the instance state (IncorrectInstanceState). Retried, then recorded."""
+
+
+class LedgerContentionError(NodeHealError):
+    """A conditional write on a shared ledger item lost a race. Retried immediately with jitter."""
+
+
+class LockNotHeldError(NodeHealError):
+    """This execution tried to act on a node whose lock it does not hold (expired and taken over)."""

@@ -1,0 +1,195 @@
+"""Event contract v1: what the exporter puts on the bus and what ingest accepts.
+
+``Source`` is ``nodeheal.exporter`` (configurable), ``DetailType`` is ``Node Condition Changed``.
+Unknown fields are ignored so producers can add fields without breaking consumers; a missing or
+mistyped required field is rejected with an :class:`InvalidEventError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nodeheal.conditions import Condition
+from nodeheal.errors import InvalidEventError
+from nodeheal.timeutil import format_timestamp, parse_timestamp
+
+SCHEMA_VERSION = "1"
+DEFAULT_SOURCE = "nodeheal.exporter"
+DETAIL_TYPE_CONDITION_CHANGED = "Node Condition Changed"
+DETAIL_TYPE_NODE_EVENT = "Node Event Observed"
+
+#: EventBridge rejects an entry larger than 256 KB (detail + envelope). Messages from the kernel log
+#: are short, but a label map is user-controlled, so the exporter trims to stay under this bound.
+MAX_ENTRY_BYTES = 256 * 1024
+
+_PROVIDER_ID = re.compile(r"^aws:///(?P<zone>[a-z0-9-]*)/(?P<instance>i-[0-9a-f]{8,17})$")
+
+
+def instance_id_from_provider_id(provider_id: str | None) -> str | None:
+    """``aws:///us-west-2b/i-0abc...`` -> ``i-0abc...``; None when it is not an EC2 providerID."""
+    if not provider_id:
+        return None
+    match = _PROVIDER_ID.match(provider_id)
+    return match.group("instance") if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    name: str
+    uid: str = ""
+    provider_id: str = ""
+    instance_id: str = ""
+    instance_type: str = ""
+    zone: str = ""
+    node_pool: str = ""
+    capacity_type: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def to_detail(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "uid": self.uid,
+            "providerID": self.provider_id,
+            "instanceID": self.instance_id,
+            "instanceType": self.instance_type,
+            "zone": self.zone,
+            "nodePool": self.node_pool,
+            "capacityType": self.capacity_type,
+            "labels": dict(self.labels),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousState:
+    status: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConditionEvent:
+    """The ``detail`` of a ``Node Condition Changed`` event."""
+
+    cluster: str
+    node: NodeIdentity
+    condition: Condition
+    observed_at: datetime
+    previous: PreviousState | None = None
+    resync: bool = False
+    schema_version: str = SCHEMA_VERSION
+
+    @property
+    def is_bad(self) -> bool:
+        return self.condition.is_bad
+
+    def to_detail(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": self.schema_version,
+            "cluster": self.cluster,
+            "node": self.node.to_detail(),
+            "condition": self.condition.to_api(),
+            "previous": (
+                None
+                if self.previous is None
+                else {"status": self.previous.status, "reason": self.previous.reason}
+            ),
+            "observedAt": format_timestamp(self.observed_at, millis=True),
+            "resync": self.resync,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_detail(), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_detail(cls, detail: Any) -> NodeConditionEvent:
+        """Validate and parse an event ``detail`` (dict or JSON string)."""
+        if isinstance(detail, str | bytes):
+            try:
+                detail = json.loads(detail)
+            except ValueError as exc:
+                raise InvalidEventError(f"event detail is not valid JSON: {exc}") from exc
+        if not isinstance(detail, dict):
+            raise InvalidEventError(f"event detail must be a JSON object, got {type(detail).__name__}")
+        version = detail.get("schemaVersion")
+        if version != SCHEMA_VERSION:
+            raise InvalidEventError(
+                f"unsupported schemaVersion {version!r}; this NodeHeal understands {SCHEMA_VERSION!r}"
+            )
+        cluster = _required_string(detail, "cluster")
+        node_raw = detail.get("node")
+        if not isinstance(node_raw, dict):
+            raise InvalidEventError("node must be an object")
+        node = _parse_node(node_raw)
+        if "condition" not in detail:
+            raise InvalidEventError("condition is required")
+        condition = Condition.from_api(detail["condition"])
+        previous_raw = detail.get("previous")
+        previous: PreviousState | None = None
+        if previous_raw is not None:
+            if not isinstance(previous_raw, dict) or not isinstance(previous_raw.get("status"), str):
+                raise InvalidEventError("previous must be null or an object with a string status")
+            reason = previous_raw.get("reason") or ""
+            if not isinstance(reason, str):
+                raise InvalidEventError("previous.reason must be a string")
+            previous = PreviousState(status=previous_raw["status"], reason=reason)
+        observed_at = parse_timestamp(detail.get("observedAt"), "observedAt")
+        resync = detail.get("resync", False)
+        if not isinstance(resync, bool):
+            raise InvalidEventError("resync must be a boolean")
+        return cls(
+            cluster=cluster,
+            node=node,
+            condition=condition,
+            observed_at=observed_at,
+            previous=previous,
+            resync=resync,
+        )
+
+
+def unwrap_eventbridge_envelope(payload: Any) -> Any:
+    """Return ``detail`` from an EventBridge event (as delivered to a target), else the payload."""
+    if isinstance(payload, dict) and "detail" in payload and "detail-type" in payload:
+        return payload["detail"]
+    return payload
+
+
+def _required_string(container: dict[str, Any], key: str, prefix: str = "") -> str:
+    value = container.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidEventError(f"{prefix}{key} is required and must be a non-empty string")
+    return value
+
+
+def _optional_string(container: dict[str, Any], key: str, prefix: str) -> str:
+    value = container.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidEventError(f"{prefix}{key} must be a string")
+    return value
+
+
+def _parse_node(raw: dict[str, Any]) -> NodeIdentity:
+    labels = raw.get("labels") or {}
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise InvalidEventError("node.labels must be an object of string to string")
+    provider_id = _optional_string(raw, "providerID", "node.")
+    instance_id = _optional_string(raw, "instanceID", "node.") or (
+        instance_id_from_provider_id(provider_id) or ""
+    )
+    return NodeIdentity(
+        name=_required_string(raw, "name", "node."),
+        uid=_optional_string(raw, "uid", "node."),
+        provider_id=provider_id,
+        instance_id=instance_id,
+        instance_type=_optional_string(raw, "instanceType", "node."),
+        zone=_optional_string(raw, "zone", "node."),
+        node_pool=_optional_string(raw, "nodePool", "node."),
+        capacity_type=_optional_string(raw, "capacityType", "node."),
+        labels=dict(labels),
+    )

@@ -1,0 +1,1 @@
+"""Kubernetes side of NodeHeal: EKS authentication, client factory, Node and Pod operations."""

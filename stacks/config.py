@@ -1,0 +1,195 @@
+"""The deployment's typed configuration, built once from the ``nodeheal`` object in ``cdk.json``.
+
+Fails fast, naming the offending key, before any construct is created. The remediation part
+(mode, policy, budgets, drain, reboot) is :class:`nodeheal.config.RemediationSettings`, shared with
+the Lambdas; this module adds what only the deployment needs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeheal.conditions import CONDITION_STATUSES
+from nodeheal.config import RemediationSettings
+from nodeheal.errors import ConfigurationError
+from nodeheal.events import DEFAULT_SOURCE
+from nodeheal.settings_reader import SettingsReader
+
+CONTEXT_KEY = "nodeheal"
+
+_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")  # EKS CreateCluster constraint
+_BUS_NAME = re.compile(r"^[/\.\-_A-Za-z0-9]{1,256}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+#: Bad transitions the rule forwards by default: every GPU, kernel and readiness signal the
+#: detectors set, in the direction that means "unhealthy". Recoveries never start a workflow.
+DEFAULT_RULE_CONDITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("GPUProblem", ("True",)),
+    ("AcceleratedHardwareReady", ("False",)),
+    ("KernelReady", ("False",)),
+    ("ContainerRuntimeReady", ("False",)),
+    ("NetworkingReady", ("False",)),
+    ("StorageReady", ("False",)),
+    ("KernelDeadlock", ("True",)),
+    ("ReadonlyFilesystem", ("True",)),
+    ("Ready", ("False", "Unknown")),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleCondition:
+    type: str
+    statuses: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> RuleCondition:
+        reader = SettingsReader(raw, where)
+        condition = cls(type=reader.string("type"), statuses=reader.string_list("statuses", non_empty=True))
+        reader.finish()
+        bad = [s for s in condition.statuses if s not in CONDITION_STATUSES]
+        if bad:
+            raise ConfigurationError(f"{where}.statuses has {bad}; allowed: True, False, Unknown")
+        return condition
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSettings:
+    """Knobs of the EventBridge rule that decides which transitions start a remediation."""
+
+    conditions: tuple[RuleCondition, ...]
+    #: Node label filters: label -> accepted values (e.g. ``{"karpenter.sh/nodepool": ["gpu"]}``).
+    node_labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> RuleSettings:
+        default_conditions = [{"type": t, "statuses": list(s)} for t, s in DEFAULT_RULE_CONDITIONS]
+        conditions = reader.each("conditions", RuleCondition.parse, default_conditions)
+        if not conditions:
+            raise ConfigurationError(f"{reader.where('conditions')} must list at least one condition")
+        labels_reader = reader.child("nodeLabels")
+        labels = {key: labels_reader.string_list(key, non_empty=True) for key in labels_reader.key_names()}
+        labels_reader.finish()
+        settings = cls(conditions=conditions, node_labels=labels)
+        reader.finish()
+        return settings
+
+
+@dataclass(frozen=True, slots=True)
+class LambdaNetwork:
+    """Optional VPC placement of the Lambdas (for clusters with a private API endpoint only)."""
+
+    vpc_id: str
+    availability_zones: tuple[str, ...]
+    subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> LambdaNetwork:
+        network = cls(
+            vpc_id=reader.string("vpcId"),
+            availability_zones=reader.string_list("availabilityZones", non_empty=True),
+            subnet_ids=reader.string_list("subnetIds", non_empty=True),
+            security_group_ids=reader.string_list("securityGroupIds", non_empty=True),
+        )
+        reader.finish()
+        return network
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealConfig:
+    stack_name: str
+    clusters: tuple[str, ...]
+    event_bus_name: str
+    event_source: str
+    archive_retention_days: int
+    rule: RuleSettings
+    #: Events whose observedAt is older than this are dropped by ingest (and counted): acting on a
+    #: replayed hour-old event would be acting on history, not on the node.
+    stale_event_seconds: int
+    remediation: RemediationSettings
+    notification_emails: tuple[str, ...]
+    lambda_network: LambdaNetwork | None
+    #: Overall timeout of one execution; longer than drain timeout + recovery timeout + confirmation.
+    workflow_timeout_minutes: int
+    #: Kubernetes group the EKS access entries map the workflow roles to (bound by deploy/rbac).
+    kubernetes_group: str
+    log_retention_days: int
+
+    @classmethod
+    def from_cdk_context(cls, context: Any) -> NodeHealConfig:
+        """Build from ``app.node.try_get_context("nodeheal")``; raises ConfigurationError."""
+        if context is None:
+            raise ConfigurationError(f"cdk.json has no {CONTEXT_KEY!r} context object")
+        reader = SettingsReader(context, CONTEXT_KEY)
+        clusters = reader.string_list("clusters", non_empty=True)
+        for name in clusters:
+            if not _CLUSTER_NAME.match(name):
+                raise ConfigurationError(f"{CONTEXT_KEY}.clusters has an invalid EKS cluster name {name!r}")
+        if len(set(clusters)) != len(clusters):
+            raise ConfigurationError(f"{CONTEXT_KEY}.clusters lists a cluster twice")
+        bus = reader.child("eventBus")
+        bus_name = bus.string("name", "nodeheal")
+        if bus_name == "default" or not _BUS_NAME.match(bus_name):
+            raise ConfigurationError(
+                f"{CONTEXT_KEY}.eventBus.name must be a custom bus name (letters, digits, . - _ /), "
+                f"got {bus_name!r}"
+            )
+        source = bus.string("source", DEFAULT_SOURCE)
+        if source.startswith("aws."):
+            raise ConfigurationError(f"{CONTEXT_KEY}.eventBus.source must not start with 'aws.'")
+        archive_days = bus.integer("archiveRetentionDays", 14, minimum=0, maximum=3650)
+        bus.finish()
+        rule = RuleSettings.read(reader.child("rule"))
+        ingest = reader.child("ingest")
+        stale = ingest.integer("staleEventSeconds", 900, minimum=30, maximum=86_400)
+        ingest.finish()
+        remediation = RemediationSettings.read(reader)
+        notifications = reader.child("notifications")
+        emails = notifications.string_list("emails", ())
+        for email in emails:
+            if not _EMAIL.match(email):
+                raise ConfigurationError(
+                    f"{CONTEXT_KEY}.notifications.emails has an invalid address {email!r}"
+                )
+        notifications.finish()
+        network_raw = reader.mapping("lambdaNetwork", {})
+        network = (
+            LambdaNetwork.read(SettingsReader(network_raw, f"{CONTEXT_KEY}.lambdaNetwork"))
+            if network_raw
+            else None
+        )
+        workflow = reader.child("workflow")
+        timeout_minutes = workflow.integer("timeoutMinutes", 180, minimum=5, maximum=7 * 24 * 60)
+        workflow.finish()
+        needed_minutes = (
+            remediation.drain.timeout_seconds + remediation.reboot.recovery_timeout_seconds
+        ) // 60 + 5
+        if timeout_minutes < needed_minutes:
+            raise ConfigurationError(
+                f"{CONTEXT_KEY}.workflow.timeoutMinutes ({timeout_minutes}) must exceed drain plus "
+                f"recovery timeouts with margin ({needed_minutes})"
+            )
+        config = cls(
+            stack_name=reader.string("stackName", "NodeHeal"),
+            clusters=clusters,
+            event_bus_name=bus_name,
+            event_source=source,
+            archive_retention_days=archive_days,
+            rule=rule,
+            stale_event_seconds=stale,
+            remediation=remediation,
+            notification_emails=emails,
+            lambda_network=network,
+            workflow_timeout_minutes=timeout_minutes,
+            kubernetes_group=reader.string("kubernetesGroup", "nodeheal-remediator"),
+            log_retention_days=reader.integer("logRetentionDays", 30, minimum=1, maximum=3653),
+        )
+        if config.kubernetes_group.startswith("system:"):
+            raise ConfigurationError(
+                f"{CONTEXT_KEY}.kubernetesGroup must not start with 'system:' (EKS access entries refuse it)"
+            )
+        reader.finish()
+        return config

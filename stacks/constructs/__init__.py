@@ -1,0 +1,1 @@
+"""One construct per capability: ingest, workflow, ledger, notifications, access, observability."""

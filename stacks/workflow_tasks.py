@@ -1,0 +1,134 @@
+"""The workflow's Lambda tasks: what each runs and what it may touch.
+
+Single source of truth for the workflow construct (one function and one least-privilege role per
+task), the access construct (which roles get an EKS access entry) and the state machine definition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class LedgerAccess(Enum):
+    NONE = "none"
+    READ = "read"
+    READ_WRITE = "read-write"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    #: Logical name; also the suffix of the function name and the state name's subject.
+    name: str
+    #: ``module.function`` inside the Lambda asset.
+    handler: str
+    description: str
+    #: Talks to the Kubernetes API of the clusters (needs eks:DescribeCluster and an access entry).
+    kubernetes: bool = False
+    ledger: LedgerAccess = LedgerAccess.NONE
+    #: EC2 mutations allowed, each restricted by the cluster ownership tag condition.
+    ec2_mutations: tuple[str, ...] = ()
+    #: Needs ec2:DescribeInstances (which supports no resource-level restriction).
+    ec2_describe: bool = False
+    publishes_notifications: bool = False
+    #: Seconds; every task is short by design (the state machine owns the waiting).
+    timeout_seconds: int = 30
+    memory_mb: int = 256
+
+
+WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
+    TaskSpec(
+        "admit",
+        "lambdas.admit.handler",
+        "Re-read the Node, classify, check budgets and breaker, take the per-node lock",
+        kubernetes=True,
+        ledger=LedgerAccess.READ_WRITE,
+        publishes_notifications=False,
+    ),
+    TaskSpec(
+        "cordon",
+        "lambdas.cordon.handler",
+        "Cordon and taint the Node, annotate it with the execution and reason",
+        kubernetes=True,
+        ledger=LedgerAccess.READ,
+    ),
+    TaskSpec(
+        "drain",
+        "lambdas.drain.handler",
+        "One eviction round through the Eviction API (PDBs respected)",
+        kubernetes=True,
+        ledger=LedgerAccess.READ,
+        timeout_seconds=60,
+        memory_mb=512,
+    ),
+    TaskSpec(
+        "force-drain",
+        "lambdas.force_drain.handler",
+        "Delete the pods left after the drain timeout with the configured grace period",
+        kubernetes=True,
+        ledger=LedgerAccess.READ,
+        timeout_seconds=60,
+        memory_mb=512,
+    ),
+    TaskSpec(
+        "terminate",
+        "lambdas.terminate.handler",
+        "Verify ownership and the live condition, then terminate the EC2 instance",
+        kubernetes=True,
+        ledger=LedgerAccess.READ,
+        ec2_mutations=("ec2:TerminateInstances",),
+        ec2_describe=True,
+    ),
+    TaskSpec(
+        "reboot",
+        "lambdas.reboot.handler",
+        "Verify ownership and the live condition, then reboot the EC2 instance",
+        kubernetes=True,
+        ledger=LedgerAccess.READ,
+        ec2_mutations=("ec2:RebootInstances",),
+        ec2_describe=True,
+    ),
+    TaskSpec(
+        "check-recovery",
+        "lambdas.check_recovery.handler",
+        "After a reboot: new boot ID, Ready, condition healthy?",
+        kubernetes=True,
+    ),
+    TaskSpec(
+        "uncordon",
+        "lambdas.uncordon.handler",
+        "Undo NodeHeal's cordon after a successful reboot",
+        kubernetes=True,
+        ledger=LedgerAccess.READ,
+    ),
+    TaskSpec(
+        "record",
+        "lambdas.record.handler",
+        "Write the remediation record, release the lock and budget slot, notify",
+        ledger=LedgerAccess.READ_WRITE,
+        publishes_notifications=True,
+    ),
+    TaskSpec(
+        "record-failure",
+        "lambdas.record_failure.handler",
+        "Record a failed remediation (node stays cordoned), release the lock, notify",
+        ledger=LedgerAccess.READ_WRITE,
+        publishes_notifications=True,
+    ),
+)
+
+#: The ingest function is not a workflow task (EventBridge invokes it), listed here for the
+#: same single-source reason.
+INGEST_TASK = TaskSpec(
+    "ingest",
+    "lambdas.ingest.handler",
+    "Validate contract v1, drop stale/foreign events, start a named execution",
+    ledger=LedgerAccess.READ_WRITE,
+)
+
+
+def task(name: str) -> TaskSpec:
+    for spec in WORKFLOW_TASKS:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
