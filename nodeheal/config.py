@@ -256,6 +256,36 @@ class RebootSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RetrySettings:
+    """Step Functions retries of transient failures (Kubernetes API 5xx/timeouts, EC2 throttling).
+
+    Rendered into the state machine's Retry clauses (ASL cannot read them from the input), so they
+    are deploy-time values; bounded so a dead API server fails the remediation in minutes, not hours.
+    """
+
+    interval_seconds: int = 2
+    max_attempts: int = 4
+    backoff_rate: float = 2.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "intervalSeconds": self.interval_seconds,
+            "maxAttempts": self.max_attempts,
+            "backoffRate": self.backoff_rate,
+        }
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> RetrySettings:
+        settings = cls(
+            interval_seconds=reader.integer("intervalSeconds", 2, minimum=1, maximum=300),
+            max_attempts=reader.integer("maxAttempts", 4, minimum=0, maximum=20),
+            backoff_rate=reader.number("backoffRate", 2.0, minimum=1.0, maximum=10.0),
+        )
+        reader.finish()
+        return settings
+
+
+@dataclass(frozen=True, slots=True)
 class RemediationSettings:
     """Everything the workflow needs to decide and act; serialised into each execution's input."""
 
@@ -264,6 +294,7 @@ class RemediationSettings:
     budgets: BudgetSettings = field(default_factory=BudgetSettings)
     drain: DrainSettings = field(default_factory=DrainSettings)
     reboot: RebootSettings = field(default_factory=RebootSettings)
+    retry: RetrySettings = field(default_factory=RetrySettings)
     #: A per-node lock expires after this many seconds, so a crashed execution cannot wedge a node.
     #: Longer than the longest legitimate remediation (drain timeout + recovery timeout + margins).
     lock_ttl_seconds: int = 7200
@@ -278,6 +309,7 @@ class RemediationSettings:
             "budgets": self.budgets.to_json(),
             "drain": self.drain.to_json(),
             "reboot": self.reboot.to_json(),
+            "retry": self.retry.to_json(),
             "lockTtlSeconds": self.lock_ttl_seconds,
             "deleteNodeAfterTerminate": self.delete_node_after_terminate,
         }
@@ -299,6 +331,7 @@ class RemediationSettings:
             budgets=BudgetSettings.read(reader.child("budgets")),
             drain=DrainSettings.read(reader.child("drain")),
             reboot=RebootSettings.read(reader.child("reboot")),
+            retry=RetrySettings.read(reader.child("retry")),
             lock_ttl_seconds=reader.integer("lockTtlSeconds", 7200, minimum=60, maximum=7 * 86_400),
             delete_node_after_terminate=reader.boolean("deleteNodeAfterTerminate", False),
         )

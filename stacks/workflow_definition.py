@@ -1,0 +1,252 @@
+"""The remediation state machine: Step Functions owns every wait and every loop.
+
+Shape (state names are what a person reads in the console)::
+
+    Load settings -> Admit --confirm--> Wait for confirmation -> Admit
+                          --stop-----> Record outcome
+                          --proceed--> none/alert ----------> Record outcome
+                                       cordon -> Cordon ----> Record outcome
+                                       reboot/replace -> Cordon -> Evict pods <-> Wait between eviction rounds
+                                           -> (timed out: force -> Force-delete remaining pods | abort -> failure)
+                                           -> replace: Terminate instance -> Record outcome
+                                           -> reboot:  Reboot instance -> Wait for reboot <-> Check recovery
+                                                       -> recovered: Uncordon -> Record outcome
+                                                       -> not recovered: Terminate instance (escalation)
+    any task failure -> Record failure -> Remediation failed
+
+Every Lambda task receives the whole state and writes its result under its own key (``ResultPath``),
+so the execution history shows each step's input and output in full. Each task is short and
+idempotent; Retry clauses name domain errors by class name (``nodeheal.errors``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from aws_cdk import Duration
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from nodeheal.config import RemediationSettings
+from nodeheal.errors import (
+    Ec2IncorrectStateError,
+    Ec2ThrottledError,
+    KubernetesApiUnavailableError,
+    LedgerContentionError,
+)
+
+#: Transient errors worth retrying with the configured backoff.
+TRANSIENT_ERRORS: tuple[str, ...] = (
+    KubernetesApiUnavailableError.__name__,
+    Ec2ThrottledError.__name__,
+)
+
+# Keys under which each task writes its result; the handlers read the same keys.
+ADMISSION = "$.admission"
+CORDON = "$.cordon"
+DRAIN = "$.drain"
+INSTANCE = "$.instance"
+RECOVERY = "$.recovery"
+UNCORDON = "$.uncordon"
+RECORD = "$.record"
+FAILURE = "$.failure"
+
+
+class _DefinitionBuilder:
+    def __init__(
+        self,
+        scope: Construct,
+        functions: Mapping[str, lambda_.IFunction],
+        settings: RemediationSettings,
+    ) -> None:
+        self._scope = scope
+        self._functions = functions
+        self._settings = settings
+        self._record_failure = self._build_failure_path()
+
+    def build(self) -> sfn.IChainable:
+        record = self._task("Record outcome", "record", RECORD, catch=False)
+        record.next(sfn.Succeed(self._scope, "Done"))
+
+        uncordon = self._task("Uncordon", "uncordon", UNCORDON).next(record)
+        terminate = self._task("Terminate instance", "terminate", INSTANCE).next(record)
+        recovery_loop = self._build_recovery_loop(record, uncordon, terminate)
+        reboot = self._task("Reboot instance", "reboot", INSTANCE).next(
+            sfn.Choice(self._scope, "Was the instance rebooted?")
+            .when(sfn.Condition.boolean_equals("$.instance.performed", True), recovery_loop)
+            .otherwise(record)
+        )
+        instance_action = (
+            sfn.Choice(self._scope, "Reboot or replace?")
+            .when(sfn.Condition.string_equals("$.admission.decision.action", "reboot"), reboot)
+            .otherwise(terminate)
+        )
+        drain_loop = self._build_drain_loop(instance_action)
+        cordon = self._task("Cordon", "cordon", CORDON).next(
+            sfn.Choice(self._scope, "Drain needed?")
+            .when(
+                sfn.Condition.or_(
+                    sfn.Condition.string_equals("$.admission.decision.action", "reboot"),
+                    sfn.Condition.string_equals("$.admission.decision.action", "replace"),
+                ),
+                drain_loop,
+            )
+            .otherwise(record)
+        )
+        choose_action = (
+            sfn.Choice(self._scope, "Which action?")
+            .when(
+                sfn.Condition.or_(
+                    *(
+                        sfn.Condition.string_equals("$.admission.decision.action", action)
+                        for action in ("cordon", "reboot", "replace")
+                    )
+                ),
+                cordon,
+            )
+            .otherwise(record)
+        )
+        admit = self._task("Admit", "admit", ADMISSION)
+        wait_for_confirmation = sfn.Wait(
+            self._scope,
+            "Wait for confirmation",
+            comment="The condition must stay bad this long before NodeHeal acts (policy confirmSeconds).",
+            time=sfn.WaitTime.seconds_path("$.admission.waitSeconds"),
+        ).next(admit)
+        admit.next(
+            sfn.Choice(self._scope, "Admitted?")
+            .when(sfn.Condition.string_equals("$.admission.verdict", "confirm"), wait_for_confirmation)
+            .when(sfn.Condition.string_equals("$.admission.verdict", "proceed"), choose_action)
+            .otherwise(record)
+        )
+        load_settings = sfn.Pass(
+            self._scope,
+            "Load settings",
+            comment="The deployed policy, budgets and timings travel with the execution for audit.",
+            parameters={
+                "event.$": "$.event",
+                "eventId.$": "$.eventId",
+                "receivedAt.$": "$.receivedAt",
+                "settings": self._settings.to_json(),
+                "execution": {
+                    "name.$": "$$.Execution.Name",
+                    "id.$": "$$.Execution.Id",
+                    "startedAt.$": "$$.Execution.StartTime",
+                },
+            },
+        )
+        return load_settings.next(admit)
+
+    def _build_drain_loop(self, after_drain: sfn.IChainable) -> sfn.IChainable:
+        drain = self._task("Evict pods", "drain", DRAIN)
+        wait = sfn.Wait(
+            self._scope,
+            "Wait between eviction rounds",
+            comment="Pods get time to stop; a PDB that refused an eviction (429) is asked again next round.",
+            time=sfn.WaitTime.seconds_path("$.settings.drain.pollSeconds"),
+        ).next(drain)
+        force = self._task("Force-delete remaining pods", "force-drain", DRAIN).next(after_drain)
+        aborted = sfn.Pass(
+            self._scope,
+            "Drain aborted",
+            comment="drain.onTimeout is abort: stop here, leave the node cordoned, tell a person.",
+            parameters={
+                "Error": "DrainAbortedError",
+                "Cause.$": "$.drain.summary",
+            },
+            result_path=FAILURE,
+        ).next(self._record_failure)
+        on_timeout = (
+            sfn.Choice(self._scope, "Force or abort?")
+            .when(sfn.Condition.string_equals("$.settings.drain.onTimeout", "force"), force)
+            .otherwise(aborted)
+        )
+        drain.next(
+            sfn.Choice(self._scope, "Drained?")
+            .when(sfn.Condition.boolean_equals("$.drain.done", True), after_drain)
+            .when(sfn.Condition.boolean_equals("$.drain.timedOut", True), on_timeout)
+            .otherwise(wait)
+        )
+        return drain
+
+    def _build_recovery_loop(
+        self, record: sfn.IChainable, uncordon: sfn.IChainable, terminate: sfn.IChainable
+    ) -> sfn.IChainable:
+        check = self._task("Check recovery", "check-recovery", RECOVERY)
+        wait = sfn.Wait(
+            self._scope,
+            "Wait for reboot",
+            comment="The node must come back with a new boot ID, Ready, and the condition healthy.",
+            time=sfn.WaitTime.seconds_path("$.settings.reboot.pollSeconds"),
+        ).next(check)
+        check.next(
+            sfn.Choice(self._scope, "Recovered?")
+            .when(sfn.Condition.string_equals("$.recovery.status", "recovered"), uncordon)
+            .when(sfn.Condition.string_equals("$.recovery.status", "failed"), terminate)
+            .when(sfn.Condition.string_equals("$.recovery.status", "gone"), record)
+            .otherwise(wait)
+        )
+        return wait
+
+    def _build_failure_path(self) -> sfn.IChainable:
+        record_failure = self._task("Record failure", "record-failure", RECORD, catch=False)
+        return record_failure.next(
+            sfn.Fail(
+                self._scope,
+                "Remediation failed",
+                error="RemediationFailed",
+                cause_path="$.record.summary",
+            )
+        )
+
+    def _task(
+        self, state_name: str, function: str, result_path: str, *, catch: bool = True
+    ) -> tasks.LambdaInvoke:
+        retry = self._settings.retry
+        task = tasks.LambdaInvoke(
+            self._scope,
+            state_name,
+            lambda_function=self._functions[function],
+            payload_response_only=True,
+            retry_on_service_exceptions=True,
+            result_path=result_path,
+        )
+        self._add_retry(
+            task, TRANSIENT_ERRORS, retry.interval_seconds, retry.max_attempts, retry.backoff_rate
+        )
+        # Lost a race on a shared ledger item: another execution just wrote it; retry soon, spread out.
+        self._add_retry(task, (LedgerContentionError.__name__,), 1, 6, 1.5)
+        # EC2 refuses a reboot/terminate while the instance is pending or stopping; give it time.
+        self._add_retry(task, (Ec2IncorrectStateError.__name__,), max(5, retry.interval_seconds), 3, 2.0)
+        if catch:
+            task.add_catch(self._record_failure, errors=["States.ALL"], result_path=FAILURE)
+        return task
+
+    @staticmethod
+    def _add_retry(
+        task: tasks.LambdaInvoke,
+        errors: Sequence[str],
+        interval_seconds: int,
+        max_attempts: int,
+        backoff_rate: float,
+    ) -> None:
+        if max_attempts == 0:
+            return
+        task.add_retry(
+            errors=list(errors),
+            interval=Duration.seconds(interval_seconds),
+            max_attempts=max_attempts,
+            backoff_rate=backoff_rate,
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+
+
+def build_definition(
+    scope: Construct,
+    *,
+    functions: Mapping[str, lambda_.IFunction],
+    settings: RemediationSettings,
+) -> sfn.IChainable:
+    """Build the remediation state graph inside ``scope`` from the task functions and the settings."""
+    return _DefinitionBuilder(scope, functions, settings).build()
