@@ -2,16 +2,16 @@
 
 Shape (state names are what a person reads in the console)::
 
-    Load settings -> Admit --confirm--> Wait for confirmation -> Admit
-                          --stop-----> Record outcome
-                          --proceed--> none/alert ----------> Record outcome
-                                       cordon -> Cordon ----> Record outcome
-                                       reboot/replace -> Cordon -> Evict pods <-> Wait between eviction rounds
-                                           -> (timed out: force -> Force-delete remaining pods | abort -> failure)
-                                           -> replace: Terminate instance -> Record outcome
-                                           -> reboot:  Reboot instance -> Wait for reboot <-> Check recovery
-                                                       -> recovered: Uncordon -> Record outcome
-                                                       -> not recovered: Terminate instance (escalation)
+    Load settings -> Admit
+      confirm  -> Wait for confirmation -> Admit
+      stop     -> Record outcome
+      proceed  -> none/alert: Record outcome | cordon: Cordon -> Record outcome
+                  reboot/replace: Cordon -> Evict pods <-> Wait between eviction rounds
+                    timed out: force -> Force-delete remaining pods | abort -> Record failure
+                    replace -> Terminate instance -> Record outcome
+                    reboot  -> Reboot instance -> Wait for reboot <-> Check recovery
+                               recovered -> Uncordon -> Record outcome
+                               not recovered -> Terminate instance (escalation)
     any task failure -> Record failure -> Remediation failed
 
 Every Lambda task receives the whole state and writes its result under its own key (``ResultPath``),
@@ -22,6 +22,7 @@ idempotent; Retry clauses name domain errors by class name (``nodeheal.errors``)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+
 from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn
