@@ -1,0 +1,234 @@
+"""Kubernetes API clients: where they come from (EKS or a static endpoint) and how NodeHeal calls them.
+
+Providers hand out a configured ``kubernetes.client.ApiClient`` per cluster and keep it for the
+life of the container, so its connection pool (and TLS sessions) survive between invocations.
+
+:func:`request_json` is the one way NodeHeal's adapters talk to the API server: it sends JSON and
+returns the status code with the parsed body, never a generated model. The client's models
+validate every response strictly, and a field they do not know (or an object a controller has only
+partly filled in) must not be able to fail a remediation.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubernetes.client import ApiClient, Configuration
+from urllib3.util.retry import Retry
+
+from nodeheal.errors import ConfigurationError, KubernetesApiError
+from nodeheal.kube.eks_auth import Clock, ClusterDirectory, CredentialSource, EksTokenSource
+from nodeheal.kube.errors import (
+    TRANSPORT_ERRORS,
+    ApiStatus,
+    error_for_exception,
+    error_for_status,
+    status_from_body,
+)
+from nodeheal.timeutil import utc_now
+
+#: (connect, read) seconds. A Lambda task has a hard deadline; an API server that does not answer
+#: in this time is treated as unavailable so the state machine's retry, not the Lambda timeout,
+#: decides what happens next.
+DEFAULT_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
+
+#: Upper bound of parallel requests NodeHeal makes over one client (eviction fan-out). The pool is
+#: sized to it so connections are reused instead of opened and thrown away per request.
+CONNECTION_POOL_SIZE = 32
+
+USER_AGENT = "nodeheal (kubernetes-client-python)"
+MERGE_PATCH = "application/merge-patch+json"
+JSON = "application/json"
+
+RequestTimeout = float | tuple[float, float]
+
+
+class KubeClientProvider(Protocol):
+    def api_client(self, cluster: str) -> ApiClient: ...
+
+
+def _configuration(host: str) -> Configuration:
+    configuration = Configuration()
+    configuration.host = host.rstrip("/")
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    # Backoff-and-retry belongs to the state machine, which records every attempt. urllib3 only
+    # retries a connect that never reached the API server; a read that timed out is not repeated
+    # (that would double the wait inside a Lambda), and a POST or PATCH whose outcome is unknown is
+    # never re-sent. urllib3 already drops pooled connections the peer closed before reusing them.
+    configuration.retries = Retry(total=3, connect=3, read=0, redirect=0, status=0, backoff_factor=0.1)
+    return configuration
+
+
+def _api_client(configuration: Configuration) -> ApiClient:
+    client = ApiClient(configuration)
+    # Named in the API server's audit log, so a person can tell NodeHeal's writes from others'.
+    client.user_agent = USER_AGENT
+    return client
+
+
+class EksClientProvider:
+    """ApiClients for EKS clusters: endpoint and CA from ``eks:DescribeCluster``, IAM bearer tokens.
+
+    The token is looked up on every request through the client's ``refresh_api_key_hook`` and
+    re-minted a minute before its 15-minute lifetime ends, so a client cached for hours never sends
+    an expired token.
+    """
+
+    def __init__(
+        self,
+        eks_client: Any,
+        signing_session: CredentialSource,
+        clock: Clock = utc_now,
+        *,
+        region: str | None = None,
+    ) -> None:
+        region_name = region or getattr(getattr(eks_client, "meta", None), "region_name", None)
+        if not region_name:
+            raise ConfigurationError("the EKS client has no region; pass region= explicitly")
+        self._directory = ClusterDirectory(eks_client)
+        self._tokens = EksTokenSource(signing_session, region=str(region_name), clock=clock)
+        self._clients: dict[str, ApiClient] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def tokens(self) -> EksTokenSource:
+        return self._tokens
+
+    def api_client(self, cluster: str) -> ApiClient:
+        with self._lock:
+            client = self._clients.get(cluster)
+            if client is None:
+                client = self._build(cluster)
+                self._clients[cluster] = client
+            return client
+
+    def _build(self, cluster: str) -> ApiClient:
+        endpoint = self._directory.get(cluster)
+        configuration = _configuration(endpoint.endpoint)
+        # CA as data, not a temporary file: nothing to clean up, nothing for /tmp to lose.
+        configuration.ca_cert_data = endpoint.ca_pem
+        configuration.verify_ssl = True
+        tokens = self._tokens
+
+        def refresh(config: Configuration) -> None:
+            config.api_key["BearerToken"] = tokens.token(cluster)
+            config.api_key_prefix["BearerToken"] = "Bearer"
+
+        refresh(configuration)
+        # The generated Configuration annotates the hook as None-only; the client does call it.
+        configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]
+        return _api_client(configuration)
+
+
+class StaticClientProvider:
+    """One ApiClient for a fixed endpoint: the local simulation, or a kubeconfig-style setup.
+
+    ``ca_cert`` is a path to a PEM bundle and ``ca_cert_data`` the PEM text itself; give at most one.
+    Every cluster name maps to the same client.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        token: str | None = None,
+        ca_cert: str | None = None,
+        verify: bool = True,
+        *,
+        ca_cert_data: str | None = None,
+    ) -> None:
+        if ca_cert and ca_cert_data:
+            raise ConfigurationError("give either ca_cert (a path) or ca_cert_data (PEM text), not both")
+        configuration = _configuration(host)
+        configuration.verify_ssl = verify
+        if ca_cert:
+            configuration.ssl_ca_cert = ca_cert
+        if ca_cert_data:
+            configuration.ca_cert_data = ca_cert_data
+        if token:
+            configuration.api_key["BearerToken"] = token
+            configuration.api_key_prefix["BearerToken"] = "Bearer"
+        self._client = _api_client(configuration)
+
+    def api_client(self, cluster: str) -> ApiClient:
+        return self._client
+
+
+@dataclass(frozen=True, slots=True)
+class JsonResponse:
+    status: int
+    #: Parsed JSON body; None when the body was empty or not JSON.
+    body: Any
+    http_reason: str = ""
+    raw: bytes = b""
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status <= 299
+
+    @property
+    def api_status(self) -> ApiStatus:
+        return status_from_body(
+            self.status, self.body if self.body is not None else self.raw, self.http_reason
+        )
+
+    def object(self, action: str) -> dict[str, Any]:
+        """The body of a successful response as a JSON object."""
+        if not isinstance(self.body, dict):
+            raise KubernetesApiError(f"{action}: HTTP {self.status} with a body that is not a JSON object")
+        return self.body
+
+
+def request_json(
+    api_client: ApiClient,
+    method: str,
+    path: str,
+    *,
+    action: str,
+    query: Sequence[tuple[str, str]] = (),
+    body: Mapping[str, Any] | None = None,
+    content_type: str = JSON,
+    timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT,
+) -> JsonResponse:
+    """Send one request and return its status and parsed body, whatever the status.
+
+    Transport failures (timeouts, refused or dropped connections, TLS errors) are raised as
+    :class:`KubernetesApiUnavailableError`; HTTP error statuses are returned for the caller to
+    classify, because what a 404 or a 429 means depends on the request.
+    """
+    headers = {"Accept": JSON}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    try:
+        serialized = api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query) or None,
+            header_params=headers,
+            body=dict(body) if body is not None else None,
+            auth_settings=["BearerToken"],
+        )
+        response = api_client.call_api(*serialized, _request_timeout=timeout)
+        # The urllib3 response was not preloaded: reading ``data`` consumes it and frees the connection.
+        raw = bytes(response.response.data or b"")
+    except TRANSPORT_ERRORS as exc:
+        raise error_for_exception(exc, action=action) from exc
+    parsed: Any = None
+    if raw:
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+    return JsonResponse(
+        status=int(response.status), body=parsed, http_reason=str(response.reason or ""), raw=raw
+    )
+
+
+def expect_success(response: JsonResponse, *, action: str) -> dict[str, Any]:
+    """The JSON object of a 2xx response; the mapped domain error otherwise."""
+    if not response.ok:
+        raise error_for_status(response.api_status, action=action)
+    return response.object(action)

@@ -1,0 +1,256 @@
+"""Pod operations for the drain: list a node's pods, evict them, delete them.
+
+Evictions go through ``policy/v1`` Eviction so the API server enforces PodDisruptionBudgets. Each
+pod is one request, sent in parallel (bounded) because a p5 node can host dozens of pods and a
+drain round must fit in a short Lambda. Every pod gets its own outcome: one pod's failure never
+stops the others, and nothing is swallowed — a failure carries the HTTP status and the API server's
+message into the report, and the drain loop decides what to do with it on its next round.
+
+Every eviction and deletion names the pod's uid as a precondition. StatefulSet pods keep their
+names when recreated, so without it a retried eviction could hit the healthy replacement pod that
+was just scheduled on another node.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes.client import ApiClient
+
+from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError
+from nodeheal.kube.client import DEFAULT_REQUEST_TIMEOUT, RequestTimeout, expect_success, request_json
+from nodeheal.kube.errors import is_retryable_status
+from nodeheal.kube.model import PodView
+
+LIST_PAGE_SIZE = 500
+
+
+class PodOutcome(enum.StrEnum):
+    #: Eviction accepted (201) / deletion accepted (200, 202): the pod is terminating.
+    EVICTED = "evicted"
+    DELETED = "deleted"
+    #: 429 from the eviction subresource: a PodDisruptionBudget allows no disruption right now.
+    BLOCKED = "blocked"
+    #: 404, or the uid precondition failed: the pod we meant no longer exists.
+    GONE = "gone"
+    #: Anything else (admission webhook refusal, RBAC, server error, timeout).
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class PodResult:
+    pod: str
+    """``namespace/name``."""
+    uid: str
+    outcome: PodOutcome
+    #: HTTP status of the answer; None when no answer came (timeout, connection error).
+    status: int | None = None
+    #: The API server's message (the PDB explanation for BLOCKED), or the transport error.
+    message: str = ""
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same request may succeed later (PDB, overload, no answer)."""
+        if self.outcome == PodOutcome.BLOCKED:
+            return True
+        if self.outcome != PodOutcome.FAILED:
+            return False
+        return self.status is None or is_retryable_status(self.status)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "uid": self.uid,
+            "outcome": self.outcome.value,
+            "status": self.status,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Report:
+    results: tuple[PodResult, ...] = field(default_factory=tuple)
+
+    def _with(self, outcome: PodOutcome) -> tuple[PodResult, ...]:
+        return tuple(r for r in self.results if r.outcome == outcome)
+
+    @property
+    def gone(self) -> tuple[PodResult, ...]:
+        return self._with(PodOutcome.GONE)
+
+    @property
+    def failed(self) -> tuple[PodResult, ...]:
+        return self._with(PodOutcome.FAILED)
+
+    def to_json(self) -> dict[str, Any]:
+        counts = {outcome.value: 0 for outcome in PodOutcome}
+        for result in self.results:
+            counts[result.outcome.value] += 1
+        return {"counts": counts, "results": [r.to_json() for r in self.results]}
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionReport(_Report):
+    @property
+    def evicted(self) -> tuple[PodResult, ...]:
+        return self._with(PodOutcome.EVICTED)
+
+    @property
+    def blocked(self) -> tuple[PodResult, ...]:
+        return self._with(PodOutcome.BLOCKED)
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionReport(_Report):
+    @property
+    def deleted(self) -> tuple[PodResult, ...]:
+        return self._with(PodOutcome.DELETED)
+
+
+def _pod_path(pod: PodView) -> str:
+    return f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods/{quote(pod.name, safe='')}"
+
+
+def _fan_out(
+    pods: Sequence[PodView], parallelism: int, call: Callable[[PodView], PodResult]
+) -> list[PodResult]:
+    if parallelism < 1:
+        raise ValueError(f"parallelism must be at least 1, got {parallelism}")
+    if not pods:
+        return []
+    if parallelism == 1 or len(pods) == 1:
+        return [call(pod) for pod in pods]
+    with ThreadPoolExecutor(
+        max_workers=min(parallelism, len(pods)), thread_name_prefix="nodeheal-pod"
+    ) as pool:
+        # map keeps the input order, so reports read in the order the pods were listed.
+        return list(pool.map(call, pods))
+
+
+class PodOperations:
+    def __init__(self, api_client: ApiClient, *, timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT) -> None:
+        self._api = api_client
+        self._timeout = timeout
+
+    def list_on_node(self, node_name: str) -> list[PodView]:
+        """Every pod bound to the node, in all namespaces (finished and DaemonSet pods included;
+        :attr:`PodView.needs_eviction` says which ones a drain must move)."""
+        action = f"list pods on node {node_name}"
+        pods: list[PodView] = []
+        continue_token = ""
+        while True:
+            query = [("fieldSelector", f"spec.nodeName={node_name}"), ("limit", str(LIST_PAGE_SIZE))]
+            if continue_token:
+                query.append(("continue", continue_token))
+            response = request_json(
+                self._api, "GET", "/api/v1/pods", action=action, query=query, timeout=self._timeout
+            )
+            body = expect_success(response, action=action)
+            pods.extend(PodView.from_api(item) for item in body.get("items") or [] if isinstance(item, dict))
+            continue_token = str((body.get("metadata") or {}).get("continue") or "")
+            if not continue_token:
+                return pods
+
+    # -- eviction --------------------------------------------------------------------------------
+
+    def evict(self, pods: Sequence[PodView], *, parallelism: int) -> EvictionReport:
+        return EvictionReport(results=tuple(_fan_out(pods, parallelism, self._evict_one)))
+
+    def _evict_one(self, pod: PodView) -> PodResult:
+        action = f"evict pod {pod.key}"
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": {"preconditions": {"uid": pod.uid}} if pod.uid else {},
+        }
+        try:
+            response = request_json(
+                self._api,
+                "POST",
+                f"{_pod_path(pod)}/eviction",
+                action=action,
+                body=body,
+                timeout=self._timeout,
+            )
+        except (KubernetesApiUnavailableError, KubernetesApiError) as exc:
+            return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.FAILED, message=str(exc))
+        status = response.api_status
+        if response.ok:
+            return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.EVICTED, status=response.status)
+        if response.status == 429:
+            return PodResult(
+                pod=pod.key, uid=pod.uid, outcome=PodOutcome.BLOCKED, status=429, message=status.explanation
+            )
+        if response.status == 404 or _uid_precondition_failed(response.status, status.message):
+            return PodResult(
+                pod=pod.key,
+                uid=pod.uid,
+                outcome=PodOutcome.GONE,
+                status=response.status,
+                message=status.message,
+            )
+        return PodResult(
+            pod=pod.key,
+            uid=pod.uid,
+            outcome=PodOutcome.FAILED,
+            status=response.status,
+            message=f"{action}: {status.describe()}",
+        )
+
+    # -- deletion --------------------------------------------------------------------------------
+
+    def delete(self, pods: Sequence[PodView], *, grace_seconds: int, parallelism: int) -> DeletionReport:
+        """Delete pods directly (PDBs are not consulted): the drain policy's ``force`` step."""
+        if grace_seconds < 0:
+            raise ValueError(f"grace_seconds must not be negative, got {grace_seconds}")
+
+        def delete_one(pod: PodView) -> PodResult:
+            return self._delete_one(pod, grace_seconds)
+
+        return DeletionReport(results=tuple(_fan_out(pods, parallelism, delete_one)))
+
+    def _delete_one(self, pod: PodView, grace_seconds: int) -> PodResult:
+        action = f"delete pod {pod.key}"
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": grace_seconds,
+        }
+        if pod.uid:
+            body["preconditions"] = {"uid": pod.uid}
+        try:
+            response = request_json(
+                self._api, "DELETE", _pod_path(pod), action=action, body=body, timeout=self._timeout
+            )
+        except (KubernetesApiUnavailableError, KubernetesApiError) as exc:
+            return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.FAILED, message=str(exc))
+        status = response.api_status
+        if response.ok:
+            return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.DELETED, status=response.status)
+        if response.status == 404 or _uid_precondition_failed(response.status, status.message):
+            return PodResult(
+                pod=pod.key,
+                uid=pod.uid,
+                outcome=PodOutcome.GONE,
+                status=response.status,
+                message=status.message,
+            )
+        return PodResult(
+            pod=pod.key,
+            uid=pod.uid,
+            outcome=PodOutcome.FAILED,
+            status=response.status,
+            message=f"{action}: {status.describe()}",
+        )
+
+
+def _uid_precondition_failed(status: int, message: str) -> bool:
+    # apimachinery answers a failed uid precondition with 409 and "Precondition failed: UID in
+    # precondition: <a>, UID in object meta: <b>": the pod we listed was replaced by a namesake.
+    return status == 409 and "precondition" in message.lower() and "uid" in message.lower()

@@ -1,0 +1,505 @@
+"""Node and Pod operations through the real ``kubernetes`` client against the fake API server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+
+from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError, NodeGoneError
+from nodeheal.kube.client import StaticClientProvider
+from nodeheal.kube.model import (
+    ANNOTATION_CORDONED_AT,
+    ANNOTATION_CORDONED_BY_NODEHEAL,
+    ANNOTATION_EXECUTION,
+    ANNOTATION_REASON,
+    UNHEALTHY_TAINT_KEY,
+    PodView,
+)
+from nodeheal.kube.nodes import NodeOperations
+from nodeheal.kube.pods import PodOperations, PodOutcome
+from nodeheal.sim.apiserver import FakeKubeApiServer
+from nodeheal.sim.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.status import ApiError
+
+NODE = "ip-10-0-158-235.us-west-2.compute.internal"
+OTHER_NODE = "ip-10-0-7-9.us-west-2.compute.internal"
+INSTANCE = "i-0abc1234567890def"
+NOW = datetime(2026, 11, 21, 10, 0, 5, tzinfo=UTC)
+KARPENTER_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKubeApiServer]:
+    server = FakeKubeApiServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _client(kube: FakeKubeApiServer) -> ApiClient:
+    # NodeHeal's own provider, so its client settings (retries, pool size) are what is exercised.
+    return StaticClientProvider(kube.url, token="sim").api_client("sim")
+
+
+@pytest.fixture
+def nodes(kube: FakeKubeApiServer) -> NodeOperations:
+    return NodeOperations(_client(kube))
+
+
+@pytest.fixture
+def pods(kube: FakeKubeApiServer) -> PodOperations:
+    return PodOperations(_client(kube))
+
+
+def _add_node(kube: FakeKubeApiServer, name: str = NODE, **kwargs: Any) -> dict[str, Any]:
+    (stored,) = kube.store.add(make_node(name, instance_id=kwargs.pop("instance_id", INSTANCE), **kwargs))
+    return dict(stored)
+
+
+def _stored_node(kube: FakeKubeApiServer, name: str = NODE) -> dict[str, Any]:
+    return dict(kube.store.get("nodes", name))
+
+
+def _taints(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((obj.get("spec") or {}).get("taints") or [])
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+# -- reads ----------------------------------------------------------------------------------------
+
+
+def test_get_returns_a_live_node_view(kube: FakeKubeApiServer, nodes: NodeOperations) -> None:
+    stored = _add_node(kube, extra_conditions=[{"type": "GPUProblem", "status": "True", "reason": "XID79"}])
+    node = nodes.get(NODE)
+    assert node is not None
+    assert node.name == NODE
+    assert node.uid == stored["metadata"]["uid"]
+    assert node.instance_id == INSTANCE
+    assert node.gpu_capacity == 8
+    assert node.is_ready
+    gpu = node.condition("GPUProblem")
+    assert gpu is not None and gpu.status == "True" and gpu.is_bad
+    assert node.boot_id == stored["status"]["nodeInfo"]["bootID"]
+
+
+def test_get_missing_node_is_none(nodes: NodeOperations) -> None:
+    assert nodes.get("no-such-node") is None
+
+
+def test_operations_work_over_any_configured_api_client(kube: FakeKubeApiServer) -> None:
+    _add_node(kube)
+    node = NodeOperations(kube.api_client()).get(NODE)
+    assert node is not None and node.name == NODE
+
+
+def test_list_filters_by_label_selector(kube: FakeKubeApiServer, nodes: NodeOperations) -> None:
+    _add_node(kube, NODE, node_pool="gpu")
+    _add_node(kube, OTHER_NODE, instance_id="i-0fff1234567890abc", node_pool="cpu")
+    assert {n.name for n in nodes.list()} == {NODE, OTHER_NODE}
+    assert [n.name for n in nodes.list("karpenter.sh/nodepool=gpu")] == [NODE]
+    assert nodes.list("karpenter.sh/nodepool=none") == []
+
+
+# -- cordon ---------------------------------------------------------------------------------------
+
+
+def test_cordon_sets_unschedulable_taint_and_annotations_keeping_other_taints(
+    kube: FakeKubeApiServer, nodes: NodeOperations
+) -> None:
+    _add_node(kube, taints=[GPU_TAINT, KARPENTER_TAINT])
+
+    result = nodes.cordon(NODE, execution="exec-1", reason="Xid 79: GPU fell off the bus", now=NOW)
+
+    assert result.changed is True
+    assert result.flipped_unschedulable is True
+    assert result.previous_execution is None
+    assert result.node.unschedulable is True
+    assert result.node.cordoned_by_nodeheal is True
+    stored = _stored_node(kube)
+    assert stored["spec"]["unschedulable"] is True
+    assert _taints(stored) == [
+        GPU_TAINT,
+        KARPENTER_TAINT,
+        {"key": UNHEALTHY_TAINT_KEY, "effect": "NoSchedule"},
+    ]
+    annotations = _annotations(stored)
+    assert annotations[ANNOTATION_EXECUTION] == "exec-1"
+    assert annotations[ANNOTATION_REASON] == "Xid 79: GPU fell off the bus"
+    assert annotations[ANNOTATION_CORDONED_AT] == "2026-11-21T10:00:05Z"
+    assert annotations[ANNOTATION_CORDONED_BY_NODEHEAL] == "true"
+    # Annotations NodeHeal does not own are untouched.
+    assert annotations["karpenter.sh/nodepool-hash"] == "6821555240594823858"
+
+
+def test_cordon_is_idempotent_for_the_same_execution(kube: FakeKubeApiServer, nodes: NodeOperations) -> None:
+    _add_node(kube)
+    nodes.cordon(NODE, execution="exec-1", reason="r", now=NOW)
+    version = _stored_node(kube)["metadata"]["resourceVersion"]
+
+    again = nodes.cordon(NODE, execution="exec-1", reason="r", now=NOW)
+
+    assert again.changed is False
+    assert again.flipped_unschedulable is True
+    assert _stored_node(kube)["metadata"]["resourceVersion"] == version
+    assert [t["key"] for t in _taints(_stored_node(kube))].count(UNHEALTHY_TAINT_KEY) == 1
+
+
+def test_cordon_of_a_node_someone_else_cordoned_does_not_claim_the_flag(
+    kube: FakeKubeApiServer, nodes: NodeOperations
+) -> None:
+    _add_node(kube, unschedulable=True)
+
+    result = nodes.cordon(NODE, execution="exec-1", reason="r", now=NOW)
+
+    assert result.changed is True
+    assert result.flipped_unschedulable is False
+    stored = _stored_node(kube)
+    assert ANNOTATION_CORDONED_BY_NODEHEAL not in _annotations(stored)
+    assert stored["spec"]["unschedulable"] is True
+
+    # ...so uncordon removes NodeHeal's marks but leaves the person's cordon in place.
+    assert nodes.uncordon(NODE) is True
+    stored = _stored_node(kube)
+    assert stored["spec"]["unschedulable"] is True
+    assert UNHEALTHY_TAINT_KEY not in {t["key"] for t in _taints(stored)}
+    assert not {ANNOTATION_EXECUTION, ANNOTATION_REASON, ANNOTATION_CORDONED_AT} & set(_annotations(stored))
+
+
+def test_cordon_by_a_later_execution_takes_over_and_keeps_ownership(
+    kube: FakeKubeApiServer, nodes: NodeOperations
+) -> None:
+    _add_node(kube)
+    nodes.cordon(NODE, execution="exec-1", reason="first", now=NOW)
+
+    second = nodes.cordon(NODE, execution="exec-2", reason="second", now=NOW)
+
+    assert second.changed is True
+    assert second.previous_execution == "exec-1"
+    assert second.flipped_unschedulable is True
+    annotations = _annotations(_stored_node(kube))
+    assert annotations[ANNOTATION_EXECUTION] == "exec-2"
+    assert annotations[ANNOTATION_REASON] == "second"
+    assert annotations[ANNOTATION_CORDONED_BY_NODEHEAL] == "true"
+    assert [t["key"] for t in _taints(_stored_node(kube))].count(UNHEALTHY_TAINT_KEY) == 1
+
+
+def test_cordon_missing_or_replaced_node_is_node_gone(kube: FakeKubeApiServer, nodes: NodeOperations) -> None:
+    with pytest.raises(NodeGoneError, match="no longer exists"):
+        nodes.cordon(NODE, execution="e", reason="r", now=NOW)
+    _add_node(kube)
+    with pytest.raises(NodeGoneError, match="was replaced"):
+        nodes.cordon(NODE, execution="e", reason="r", now=NOW, expected_uid="uid-of-the-old-node")
+    assert _stored_node(kube)["spec"].get("unschedulable") is not True
+
+
+def test_cordon_retries_when_the_node_changes_between_read_and_patch(
+    kube: FakeKubeApiServer, nodes: NodeOperations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller adds a taint after NodeHeal read the node: the resourceVersion precondition
+    makes the first patch fail with 409, and the retry keeps the controller's taint."""
+    _add_node(kube, taints=[GPU_TAINT])
+    original = NodeOperations._get_raw
+    reads = 0
+
+    def racing_read(self: NodeOperations, name: str) -> dict[str, Any] | None:
+        nonlocal reads
+        raw = original(self, name)
+        reads += 1
+        if reads == 1:
+
+            def add_taint(node: dict[str, Any]) -> None:
+                node["spec"]["taints"] = [*node["spec"].get("taints", []), KARPENTER_TAINT]
+
+            kube.store.mutate("nodes", name, add_taint)
+        return raw
+
+    monkeypatch.setattr(NodeOperations, "_get_raw", racing_read)
+
+    result = nodes.cordon(NODE, execution="exec-1", reason="r", now=NOW)
+
+    assert reads == 2
+    assert result.changed is True
+    assert _taints(_stored_node(kube)) == [
+        GPU_TAINT,
+        KARPENTER_TAINT,
+        {"key": UNHEALTHY_TAINT_KEY, "effect": "NoSchedule"},
+    ]
+
+
+def test_cordon_gives_up_after_persistent_conflicts(
+    kube: FakeKubeApiServer, nodes: NodeOperations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _add_node(kube)
+    original = NodeOperations._get_raw
+
+    def always_racing(self: NodeOperations, name: str) -> dict[str, Any] | None:
+        raw = original(self, name)
+        kube.store.mutate("nodes", name, lambda n: n["metadata"]["labels"].update({"churn": str(id(raw))}))
+        return raw
+
+    monkeypatch.setattr(NodeOperations, "_get_raw", always_racing)
+    with pytest.raises(KubernetesApiError, match="kept changing"):
+        nodes.cordon(NODE, execution="exec-1", reason="r", now=NOW)
+    assert _stored_node(kube)["spec"].get("unschedulable") is not True
+
+
+# -- uncordon -------------------------------------------------------------------------------------
+
+
+def test_uncordon_undoes_exactly_what_cordon_did(kube: FakeKubeApiServer, nodes: NodeOperations) -> None:
+    before = _add_node(kube, taints=[GPU_TAINT])
+    nodes.cordon(NODE, execution="exec-1", reason="r", now=NOW)
+
+    assert nodes.uncordon(NODE) is True
+
+    after = _stored_node(kube)
+    assert after["spec"].get("unschedulable", False) is False
+    assert _taints(after) == [GPU_TAINT]
+    assert _annotations(after) == _annotations(before)
+    assert nodes.uncordon(NODE) is False
+
+
+def test_uncordon_leaves_a_node_nodeheal_never_touched_alone(
+    kube: FakeKubeApiServer, nodes: NodeOperations
+) -> None:
+    _add_node(kube, unschedulable=True, taints=[KARPENTER_TAINT])
+    version = _stored_node(kube)["metadata"]["resourceVersion"]
+    assert nodes.uncordon(NODE) is False
+    stored = _stored_node(kube)
+    assert stored["metadata"]["resourceVersion"] == version
+    assert stored["spec"]["unschedulable"] is True
+
+
+def test_uncordon_after_someone_else_uncordoned_only_removes_marks(
+    kube: FakeKubeApiServer, nodes: NodeOperations
+) -> None:
+    _add_node(kube)
+    nodes.cordon(NODE, execution="exec-1", reason="r", now=NOW)
+    kube.store.mutate("nodes", NODE, lambda n: n["spec"].update({"unschedulable": False}))
+
+    assert nodes.uncordon(NODE) is True
+    stored = _stored_node(kube)
+    assert stored["spec"].get("unschedulable", False) is False
+    assert ANNOTATION_CORDONED_BY_NODEHEAL not in _annotations(stored)
+
+
+# -- delete node ----------------------------------------------------------------------------------
+
+
+def test_delete_node_with_uid_precondition(kube: FakeKubeApiServer, nodes: NodeOperations) -> None:
+    stored = _add_node(kube)
+    kube.store.mutate("nodes", NODE, lambda n: n["metadata"].update({"finalizers": []}))
+    assert nodes.delete(NODE, "some-other-uid") is False
+    assert nodes.get(NODE) is not None
+    assert nodes.delete(NODE, stored["metadata"]["uid"]) is True
+    assert nodes.get(NODE) is None
+    assert nodes.delete(NODE, stored["metadata"]["uid"]) is False
+
+
+# -- pods -----------------------------------------------------------------------------------------
+
+
+def _add_pods(kube: FakeKubeApiServer, *pods: dict[str, Any]) -> list[dict[str, Any]]:
+    return [dict(p) for p in kube.store.add(*pods)]
+
+
+def test_list_on_node_returns_only_that_nodes_pods(kube: FakeKubeApiServer, pods: PodOperations) -> None:
+    _add_pods(
+        kube,
+        make_pod("trainer-0", "ml", NODE, owner_kind="StatefulSet", owner_name="trainer", gpus=8),
+        make_pod(
+            "dcgm-exporter-abcde", "kube-system", NODE, owner_kind="DaemonSet", owner_name="dcgm-exporter"
+        ),
+        make_pod("kube-proxy-static", "kube-system", NODE, mirror=True),
+        make_pod("done", "ml", NODE, owner_kind="Job", phase="Succeeded"),
+        make_pod("elsewhere", "ml", OTHER_NODE, owner_kind="ReplicaSet"),
+    )
+    listed = {p.key: p for p in pods.list_on_node(NODE)}
+    assert set(listed) == {
+        "ml/trainer-0",
+        "kube-system/dcgm-exporter-abcde",
+        "kube-system/kube-proxy-static",
+        "ml/done",
+    }
+    assert [k for k, p in listed.items() if p.needs_eviction] == ["ml/trainer-0"]
+    assert listed["kube-system/dcgm-exporter-abcde"].is_daemonset_pod
+    assert listed["kube-system/kube-proxy-static"].is_mirror_pod
+    assert listed["ml/trainer-0"].uid
+
+
+def test_eviction_classifies_evicted_blocked_gone(kube: FakeKubeApiServer, pods: PodOperations) -> None:
+    kube.store.add(make_pdb("trainer", "ml", {"app": "trainer"}, min_available=2))
+    _add_pods(
+        kube,
+        make_pod("web-1", "ml", NODE, owner_kind="ReplicaSet", owner_name="web"),
+        make_pod(
+            "trainer-0", "ml", NODE, labels={"app": "trainer"}, owner_kind="StatefulSet", owner_name="trainer"
+        ),
+        make_pod(
+            "trainer-1",
+            "ml",
+            OTHER_NODE,
+            labels={"app": "trainer"},
+            owner_kind="StatefulSet",
+            owner_name="trainer",
+        ),
+    )
+    listed = {p.name: p for p in pods.list_on_node(NODE)}
+    vanished = PodView(namespace="ml", name="vanished", uid="0000", phase="Running", owner_kinds=())
+
+    report = pods.evict([listed["web-1"], listed["trainer-0"], vanished], parallelism=3)
+
+    by_pod = {r.pod: r for r in report.results}
+    assert [r.pod for r in report.results] == ["ml/web-1", "ml/trainer-0", "ml/vanished"]
+    assert by_pod["ml/web-1"].outcome is PodOutcome.EVICTED
+    assert by_pod["ml/web-1"].status in (200, 201)
+    blocked = by_pod["ml/trainer-0"]
+    assert blocked.outcome is PodOutcome.BLOCKED
+    assert blocked.status == 429
+    assert blocked.retryable
+    assert "disruption budget" in blocked.message
+    assert "trainer needs 2 healthy pods" in blocked.message
+    assert by_pod["ml/vanished"].outcome is PodOutcome.GONE
+    assert by_pod["ml/vanished"].status == 404
+    assert [r.pod for r in report.evicted] == ["ml/web-1"]
+    assert [r.pod for r in report.blocked] == ["ml/trainer-0"]
+    assert [r.pod for r in report.gone] == ["ml/vanished"]
+    assert report.failed == ()
+    assert report.to_json()["counts"] == {"evicted": 1, "deleted": 0, "blocked": 1, "gone": 1, "failed": 0}
+    # The evicted pod is terminating; the blocked one is untouched.
+    assert kube.store.get("pods", "trainer-0", "ml")["metadata"].get("deletionTimestamp") is None
+
+
+def test_eviction_of_a_replaced_namesake_is_gone_not_evicted(
+    kube: FakeKubeApiServer, pods: PodOperations
+) -> None:
+    _add_pods(kube, make_pod("trainer-0", "ml", NODE, owner_kind="StatefulSet", owner_name="trainer"))
+    listed = pods.list_on_node(NODE)
+    # The StatefulSet recreated trainer-0 (same name, new uid) after NodeHeal listed it.
+    kube.store.remove("pods", "trainer-0", "ml")
+    _add_pods(kube, make_pod("trainer-0", "ml", OTHER_NODE, owner_kind="StatefulSet", owner_name="trainer"))
+
+    report = pods.evict(listed, parallelism=1)
+
+    (result,) = report.results
+    assert result.outcome is PodOutcome.GONE
+    assert result.status == 409
+    assert kube.store.get("pods", "trainer-0", "ml")["metadata"].get("deletionTimestamp") is None
+
+
+def test_parallel_eviction_of_a_hundred_pods(kube: FakeKubeApiServer, pods: PodOperations) -> None:
+    _add_pods(
+        kube,
+        *(
+            make_pod(f"worker-{i:03d}", "ml", NODE, owner_kind="ReplicaSet", owner_name="worker")
+            for i in range(100)
+        ),
+    )
+    listed = pods.list_on_node(NODE)
+    assert len(listed) == 100
+    # 100 ms per eviction: one at a time would take 10 s.
+    kube.faults.add_latency(0.1, method="POST", path=r"/eviction$")
+
+    started = time.monotonic()
+    report = pods.evict(listed, parallelism=16)
+    elapsed = time.monotonic() - started
+
+    assert len(report.evicted) == 100
+    assert [r.pod for r in report.results] == [p.key for p in listed]
+    assert elapsed < 5.0
+    assert all(_terminating_or_gone(kube, p) for p in listed)
+
+
+def _terminating_or_gone(kube: FakeKubeApiServer, pod: PodView) -> bool:
+    try:
+        stored = kube.store.get("pods", pod.name, pod.namespace)
+    except ApiError as exc:
+        return exc.code == 404
+    return bool(stored["metadata"].get("deletionTimestamp"))
+
+
+def test_one_failing_eviction_does_not_stop_the_others(kube: FakeKubeApiServer, pods: PodOperations) -> None:
+    _add_pods(
+        kube, *(make_pod(f"w-{i}", "ml", NODE, owner_kind="ReplicaSet", owner_name="w") for i in range(5))
+    )
+    listed = pods.list_on_node(NODE)
+    kube.faults.fail_next(
+        1, status=500, method="POST", path=r"/pods/w-2/eviction$", message="etcd leader changed"
+    )
+
+    report = pods.evict(listed, parallelism=5)
+
+    assert len(report.evicted) == 4
+    (failed,) = report.failed
+    assert failed.pod == "ml/w-2"
+    assert failed.status == 500
+    assert failed.retryable
+    assert "etcd leader changed" in failed.message
+
+
+def test_delete_with_grace_period(kube: FakeKubeApiServer, pods: PodOperations) -> None:
+    _add_pods(
+        kube,
+        make_pod("stuck", "ml", NODE, owner_kind="ReplicaSet", owner_name="s", grace_seconds=600),
+        make_pod("quick", "ml", NODE, owner_kind="ReplicaSet", owner_name="q"),
+    )
+    listed = pods.list_on_node(NODE)
+    gone = PodView(namespace="ml", name="gone", uid="x", phase="Running", owner_kinds=())
+
+    report = pods.delete([*listed, gone], grace_seconds=15, parallelism=4)
+
+    assert sorted(r.pod for r in report.deleted) == ["ml/quick", "ml/stuck"]
+    assert [r.pod for r in report.gone] == ["ml/gone"]
+    for name in ("stuck", "quick"):
+        meta = kube.store.get("pods", name, "ml")["metadata"]
+        assert meta["deletionTimestamp"]
+        assert meta["deletionGracePeriodSeconds"] == 15
+
+
+def test_delete_rejects_negative_grace_and_zero_parallelism(pods: PodOperations) -> None:
+    with pytest.raises(ValueError, match="grace"):
+        pods.delete([], grace_seconds=-1, parallelism=1)
+    with pytest.raises(ValueError, match="parallelism"):
+        pods.evict([PodView("ml", "p", "u", "Running", ())], parallelism=0)
+
+
+# -- error mapping against the fake server --------------------------------------------------------
+
+
+def test_injected_500_is_unavailable(kube: FakeKubeApiServer, nodes: NodeOperations) -> None:
+    _add_node(kube)
+    kube.faults.fail_next(1, status=500, method="GET", path=r"/api/v1/nodes/")
+    with pytest.raises(KubernetesApiUnavailableError, match="HTTP 500"):
+        nodes.get(NODE)
+    assert nodes.get(NODE) is not None
+
+
+def test_injected_403_on_patch_is_an_api_error(kube: FakeKubeApiServer, nodes: NodeOperations) -> None:
+    _add_node(kube)
+    kube.faults.fail_next(
+        1,
+        status=403,
+        method="PATCH",
+        message='nodes "x" is forbidden: User "nodeheal" cannot patch resource "nodes"',
+    )
+    with pytest.raises(KubernetesApiError, match=r"HTTP 403 Forbidden: nodes .* cannot patch") as caught:
+        nodes.cordon(NODE, execution="e", reason="r", now=NOW)
+    assert not isinstance(caught.value, KubernetesApiUnavailableError)
+
+
+def test_injected_timeout_is_unavailable(kube: FakeKubeApiServer) -> None:
+    _add_node(kube)
+    kube.faults.timeout_next(1, hold_seconds=2.0, method="GET")
+    with pytest.raises(KubernetesApiUnavailableError):
+        NodeOperations(_client(kube), timeout=(1.0, 0.5)).get(NODE)
