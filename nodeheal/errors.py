@@ -58,3 +58,7 @@ class LedgerContentionError(NodeHealError):
 
 class LockNotHeldError(NodeHealError):
     """This execution tried to act on a node whose lock it does not hold (expired and taken over)."""
+
+
+class DuplicateExecutionError(NodeHealError):
+    """An execution with this name exists already: the event is a duplicate of one being handled."""

@@ -1,0 +1,8 @@
+"""After a reboot: has the node come back with a new boot ID, Ready, and the condition healthy?"""
+
+from nodeheal.lambda_support import workflow_handler
+from nodeheal.workflow.actions import check_recovery
+
+handler = workflow_handler(
+    "check-recovery", lambda state, rt: check_recovery(state, rt.kube(state.cluster), rt.now())
+)

@@ -1,0 +1,8 @@
+"""Cordon: unschedulable, the nodeheal.io/unhealthy taint, annotations naming the execution."""
+
+from nodeheal.lambda_support import workflow_handler
+from nodeheal.workflow.actions import cordon
+
+handler = workflow_handler(
+    "cordon", lambda state, rt: cordon(state, rt.kube(state.cluster), rt.ledger, rt.now())
+)

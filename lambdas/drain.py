@@ -1,0 +1,8 @@
+"""One eviction round of the drain loop (the state machine waits between rounds)."""
+
+from nodeheal.lambda_support import workflow_handler
+from nodeheal.workflow.actions import drain_round
+
+handler = workflow_handler(
+    "drain", lambda state, rt: drain_round(state, rt.kube(state.cluster), rt.ledger, rt.now())
+)

@@ -1,0 +1,8 @@
+"""drain.onTimeout=force: delete the pods left on the node with the configured grace period."""
+
+from nodeheal.lambda_support import workflow_handler
+from nodeheal.workflow.actions import force_drain
+
+handler = workflow_handler(
+    "force-drain", lambda state, rt: force_drain(state, rt.kube(state.cluster), rt.ledger, rt.now())
+)

@@ -1,0 +1,8 @@
+"""Reboot the node's EC2 instance after re-verifying the node, the condition and ownership."""
+
+from nodeheal.lambda_support import workflow_handler
+from nodeheal.workflow.actions import reboot
+
+handler = workflow_handler(
+    "reboot", lambda state, rt: reboot(state, rt.kube(state.cluster), rt.instances, rt.ledger, rt.now())
+)

@@ -1,0 +1,18 @@
+"""Record a failed remediation (the node stays cordoned), release the lock, notify a person."""
+
+from typing import Any
+
+from lambdas.record import emit_outcome_metrics
+from nodeheal.lambda_support import workflow_handler
+from nodeheal.runtime import Runtime
+from nodeheal.workflow.recording import record_failure
+from nodeheal.workflow.state import WorkflowState
+
+
+def _record_failure(state: WorkflowState, rt: Runtime) -> dict[str, Any]:
+    result = record_failure(state, rt.ledger, rt.notifier, rt.now(), region=rt.environment.region)
+    emit_outcome_metrics(result)
+    return result
+
+
+handler = workflow_handler("record-failure", _record_failure)

@@ -1,0 +1,9 @@
+"""Terminate the node's EC2 instance after re-verifying the node, the condition and ownership."""
+
+from nodeheal.lambda_support import workflow_handler
+from nodeheal.workflow.actions import terminate
+
+handler = workflow_handler(
+    "terminate",
+    lambda state, rt: terminate(state, rt.kube(state.cluster), rt.instances, rt.ledger, rt.now()),
+)

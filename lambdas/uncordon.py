@@ -1,0 +1,8 @@
+"""Undo NodeHeal's own cordon after a successful reboot (never a person's cordon)."""
+
+from nodeheal.lambda_support import workflow_handler
+from nodeheal.workflow.actions import uncordon
+
+handler = workflow_handler(
+    "uncordon", lambda state, rt: uncordon(state, rt.kube(state.cluster), rt.ledger, rt.now())
+)

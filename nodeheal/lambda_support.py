@@ -1,0 +1,37 @@
+"""The shape every NodeHeal Lambda handler shares: parse, call one domain function, return JSON.
+
+Logging is Powertools' structured JSON with the execution, cluster and node on every line;
+metrics are Powertools EMF (namespace from POWERTOOLS_METRICS_NAMESPACE). Exceptions are not
+caught: their class name is the Step Functions error name the Retry/Catch clauses match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from nodeheal.runtime import Runtime, runtime
+from nodeheal.workflow.state import WorkflowState
+
+logger = Logger()
+metrics = Metrics()
+
+Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
+WorkflowStep = Callable[[WorkflowState, Runtime], dict[str, Any]]
+
+
+def workflow_handler(step_name: str, step: WorkflowStep) -> Handler:
+    @metrics.log_metrics
+    @logger.inject_lambda_context(clear_state=True)
+    def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        state = WorkflowState.parse(event)
+        logger.append_keys(execution=state.execution.name, cluster=state.cluster, node=state.node_name)
+        result = step(state, runtime())
+        logger.info(f"{step_name} finished", extra={"result": result})
+        return result
+
+    handler.__name__ = f"{step_name}_handler"
+    return handler

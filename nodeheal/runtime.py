@@ -1,0 +1,219 @@
+"""The adapters a Lambda container uses, built once per container from its validated environment.
+
+Handlers call :func:`runtime` and pass what they need into the domain functions; the domain never
+reads ``os.environ`` or creates a client. Adapters are built lazily (first use), so a function
+that never talks to Kubernetes never imports the kubernetes client or calls eks:DescribeCluster.
+The local simulation and the workflow tests install a runtime pointed at moto and the fake API
+server with :func:`install_runtime`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from nodeheal.errors import ConfigurationError, DuplicateExecutionError
+from nodeheal.events import DEFAULT_SOURCE
+from nodeheal.timeutil import utc_now
+from nodeheal.workflow.ports import KubeAccess
+
+if TYPE_CHECKING:
+    from nodeheal.aws.ec2 import Ec2Instances
+    from nodeheal.aws.ledger import Ledger
+    from nodeheal.aws.notify import SnsNotifier
+    from nodeheal.kube.client import KubeClientProvider
+    from nodeheal.workflow.ingest import IngestSettings
+
+
+@dataclass(frozen=True, slots=True)
+class LambdaEnvironment:
+    """The environment variables the stack sets, validated once at cold start."""
+
+    region: str
+    ledger_table: str = ""
+    topic_arn: str = ""
+    state_machine_arn: str = ""
+    clusters: frozenset[str] = field(default_factory=frozenset)
+    stale_event_seconds: int = 900
+    event_source: str = DEFAULT_SOURCE
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> LambdaEnvironment:
+        region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or ""
+        if not region:
+            raise ConfigurationError("AWS_REGION is not set")
+        stale_raw = environ.get("NODEHEAL_STALE_EVENT_SECONDS", "900")
+        if not stale_raw.isdigit():
+            raise ConfigurationError(
+                f"NODEHEAL_STALE_EVENT_SECONDS must be a number of seconds, got {stale_raw!r}"
+            )
+        return cls(
+            region=region,
+            ledger_table=environ.get("NODEHEAL_LEDGER_TABLE", ""),
+            topic_arn=environ.get("NODEHEAL_TOPIC_ARN", ""),
+            state_machine_arn=environ.get("NODEHEAL_STATE_MACHINE_ARN", ""),
+            clusters=frozenset(
+                c.strip() for c in environ.get("NODEHEAL_CLUSTERS", "").split(",") if c.strip()
+            ),
+            stale_event_seconds=int(stale_raw),
+            event_source=environ.get("NODEHEAL_EVENT_SOURCE", DEFAULT_SOURCE),
+        )
+
+    def require(self, name: str, value: str) -> str:
+        if not value:
+            raise ConfigurationError(f"{name} is not set in this function's environment")
+        return value
+
+
+class SfnExecutionStarter:
+    """Starts named executions; an existing name means the event is a duplicate."""
+
+    def __init__(self, sfn_client: Any, state_machine_arn: str) -> None:
+        self._client = sfn_client
+        self._arn = state_machine_arn
+
+    def start(self, name: str, payload: Mapping[str, Any]) -> str:
+        try:
+            response = self._client.start_execution(
+                stateMachineArn=self._arn, name=name, input=json.dumps(payload, separators=(",", ":"))
+            )
+        except self._client.exceptions.ExecutionAlreadyExists as exists:
+            raise DuplicateExecutionError(name) from exists
+        return str(response["executionArn"])
+
+
+class Runtime:
+    def __init__(
+        self,
+        environment: LambdaEnvironment,
+        *,
+        client_factory: Callable[[str], Any],
+        kube_provider_factory: Callable[[], KubeClientProvider] | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.environment = environment
+        self._client_factory = client_factory
+        self._kube_provider_factory = kube_provider_factory
+        self._clock = clock
+        self._kube: dict[str, KubeAccess] = {}
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    @cached_property
+    def ledger(self) -> Ledger:
+        from nodeheal.aws.ledger import Ledger
+
+        table = self.environment.require("NODEHEAL_LEDGER_TABLE", self.environment.ledger_table)
+        return Ledger(self._client_factory("dynamodb"), table, clock=self._clock)
+
+    @cached_property
+    def notifier(self) -> SnsNotifier | None:
+        from nodeheal.aws.notify import SnsNotifier
+
+        if not self.environment.topic_arn:
+            return None
+        return SnsNotifier(self._client_factory("sns"), self.environment.topic_arn)
+
+    @cached_property
+    def instances(self) -> Ec2Instances:
+        from nodeheal.aws.ec2 import Ec2Instances
+
+        return Ec2Instances(self._client_factory("ec2"))
+
+    @cached_property
+    def starter(self) -> SfnExecutionStarter:
+        arn = self.environment.require("NODEHEAL_STATE_MACHINE_ARN", self.environment.state_machine_arn)
+        return SfnExecutionStarter(self._client_factory("stepfunctions"), arn)
+
+    @cached_property
+    def ingest_settings(self) -> IngestSettings:
+        from nodeheal.workflow.ingest import IngestSettings
+
+        if not self.environment.clusters:
+            raise ConfigurationError("NODEHEAL_CLUSTERS is empty: no cluster would ever be accepted")
+        return IngestSettings(
+            clusters=self.environment.clusters,
+            stale_after=timedelta(seconds=self.environment.stale_event_seconds),
+            event_source=self.environment.event_source,
+        )
+
+    def kube(self, cluster: str) -> KubeAccess:
+        with self._lock:
+            access = self._kube.get(cluster)
+            if access is None:
+                access = self._build_kube(cluster)
+                self._kube[cluster] = access
+            return access
+
+    def _build_kube(self, cluster: str) -> KubeAccess:
+        from nodeheal.kube.nodes import NodeOperations
+        from nodeheal.kube.pods import PodOperations
+
+        api_client = self._kube_provider.api_client(cluster)
+        return KubeAccess(nodes=NodeOperations(api_client), pods=PodOperations(api_client))
+
+    @cached_property
+    def _kube_provider(self) -> KubeClientProvider:
+        if self._kube_provider_factory is not None:
+            return self._kube_provider_factory()
+        import boto3
+
+        from nodeheal.kube.client import EksClientProvider
+
+        return EksClientProvider(
+            self._client_factory("eks"), boto3.session.Session(), self._clock, region=self.environment.region
+        )
+
+
+def _boto3_client_factory(region: str) -> Callable[[str], Any]:
+    import boto3
+
+    session = boto3.session.Session(region_name=region)
+    return lambda service: session.client(service)
+
+
+_installed: Runtime | None = None
+_install_lock = threading.Lock()
+#: Per-invocation override: the local pipeline runs every function in one process, each with the
+#: environment the stack gives that function, possibly on several threads at once.
+_current: ContextVar[Runtime | None] = ContextVar("nodeheal_runtime", default=None)
+
+
+def runtime() -> Runtime:
+    """This container's runtime, built from the environment on first use."""
+    global _installed  # noqa: PLW0603 - one runtime per Lambda container is the point
+    current = _current.get()
+    if current is not None:
+        return current
+    with _install_lock:
+        if _installed is None:
+            environment = LambdaEnvironment.from_environ(os.environ)
+            _installed = Runtime(environment, client_factory=_boto3_client_factory(environment.region))
+        return _installed
+
+
+def install_runtime(value: Runtime | None) -> None:
+    """Use ``value`` for this process (the local simulation, tests); None rebuilds from the environment."""
+    global _installed  # noqa: PLW0603
+    with _install_lock:
+        _installed = value
+
+
+@contextmanager
+def using_runtime(value: Runtime) -> Iterator[Runtime]:
+    """Run the enclosed handler call with ``value`` (this thread/context only)."""
+    token = _current.set(value)
+    try:
+        yield value
+    finally:
+        _current.reset(token)

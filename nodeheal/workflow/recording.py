@@ -1,0 +1,349 @@
+"""Record and Record failure: every execution ends here, with a ledger record and, when a person
+should know, a notification. Releases the lock and the budget slot this execution held."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from nodeheal.actions import Action, Mode
+from nodeheal.aws.notify import Notification
+from nodeheal.errors import LedgerContentionError
+from nodeheal.policy.catalog import lookup
+from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.workflow import budget
+from nodeheal.workflow.admission import STOP
+from nodeheal.workflow.ports import LedgerPort, NotifierPort
+from nodeheal.workflow.records import Outcome, RemediationRecord
+from nodeheal.workflow.state import WorkflowState
+
+#: Stage boundaries in pipeline order: (name of the stage ending here, where its timestamp is).
+_STAGES: tuple[tuple[str, str], ...] = (
+    ("detected", "fault"),
+    ("published", "observed"),
+    ("ingested", "received"),
+    ("started", "started"),
+    ("admitted", "admission"),
+    ("cordoned", "cordon"),
+    ("drained", "drain"),
+    ("instanceAction", "instance"),
+    ("recovered", "recovery"),
+    ("uncordoned", "uncordon"),
+)
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return parse_timestamp(value, "stage time")
+
+
+def stage_times(state: WorkflowState, now: datetime) -> dict[str, datetime]:
+    """When each stage of this remediation completed, from the state (never from wall clocks
+    elsewhere): the fault is the condition's lastTransitionTime on the node."""
+    times: dict[str, datetime | None] = {
+        "fault": state.event.condition.last_transition_time,
+        "observed": state.event.observed_at,
+        "received": state.received_at,
+        "started": state.execution.started_at,
+    }
+    for key in ("admission", "cordon", "drain", "instance", "recovery", "uncordon"):
+        step = state.step(key)
+        times[key] = _timestamp(step.get("at")) if step else None
+    times["recorded"] = now
+    return {key: value for key, value in times.items() if value is not None}
+
+
+def stage_seconds(times: Mapping[str, datetime]) -> dict[str, float]:
+    """Duration of each stage (from the previous boundary present) and the headline totals."""
+    durations: dict[str, float] = {}
+    previous: datetime | None = None
+    for stage, key in _STAGES:
+        at = times.get(key)
+        if at is None:
+            continue
+        if previous is not None:
+            durations[stage] = max(0.0, (at - previous).total_seconds())
+        previous = at
+    fault = times.get("fault") or times.get("observed")
+    if fault is not None:
+        for total, key in (
+            ("faultToCordon", "cordon"),
+            ("faultToInstanceAction", "instance"),
+            ("faultToRecorded", "recorded"),
+        ):
+            if key in times:
+                durations[total] = max(0.0, (times[key] - fault).total_seconds())
+    return durations
+
+
+def _outcome(state: WorkflowState, decision_action: Action) -> tuple[Outcome, str]:
+    admission = state.step("admission") or {}
+    note = str(admission.get("note", ""))
+    if admission.get("verdict") == STOP:
+        return Outcome.SKIPPED, note
+    if admission.get("refused"):
+        return Outcome.REFUSED, note
+    if decision_action is Action.NONE:
+        if state.settings.mode is Mode.DRY_RUN:
+            planned = (admission.get("decision") or {}).get("plannedAction", "none")
+            return Outcome.DRY_RUN, f"dry-run: would have done {planned}"
+        return Outcome.RECORDED, "recorded; no action needed"
+    if decision_action is Action.ALERT:
+        return Outcome.ALERTED, "a person was notified; nothing was touched"
+    cordon = state.step("cordon") or {}
+    if cordon.get("skipped"):
+        return Outcome.SKIPPED, f"node disappeared before cordon ({cordon.get('skipped')})"
+    if decision_action is Action.CORDON:
+        return Outcome.CORDONED, "cordoned; left for a person"
+    instance = state.step("instance") or {}
+    if instance.get("skipped"):
+        return Outcome.SKIPPED, _skip_explanation(str(instance.get("skipped")))
+    recovery = state.step("recovery") or {}
+    if instance.get("escalation") or recovery.get("status") == "failed":
+        return Outcome.REPLACED, f"reboot did not heal the node ({recovery.get('detail', '')}); replaced"
+    if decision_action is Action.REPLACE:
+        gone = " (instance was already gone)" if instance.get("alreadyGone") else ""
+        return Outcome.REPLACED, f"instance {instance.get('instanceId', '')} terminated{gone}"
+    if recovery.get("status") == "recovered":
+        return Outcome.REBOOTED, f"rebooted and recovered: {recovery.get('detail', '')}"
+    if recovery.get("status") == "gone":
+        return Outcome.SKIPPED, "node was deleted while rebooting"
+    return Outcome.FAILED, "the workflow ended without a known result"
+
+
+def _skip_explanation(code: str) -> str:
+    return {
+        "node-gone": "node was deleted before the instance action; nothing left to do",
+        "node-replaced": "node name now belongs to a new object; nothing done to it",
+        "condition-cleared": (
+            "condition cleared before the instance action; instance left alone, node LEFT CORDONED "
+            "for a person to check (a detector restart also clears conditions)"
+        ),
+        "instance-gone": "instance was already shutting down or terminated",
+    }.get(code, code)
+
+
+def record(
+    state: WorkflowState,
+    ledger: LedgerPort,
+    notifier: NotifierPort | None,
+    now: datetime,
+    *,
+    region: str,
+) -> dict[str, Any]:
+    decision = (state.step("admission") or {}).get("decision") or {}
+    action = Action(str(decision.get("action", "none")))
+    outcome, summary = _outcome(state, action)
+    return _finish(state, ledger, notifier, now, outcome=outcome, summary=summary, region=region)
+
+
+def record_failure(
+    state: WorkflowState,
+    ledger: LedgerPort,
+    notifier: NotifierPort | None,
+    now: datetime,
+    *,
+    region: str,
+) -> dict[str, Any]:
+    failure = state.step("failure") or {}
+    error = str(failure.get("Error", "UnknownError"))
+    cause = _cause_text(failure.get("Cause"))
+    outcome = Outcome.DRAIN_ABORTED if error == "DrainAbortedError" else Outcome.FAILED
+    cordoned = bool((state.step("cordon") or {}).get("performed"))
+    where = "node left cordoned for a person" if cordoned else "node was not cordoned"
+    summary = f"{error}: {cause} ({where})"
+    return _finish(
+        state,
+        ledger,
+        notifier,
+        now,
+        outcome=outcome,
+        summary=summary,
+        region=region,
+        error=error,
+        error_cause=cause,
+    )
+
+
+def _cause_text(cause: Any) -> str:
+    """Lambda errors arrive as a JSON string with errorMessage; drain aborts as plain text."""
+    if isinstance(cause, str):
+        try:
+            parsed = json.loads(cause)
+        except ValueError:
+            return cause[:1000]
+        if isinstance(parsed, dict):
+            return str(parsed.get("errorMessage", parsed))[:1000]
+        return cause[:1000]
+    return str(cause or "")[:1000]
+
+
+def _finish(
+    state: WorkflowState,
+    ledger: LedgerPort,
+    notifier: NotifierPort | None,
+    now: datetime,
+    *,
+    outcome: Outcome,
+    summary: str,
+    region: str,
+    error: str = "",
+    error_cause: str = "",
+) -> dict[str, Any]:
+    admission = state.step("admission") or {}
+    decision = admission.get("decision") or {}
+    node = state.admitted_node
+    drain = state.step("drain") or {}
+    times = stage_times(state, now)
+    condition = admission.get("condition") or state.event.condition.to_api()
+    xid = decision.get("xid")
+    record_ = RemediationRecord(
+        cluster=state.cluster,
+        node=state.node_name,
+        execution=state.execution.name,
+        execution_arn=state.execution.arn,
+        started_at=state.execution.started_at,
+        finished_at=now,
+        outcome=outcome,
+        action=Action(str(decision.get("action", "none"))),
+        planned_action=Action(str(decision.get("plannedAction", decision.get("action", "none")))),
+        reason=str(decision.get("reason", admission.get("note", ""))),
+        summary=summary,
+        xid=int(xid) if xid is not None else None,
+        signal=str(decision.get("signal", "")),
+        condition={k: str(v) for k, v in condition.items() if k in ("type", "status", "reason", "message")},
+        instance_id=node.instance_id if node else state.event.node.instance_id,
+        instance_type=node.instance_type if node else state.event.node.instance_type,
+        node_pool=node.pool if node else state.event.node.node_pool,
+        stage_seconds=stage_seconds(times),
+        stage_times={k: format_timestamp(v, millis=True) for k, v in times.items()},
+        pods_evicted=int(drain.get("evicted", 0)),
+        pdb_blocked=int(drain.get("pdbBlocked", 0)),
+        pods_forced=int(drain.get("forced", 0)),
+        escalated=bool(decision.get("escalated"))
+        or (outcome is Outcome.REPLACED and bool((state.step("recovery") or {}).get("status") == "failed")),
+        error=error,
+        error_cause=error_cause,
+    )
+    ledger.put_record(record_)
+    _release(state, ledger)
+    notified = ""
+    if notifier is not None and _worth_notifying(state, record_):
+        notified = notifier.publish(render_notification(record_, state, region=region))
+    return {
+        "outcome": outcome.value,
+        "summary": summary,
+        "notification": notified,
+        "stageSeconds": record_.stage_seconds,
+        "at": format_timestamp(now, millis=True),
+    }
+
+
+def _release(state: WorkflowState, ledger: LedgerPort) -> None:
+    """Give back the lock and the budget slot (retrying a lost race on the shared state item)."""
+    ledger.release_lock(state.cluster, state.node_name, state.execution.name)
+    for _ in range(5):
+        current = ledger.read_admission_state(state.cluster)
+        released = budget.release(current, node=state.node_name, execution=state.execution.name)
+        if released is None:
+            return
+        try:
+            ledger.write_admission_state(released)
+        except LedgerContentionError:
+            continue
+        return
+    raise LedgerContentionError(f"could not release the budget slot of {state.node_name} after 5 attempts")
+
+
+def _worth_notifying(state: WorkflowState, record_: RemediationRecord) -> bool:
+    if record_.outcome is Outcome.RECORDED:
+        return False
+    if record_.outcome is Outcome.SKIPPED:
+        # Only when NodeHeal left the node cordoned: that needs a person.
+        return bool((state.step("cordon") or {}).get("performed"))
+    return True
+
+
+def console_url(execution_arn: str, region: str) -> str:
+    if not execution_arn:
+        return ""
+    return (
+        f"https://{region}.console.aws.amazon.com/states/home?region={region}"
+        f"#/v2/executions/details/{execution_arn}"
+    )
+
+
+_NEXT_STEPS: dict[Outcome, str] = {
+    Outcome.REPLACED: "Nothing to do: Karpenter provisions a replacement for the pending pods. "
+    "If the same instance type keeps failing in this zone, open an AWS support case.",
+    Outcome.REBOOTED: "Nothing to do. If this node faults again within the escalation window "
+    "it will be replaced.",
+    Outcome.CORDONED: "Inspect the node (kubectl describe node), then uncordon it or let NodeHeal "
+    "run in full mode.",
+    Outcome.ALERTED: "Look at the node's GPUs (nvidia-smi, dcgmi diag -r 1) and decide; "
+    "NodeHeal touched nothing.",
+    Outcome.DRY_RUN: "Dry-run: nothing was changed. Review the decision before switching to "
+    "cordon-only or full.",
+    Outcome.REFUSED: "Budgets or the circuit breaker held this back. Check `nodeheal breaker status`; "
+    "reset only once you know why several nodes failed together.",
+    Outcome.SKIPPED: "The node is cordoned but was not remediated. Check the node and uncordon it "
+    "if healthy.",
+    Outcome.DRAIN_ABORTED: "The drain timed out (PodDisruptionBudgets or do-not-disrupt pods). The node is "
+    "cordoned: move or stop the remaining pods, then terminate the instance or uncordon.",
+    Outcome.FAILED: "The remediation failed and the node is left as described. Read the execution history, "
+    "fix the cause, then uncordon or terminate by hand.",
+}
+
+
+def render_notification(record_: RemediationRecord, state: WorkflowState, *, region: str) -> Notification:
+    fault = (
+        f"Xid {record_.xid}"
+        if record_.xid is not None
+        else (record_.signal or record_.condition.get("type", ""))
+    )
+    entry = lookup(record_.xid) if record_.xid is not None else None
+    subject = f"NodeHeal {record_.outcome.value}: {record_.node} ({record_.cluster}) {fault}"
+    lines = [
+        f"Outcome:   {record_.outcome.value} - {record_.summary}",
+        f"Cluster:   {record_.cluster}",
+        f"Node:      {record_.node} (pool {record_.node_pool or '-'}, "
+        f"{record_.instance_type or 'unknown type'})",
+        f"Instance:  {record_.instance_id or '-'}",
+        "Condition: " + " ".join(f"{k}={record_.condition.get(k, '')}" for k in ("type", "status", "reason")),
+        f"Message:   {record_.condition.get('message', '')[:500]}",
+    ]
+    if entry is not None:
+        lines.append(f"Xid {entry.xid}:   {entry.name} - {entry.meaning}")
+        lines.append(f"NVIDIA:    {entry.recommended_action}")
+    lines += [
+        f"Decision:  {record_.action.value} (policy asked for {record_.planned_action.value})"
+        + (" [escalated]" if record_.escalated else ""),
+        f"Why:       {record_.reason}",
+    ]
+    if record_.pods_evicted or record_.pods_forced or record_.pdb_blocked:
+        lines.append(
+            f"Drain:     {record_.pods_evicted} evicted, {record_.pods_forced} force-deleted, "
+            f"{record_.pdb_blocked} evictions refused by PDBs"
+        )
+    if record_.error:
+        lines.append(f"Error:     {record_.error}: {record_.error_cause}")
+    lines += [
+        f"Execution: {record_.execution}",
+        f"Console:   {console_url(record_.execution_arn, region)}",
+        f"Next:      {_NEXT_STEPS.get(record_.outcome, '')}",
+    ]
+    severity = "action-required" if record_.outcome.needs_person else "info"
+    return Notification(
+        subject=subject,
+        message="\n".join(lines),
+        attributes={
+            "severity": severity,
+            "cluster": record_.cluster,
+            "node": record_.node,
+            "outcome": record_.outcome.value,
+            "action": record_.action.value,
+        },
+    )

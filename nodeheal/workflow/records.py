@@ -1,0 +1,190 @@
+"""Remediation records: the ledger's account of every execution, success or failure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from nodeheal.actions import Action
+from nodeheal.config import PolicySettings
+from nodeheal.policy.decide import NodeHistory
+from nodeheal.timeutil import format_timestamp, parse_timestamp
+
+
+class Outcome(StrEnum):
+    REPLACED = "replaced"  # instance terminated; Karpenter provisions a replacement
+    REBOOTED = "rebooted"  # rebooted, came back healthy, uncordoned
+    CORDONED = "cordoned"  # cordon-only action (or mode): left cordoned for a person
+    ALERTED = "alerted"  # a person was told; nothing touched
+    RECORDED = "recorded"  # action none: recorded for the trend
+    DRY_RUN = "dry-run"  # decided and recorded; nothing mutated
+    REFUSED = "refused"  # budget, breaker or pause said no; alerted
+    SKIPPED = "skipped"  # nothing to do: condition cleared, node gone, or another execution owns it
+    DRAIN_ABORTED = "drain-aborted"  # drain timed out with onTimeout=abort; node stays cordoned
+    FAILED = "failed"  # an error ended the remediation; node stays cordoned
+
+    @property
+    def needs_person(self) -> bool:
+        return self in (
+            Outcome.ALERTED,
+            Outcome.REFUSED,
+            Outcome.DRAIN_ABORTED,
+            Outcome.FAILED,
+            Outcome.CORDONED,
+        )
+
+
+#: Outcomes that count as an attempt on the node for the per-node attempt cap.
+ATTEMPT_OUTCOMES = frozenset({Outcome.REPLACED, Outcome.REBOOTED, Outcome.DRAIN_ABORTED, Outcome.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class RemediationRecord:
+    cluster: str
+    node: str
+    execution: str
+    started_at: datetime
+    finished_at: datetime
+    outcome: Outcome
+    action: Action
+    planned_action: Action
+    reason: str
+    summary: str
+    xid: int | None = None
+    signal: str = ""
+    condition: Mapping[str, str] = field(default_factory=dict)
+    instance_id: str = ""
+    instance_type: str = ""
+    node_pool: str = ""
+    execution_arn: str = ""
+    #: Seconds per stage (fault->ingest, ingest->admit, admit->cordon, cordon->drained, ...).
+    stage_seconds: Mapping[str, float] = field(default_factory=dict)
+    #: When each stage completed, RFC 3339, for the timeline.
+    stage_times: Mapping[str, str] = field(default_factory=dict)
+    pods_evicted: int = 0
+    pdb_blocked: int = 0
+    pods_forced: int = 0
+    escalated: bool = False
+    error: str = ""
+    error_cause: str = ""
+
+    @property
+    def sort_key(self) -> str:
+        return f"REM#{format_timestamp(self.started_at, millis=True)}#{self.execution}"
+
+    def to_item(self) -> dict[str, Any]:
+        return {
+            "recordType": "remediation",
+            "cluster": self.cluster,
+            "node": self.node,
+            "execution": self.execution,
+            "executionArn": self.execution_arn,
+            "startedAt": format_timestamp(self.started_at, millis=True),
+            "finishedAt": format_timestamp(self.finished_at, millis=True),
+            "outcome": self.outcome.value,
+            "action": self.action.value,
+            "plannedAction": self.planned_action.value,
+            "reason": self.reason,
+            "summary": self.summary,
+            "xid": self.xid,
+            "signal": self.signal,
+            "condition": dict(self.condition),
+            "instanceId": self.instance_id,
+            "instanceType": self.instance_type,
+            "nodePool": self.node_pool,
+            "stageSeconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
+            "stageTimes": dict(self.stage_times),
+            "podsEvicted": self.pods_evicted,
+            "pdbBlocked": self.pdb_blocked,
+            "podsForced": self.pods_forced,
+            "escalated": self.escalated,
+            "error": self.error,
+            "errorCause": self.error_cause,
+        }
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> RemediationRecord:
+        xid = item.get("xid")
+        return cls(
+            cluster=str(item["cluster"]),
+            node=str(item["node"]),
+            execution=str(item["execution"]),
+            execution_arn=str(item.get("executionArn", "")),
+            started_at=parse_timestamp(item["startedAt"], "startedAt"),
+            finished_at=parse_timestamp(item["finishedAt"], "finishedAt"),
+            outcome=Outcome(str(item["outcome"])),
+            action=Action(str(item["action"])),
+            planned_action=Action(str(item.get("plannedAction", item["action"]))),
+            reason=str(item.get("reason", "")),
+            summary=str(item.get("summary", "")),
+            xid=int(xid) if xid is not None else None,
+            signal=str(item.get("signal", "")),
+            condition={str(k): str(v) for k, v in (item.get("condition") or {}).items()},
+            instance_id=str(item.get("instanceId", "")),
+            instance_type=str(item.get("instanceType", "")),
+            node_pool=str(item.get("nodePool", "")),
+            stage_seconds={str(k): float(v) for k, v in (item.get("stageSeconds") or {}).items()},
+            stage_times={str(k): str(v) for k, v in (item.get("stageTimes") or {}).items()},
+            pods_evicted=int(item.get("podsEvicted", 0)),
+            pdb_blocked=int(item.get("pdbBlocked", 0)),
+            pods_forced=int(item.get("podsForced", 0)),
+            escalated=bool(item.get("escalated", False)),
+            error=str(item.get("error", "")),
+            error_cause=str(item.get("errorCause", "")),
+        )
+
+
+def node_history(records: Iterable[RemediationRecord], policy: PolicySettings, now: datetime) -> NodeHistory:
+    """The ledger facts the policy needs about one node, from its records."""
+    attempt_window = timedelta(hours=policy.attempt_window_hours)
+    attempts = 0
+    last_reboot: datetime | None = None
+    for record in records:
+        if record.outcome in ATTEMPT_OUTCOMES and now - record.started_at < attempt_window:
+            attempts += 1
+        if record.outcome is Outcome.REBOOTED and (last_reboot is None or record.finished_at > last_reboot):
+            last_reboot = record.finished_at
+    return NodeHistory(attempts_in_window=attempts, last_reboot_at=last_reboot)
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedEvent:
+    """An event ingest refused: kept so "why did nothing happen?" always has an answer."""
+
+    at: datetime
+    event_id: str
+    reason: str
+    category: str  # malformed | foreign-cluster | stale | not-bad | duplicate
+    cluster: str = ""
+    node: str = ""
+    condition_type: str = ""
+    excerpt: str = ""
+
+    def to_item(self) -> dict[str, Any]:
+        return {
+            "recordType": "dropped-event",
+            "at": format_timestamp(self.at, millis=True),
+            "eventId": self.event_id,
+            "reason": self.reason,
+            "category": self.category,
+            "cluster": self.cluster,
+            "node": self.node,
+            "conditionType": self.condition_type,
+            "excerpt": self.excerpt,
+        }
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> DroppedEvent:
+        return cls(
+            at=parse_timestamp(item["at"], "at"),
+            event_id=str(item.get("eventId", "")),
+            reason=str(item.get("reason", "")),
+            category=str(item.get("category", "")),
+            cluster=str(item.get("cluster", "")),
+            node=str(item.get("node", "")),
+            condition_type=str(item.get("conditionType", "")),
+            excerpt=str(item.get("excerpt", "")),
+        )

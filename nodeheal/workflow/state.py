@@ -1,0 +1,116 @@
+"""The execution state as the Lambda tasks see it.
+
+Every task receives the whole Step Functions state: the original event, the settings injected by
+``Load settings``, the execution's name, and the results of earlier steps under their own keys
+(``admission``, ``cordon``, ``drain``, ``instance``, ``recovery``, ``uncordon``, ``failure``).
+This module is the one place that knows those keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from nodeheal.config import RemediationSettings
+from nodeheal.errors import InvalidEventError
+from nodeheal.events import NodeConditionEvent
+from nodeheal.timeutil import parse_timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionInfo:
+    name: str
+    arn: str
+    started_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedNode:
+    """The node as admit saw it live; later steps verify they still act on this very object."""
+
+    name: str
+    uid: str
+    instance_id: str
+    provider_id: str
+    pool: str
+    instance_type: str
+    boot_id: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "name": self.name,
+            "uid": self.uid,
+            "instanceId": self.instance_id,
+            "providerId": self.provider_id,
+            "pool": self.pool,
+            "instanceType": self.instance_type,
+            "bootId": self.boot_id,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> AdmittedNode:
+        return cls(
+            name=str(raw.get("name", "")),
+            uid=str(raw.get("uid", "")),
+            instance_id=str(raw.get("instanceId", "")),
+            provider_id=str(raw.get("providerId", "")),
+            pool=str(raw.get("pool", "")),
+            instance_type=str(raw.get("instanceType", "")),
+            boot_id=str(raw.get("bootId", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowState:
+    event: NodeConditionEvent
+    event_id: str
+    received_at: datetime | None
+    settings: RemediationSettings
+    execution: ExecutionInfo
+    raw: Mapping[str, Any]
+
+    @property
+    def cluster(self) -> str:
+        return self.event.cluster
+
+    @property
+    def node_name(self) -> str:
+        return self.event.node.name
+
+    @property
+    def condition_type(self) -> str:
+        return self.event.condition.type
+
+    def step(self, key: str) -> Mapping[str, Any] | None:
+        """The result an earlier step wrote under ``key``, if it ran."""
+        value = self.raw.get(key)
+        return value if isinstance(value, Mapping) else None
+
+    @property
+    def admitted_node(self) -> AdmittedNode | None:
+        admission = self.step("admission")
+        node = admission.get("node") if admission else None
+        return AdmittedNode.from_json(node) if isinstance(node, Mapping) else None
+
+    @classmethod
+    def parse(cls, payload: Any) -> WorkflowState:
+        if not isinstance(payload, Mapping):
+            raise InvalidEventError(f"workflow state must be an object, got {type(payload).__name__}")
+        execution_raw = payload.get("execution")
+        if not isinstance(execution_raw, Mapping):
+            raise InvalidEventError("workflow state has no execution object (Load settings did not run?)")
+        received_raw = payload.get("receivedAt")
+        return cls(
+            event=NodeConditionEvent.from_detail(payload.get("event")),
+            event_id=str(payload.get("eventId", "")),
+            received_at=parse_timestamp(received_raw, "receivedAt") if received_raw else None,
+            settings=RemediationSettings.from_json(payload.get("settings")),
+            execution=ExecutionInfo(
+                name=str(execution_raw.get("name", "")),
+                arn=str(execution_raw.get("id", "")),
+                started_at=parse_timestamp(execution_raw.get("startedAt"), "execution.startedAt"),
+            ),
+            raw=payload,
+        )
