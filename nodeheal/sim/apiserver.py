@@ -1,0 +1,517 @@
+"""A loopback HTTP server that speaks the Kubernetes REST API for the resources NodeHeal uses.
+
+Paths, verbs, status codes and `Status` bodies follow the real kube-apiserver; anything it does
+not implement answers 404 or 405 like an apiserver without that resource or verb.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import kubernetes.client
+
+from nodeheal.sim.faults import FaultInjector
+from nodeheal.sim.resources import RESOURCES, ResourceType
+from nodeheal.sim.selectors import parse_field_selector, parse_label_selector
+from nodeheal.sim.status import (
+    ApiError,
+    bad_request,
+    method_not_allowed,
+    not_found_path,
+    status_body,
+)
+from nodeheal.sim.store import ClusterStore
+from nodeheal.sim.watch import WatchAbortedError, WatchRequest, run_watch
+
+JSON = dict[str, Any]
+
+VERSION_INFO: JSON = {
+    "major": "1",
+    "minor": "33",
+    "emulationMajor": "1",
+    "emulationMinor": "33",
+    "minCompatibilityMajor": "1",
+    "minCompatibilityMinor": "32",
+    "gitVersion": "v1.33.1-eks-7308294",
+    "gitCommit": "8d3a5d2c6d6bb4b5a1d3c4f0b0c0e4f5f1e3d8a9",
+    "gitTreeState": "clean",
+    "buildDate": "2025-06-01T00:00:00Z",
+    "goVersion": "go1.24.2",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_ITEM_VERBS = ("GET", "PUT", "PATCH", "DELETE")
+_STATUS_VERBS = ("GET", "PUT", "PATCH")
+
+
+class _Route:
+    def __init__(
+        self, rtype: ResourceType, namespace: str | None, name: str | None, sub: str | None, template: str
+    ) -> None:
+        self.rtype = rtype
+        self.namespace = namespace
+        self.name = name
+        self.sub = sub
+        self.template = template
+
+
+def _route(path: str) -> _Route | None:
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, rest, prefix = "", parts[2:], "/api/v1"
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, rest, prefix = parts[1], parts[3:], f"/apis/{parts[1]}/{parts[2]}"
+        version = parts[2]
+    else:
+        return None
+    namespace: str | None = None
+    template = prefix
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+        template += "/namespaces/{namespace}"
+    if not rest or len(rest) > 3:
+        return None
+    rtype = RESOURCES.get(rest[0])
+    if rtype is None or rtype.group != group or (group and rtype.version != version):
+        return None
+    if namespace is not None and not rtype.namespaced:
+        return None
+    template += f"/{rtype.plural}"
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    if name is not None:
+        template += "/{name}"
+        if namespace is None and rtype.namespaced:
+            return None
+    if sub is not None:
+        allowed = {"status"} if rtype.has_status else set()
+        if rtype.plural == "pods":
+            allowed.add("eviction")
+        if sub not in allowed:
+            return None
+        template += f"/{sub}"
+    return _Route(rtype, namespace, name, sub, template)
+
+
+def _allowed(route: _Route) -> tuple[str, ...]:
+    if route.name is None:
+        can_create = route.namespace is not None or not route.rtype.namespaced
+        return ("GET", "POST") if can_create else ("GET",)
+    if route.sub == "eviction":
+        return ("POST",)
+    if route.sub == "status":
+        return _STATUS_VERBS
+    return _ITEM_VERBS
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Access logs would drown test output; failures surface as responses instead.
+        return
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.untrack(self.connection)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch("OPTIONS")
+
+    # ---- plumbing ----------------------------------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _json_body(self, raw: bytes) -> Any:
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise bad_request(f"error decoding request body: {exc}") from exc
+
+    def _send_json(self, code: int, body: JSON, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _abort_connection(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _dispatch(self, method: str) -> None:
+        split = urlsplit(self.path)
+        params = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        route = _route(split.path)
+        template = route.template if route else split.path
+        raw = self._read_body()
+        decision = self.server.faults.decide(method, split.path, template)
+        if decision.latency:
+            self.server.stopped.wait(decision.latency)
+        if decision.hold_seconds is not None:
+            self.server.stopped.wait(decision.hold_seconds)
+            self._abort_connection()
+            return
+        try:
+            if decision.error is not None:
+                raise decision.error
+            self._handle(method, split.path, route, params, raw)
+        except ApiError as err:
+            self._send_json(err.code, err.body, err.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _handle(
+        self, method: str, path: str, route: _Route | None, params: dict[str, str], raw: bytes
+    ) -> None:
+        if path in ("/healthz", "/readyz", "/livez"):
+            if method != "GET":
+                raise method_not_allowed()
+            data = b"ok"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        if path.rstrip("/") == "/version":
+            if method != "GET":
+                raise method_not_allowed()
+            self._send_json(200, VERSION_INFO)
+            return
+        if route is None:
+            raise not_found_path()
+        if method not in _allowed(route):
+            raise method_not_allowed()
+        store = self.server.store
+        rtype = route.rtype
+        dry_run = bool(params.get("dryRun"))
+        if route.name is None and method == "GET":
+            self._list_or_watch(route, params)
+        elif route.name is None:
+            body = self._object_body(raw, rtype)
+            self._send_json(201, store.create(rtype.plural, body, route.namespace, dry_run=dry_run))
+        elif route.sub == "eviction":
+            eviction = self._json_body(raw)
+            if not isinstance(eviction, dict) or eviction.get("kind") not in (None, "Eviction"):
+                raise bad_request(f"not a Eviction object: {type(eviction).__name__}")
+            if dry_run:
+                eviction.setdefault("deleteOptions", {})["dryRun"] = ["All"]
+            self._send_json(201, store.evict(route.namespace or "", route.name, eviction))
+        elif method == "GET":
+            self._send_json(200, store.get(rtype.plural, route.name, route.namespace))
+        elif method == "PUT":
+            body = self._object_body(raw, rtype)
+            self._send_json(
+                200,
+                store.replace(
+                    rtype.plural, route.name, body, route.namespace, subresource=route.sub, dry_run=dry_run
+                ),
+            )
+        elif method == "PATCH":
+            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            patch = self._json_body(raw)
+            self._send_json(
+                200,
+                store.patch(
+                    rtype.plural,
+                    route.name,
+                    content_type,
+                    patch,
+                    route.namespace,
+                    subresource=route.sub,
+                    dry_run=dry_run,
+                ),
+            )
+        else:
+            self._delete(route, params, raw)
+
+    def _object_body(self, raw: bytes, rtype: ResourceType) -> JSON:
+        body = self._json_body(raw)
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be a JSON object")
+        if body.get("kind") not in (None, rtype.kind):
+            raise bad_request(
+                f"the kind of the object ({body.get('kind')}) does not match the resource ({rtype.kind})"
+            )
+        return body
+
+    def _delete(self, route: _Route, params: dict[str, str], raw: bytes) -> None:
+        options = self._json_body(raw) or {}
+        if not isinstance(options, dict):
+            raise bad_request("the body of a DELETE must be DeleteOptions")
+        if "gracePeriodSeconds" in params and options.get("gracePeriodSeconds") is None:
+            options["gracePeriodSeconds"] = self._int_param(params, "gracePeriodSeconds")
+        if params.get("dryRun"):
+            options["dryRun"] = ["All"]
+        assert route.name is not None
+        self._send_json(
+            200, self.server.store.delete(route.rtype.plural, route.name, route.namespace, options)
+        )
+
+    @staticmethod
+    def _int_param(params: dict[str, str], name: str) -> int:
+        try:
+            return int(params[name])
+        except ValueError as exc:
+            raise bad_request(f"invalid value for {name}: {params[name]!r}") from exc
+
+    # ---- list and watch ----------------------------------------------------------------------
+
+    def _list_or_watch(self, route: _Route, params: dict[str, str]) -> None:
+        labels = parse_label_selector(params.get("labelSelector"))
+        fields = parse_field_selector(params.get("fieldSelector"), route.rtype.plural)
+        if params.get("watch") in ("true", "1", "True"):
+            self._watch(route, params, labels, fields)
+            return
+        items, rv = self.server.store.list_objects(route.rtype.plural, route.namespace, labels, fields)
+        meta: JSON = {"resourceVersion": str(rv)}
+        limit = self._int_param(params, "limit") if params.get("limit") else 0
+        start = 0
+        if params.get("continue"):
+            try:
+                start = int(params["continue"])
+            except ValueError as exc:
+                raise bad_request(
+                    "continue key is not valid: incorrect encoded start resourceVersion"
+                ) from exc
+        if limit > 0 or start:
+            end = start + limit if limit > 0 else len(items)
+            if end < len(items):
+                meta["continue"] = str(end)
+                meta["remainingItemCount"] = len(items) - end
+            items = items[start:end]
+        body = {
+            "kind": route.rtype.list_kind,
+            "apiVersion": route.rtype.api_version,
+            "metadata": meta,
+            "items": items,
+        }
+        self._send_json(200, body)
+
+    def _watch(self, route: _Route, params: dict[str, str], labels: Any, fields: Any) -> None:
+        server = self.server
+        rv_param = params.get("resourceVersion") or ""
+        start_rv: int | None = None
+        if rv_param not in ("", "0"):
+            try:
+                start_rv = int(rv_param)
+            except ValueError as exc:
+                raise bad_request(f"invalid resource version: {rv_param!r}") from exc
+            self._wait_until_fresh(start_rv)
+        timeout = (
+            float(self._int_param(params, "timeoutSeconds"))
+            if params.get("timeoutSeconds")
+            else (server.default_watch_timeout)
+        )
+        req = WatchRequest(
+            rtype=route.rtype,
+            namespace=route.namespace,
+            labels=labels,
+            fields=fields,
+            start_rv=start_rv,
+            timeout=timeout,
+            bookmarks=params.get("allowWatchBookmarks") in ("true", "1", "True"),
+            bookmark_interval=server.bookmark_interval,
+        )
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(event: JSON) -> None:
+            line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+            self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+            self.wfile.flush()
+
+        control = server.faults.register_watch()
+        try:
+            run_watch(req, server.store, control, send, server.stopped.is_set)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except WatchAbortedError:
+            self._abort_connection()
+        finally:
+            server.faults.unregister_watch(control)
+
+    def _wait_until_fresh(self, rv: int) -> None:
+        """A version from the future: wait briefly, then answer like the watch cache's 504."""
+        store = self.server.store
+        deadline = time.monotonic() + self.server.too_large_rv_wait
+        with store.changed:
+            while store.resource_version < rv:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    body = status_body(
+                        504,
+                        "Timeout",
+                        f"Too large resource version: {rv}, current: {store.resource_version}",
+                        {
+                            "causes": [
+                                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+                            ],
+                            "retryAfterSeconds": 1,
+                        },
+                    )
+                    raise ApiError(body, {"Retry-After": "1"})
+                store.changed.wait(remaining)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        store: ClusterStore,
+        faults: FaultInjector,
+        bookmark_interval: float,
+        default_watch_timeout: float,
+        too_large_rv_wait: float,
+    ) -> None:
+        super().__init__(address, _Handler)
+        self.store = store
+        self.faults = faults
+        self.bookmark_interval = bookmark_interval
+        self.default_watch_timeout = default_watch_timeout
+        self.too_large_rv_wait = too_large_rv_wait
+        self.stopped = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._conn_lock = threading.Lock()
+
+    def track(self, conn: socket.socket) -> None:
+        with self._conn_lock:
+            self._connections.add(conn)
+
+    def untrack(self, conn: socket.socket) -> None:
+        with self._conn_lock:
+            self._connections.discard(conn)
+
+    def close_connections(self) -> None:
+        with self._conn_lock:
+            conns = list(self._connections)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class FakeKubeApiServer:
+    """The fake API server; `store` holds the cluster state, `faults` injects failures."""
+
+    def __init__(
+        self,
+        store: ClusterStore | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        bookmark_interval: float = 1.0,
+        default_watch_timeout: float = 1800.0,
+        too_large_rv_wait: float = 1.0,
+    ) -> None:
+        self.store = store if store is not None else ClusterStore()
+        self.faults = FaultInjector(notify=self.store.notify)
+        self._host = host
+        self._port = port
+        self.bookmark_interval = bookmark_interval
+        self.default_watch_timeout = default_watch_timeout
+        self.too_large_rv_wait = too_large_rv_wait
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the fake API server is not running")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> str:
+        if self._server is not None:
+            return self.url
+        self._server = _Server(
+            (self._host, self._port),
+            self.store,
+            self.faults,
+            self.bookmark_interval,
+            self.default_watch_timeout,
+            self.too_large_rv_wait,
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-kube-apiserver",
+            daemon=True,
+        )
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.stopped.set()
+        self.store.notify()
+        server.shutdown()
+        server.close_connections()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def api_client(self) -> kubernetes.client.ApiClient:
+        """A client of the real `kubernetes` package pointed at this server (plain HTTP, no auth)."""
+        config = kubernetes.client.Configuration(host=self.url)
+        config.verify_ssl = False
+        return kubernetes.client.ApiClient(configuration=config)
+
+    def __enter__(self) -> FakeKubeApiServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,573 @@
+"""The generic half of the simulator's object store: CRUD, versions, history and deletion.
+
+One global resourceVersion counter orders every write, as etcd's revision does; a bounded
+history of events serves watches that resume from a resourceVersion, and anything older than
+the history answers 410 Expired. Pods are deleted gracefully (deletionTimestamp first, removal
+when the simulated containers stop), with wall-clock delays multiplied by `time_scale`.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import random
+import string
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from nodeheal.sim import pdb as pdbmath
+from nodeheal.sim import validation
+from nodeheal.sim.objects import new_uid, rfc3339
+from nodeheal.sim.patch import json_patch, merge_patch, strategic_merge_patch
+from nodeheal.sim.resources import BY_KIND, NODES, PDBS, PODS, RESOURCES, ResourceType
+from nodeheal.sim.selectors import FieldSelector, LabelSelector
+from nodeheal.sim.status import (
+    STALE_OBJECT,
+    already_exists,
+    bad_request,
+    conflict,
+    not_found,
+    success_status,
+    unsupported_media_type,
+)
+
+JSON = dict[str, Any]
+Key = tuple[str, str]
+HookName = Literal["pod_deleted", "pod_evicted", "node_deleted"]
+Hook = Callable[[JSON], None]
+
+PATCH_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    resource_version: int
+    resource: str
+    type: str
+    object: JSON
+    # The object before this change, so a filtered watch can turn a MODIFIED that leaves (or
+    # enters) its selector into DELETED (or ADDED), as the watch cache does.
+    previous: JSON | None
+
+
+class ResourceExpiredError(Exception):
+    def __init__(self, requested: int, oldest: int) -> None:
+        super().__init__(f"too old resource version: {requested} ({oldest})")
+        self.requested = requested
+        self.oldest = oldest
+
+
+class ObjectStore:
+    """Objects, versions, history, hooks and graceful deletion; see ClusterStore for the rest."""
+
+    def __init__(self, *, history_size: int = 2000, time_scale: float = 1.0) -> None:
+        self.time_scale = time_scale
+        self._lock = threading.RLock()
+        self.changed = threading.Condition(self._lock)
+        self._objects: dict[str, dict[Key, JSON]] = {r: {} for r in RESOURCES}
+        self._rv = 1
+        self._history: deque[WatchEvent] = deque()
+        self._history_size = history_size
+        self._compacted_rv = 1
+        self._scales: dict[tuple[str, str, str], int] = {}
+        self._stop_seconds: dict[str, float] = {}
+        self._hooks: dict[str, list[Hook]] = {"pod_deleted": [], "pod_evicted": [], "node_deleted": []}
+        self._pending_hooks: list[tuple[Hook, JSON]] = []
+        self._deadlines: list[tuple[float, int, str, str, str]] = []
+        self._seq = itertools.count()
+        self._reaper: threading.Thread | None = None
+        self._closed = False
+
+    # ---- versions and history -------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        with self._lock:
+            return self._rv
+
+    @property
+    def oldest_resource_version(self) -> int:
+        """Watches may resume from this version or later."""
+        with self._lock:
+            return self._compacted_rv
+
+    def compact(self) -> None:
+        """Forget the whole event history, so every earlier resourceVersion expires."""
+        with self._lock:
+            self._history.clear()
+            self._compacted_rv = self._rv
+            self.changed.notify_all()
+
+    def events_after(self, resource_version: int, resource: str) -> tuple[list[WatchEvent], int]:
+        """Events of `resource` newer than `resource_version`, and the version they reach."""
+        with self._lock:
+            if resource_version < self._compacted_rv:
+                raise ResourceExpiredError(resource_version, self._compacted_rv)
+            events = [
+                e for e in self._history if e.resource_version > resource_version and e.resource == resource
+            ]
+            return events, self._rv
+
+    def notify(self) -> None:
+        with self._lock:
+            self.changed.notify_all()
+
+    def _record(self, rtype: ResourceType, kind: str, obj: JSON, previous: JSON | None) -> None:
+        self._history.append(WatchEvent(self._rv, rtype.plural, kind, copy.deepcopy(obj), previous))
+        while len(self._history) > self._history_size:
+            self._compacted_rv = self._history.popleft().resource_version
+        self.changed.notify_all()
+
+    def _bump(self, obj: JSON) -> None:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+
+    # ---- hooks -------------------------------------------------------------------------------
+
+    def on(self, event: HookName, callback: Hook) -> None:
+        """Call `callback(object)` after a pod is removed, a pod is evicted or a node is removed."""
+        with self._lock:
+            self._hooks[event].append(callback)
+
+    def _fire(self, event: HookName, obj: JSON) -> None:
+        for callback in self._hooks[event]:
+            self._pending_hooks.append((callback, copy.deepcopy(obj)))
+
+    def _run_hooks(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending_hooks:
+                    return
+                callback, obj = self._pending_hooks.pop(0)
+            callback(obj)
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _rtype(resource: str) -> ResourceType:
+        if resource not in RESOURCES:
+            raise KeyError(f"unknown resource {resource!r}")
+        return RESOURCES[resource]
+
+    def _key(self, rtype: ResourceType, namespace: str | None, name: str) -> Key:
+        return ((namespace or "") if rtype.namespaced else "", name)
+
+    def _present(self, rtype: ResourceType, obj: JSON) -> JSON:
+        out = copy.deepcopy(obj)
+        if rtype is PDBS:
+            status = pdbmath.compute_status(out, self._objects["pods"].values(), self._scales)
+            pdbmath.with_status(out, status, rfc3339())
+        return out
+
+    def _stored(self, rtype: ResourceType, name: str, namespace: str | None) -> JSON:
+        obj = self._objects[rtype.plural].get(self._key(rtype, namespace, name))
+        if obj is None:
+            raise not_found(rtype.plural, rtype.group, name)
+        return obj
+
+    def get(self, resource: str, name: str, namespace: str | None = None) -> JSON:
+        rtype = self._rtype(resource)
+        with self._lock:
+            return self._present(rtype, self._stored(rtype, name, namespace))
+
+    def list_objects(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        label_selector: LabelSelector | None = None,
+        field_selector: FieldSelector | None = None,
+    ) -> tuple[list[JSON], int]:
+        """Matching objects ordered by namespace/name, and the store's resourceVersion."""
+        rtype = self._rtype(resource)
+        with self._lock:
+            items = [
+                self._present(rtype, obj)
+                for (ns, _), obj in sorted(self._objects[resource].items())
+                if (namespace is None or ns == namespace)
+                and (label_selector is None or label_selector.matches(obj["metadata"].get("labels")))
+                and (field_selector is None or field_selector.matches(obj))
+            ]
+            return items, self._rv
+
+    def present(self, resource: str, obj: JSON) -> JSON:
+        """An object as the API would serve it (PDBs get their live status)."""
+        rtype = self._rtype(resource)
+        with self._lock:
+            return self._present(rtype, obj)
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def create(
+        self, resource: str, obj: JSON, namespace: str | None = None, *, dry_run: bool = False
+    ) -> JSON:
+        rtype = self._rtype(resource)
+        new = copy.deepcopy(obj)
+        meta = new.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        if rtype.namespaced:
+            ns = namespace or meta.get("namespace")
+            if namespace and meta.get("namespace") and meta["namespace"] != namespace:
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            if not ns:
+                raise bad_request("the server could not find the requested resource")
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name") and meta.get("generateName"):
+            suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+            meta["name"] = f"{meta['generateName']}{suffix}"
+        new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
+        validation.validate(rtype, new)
+        with self._lock:
+            key = self._key(rtype, meta.get("namespace"), meta["name"])
+            if key in self._objects[resource]:
+                raise already_exists(resource, rtype.group, meta["name"])
+            for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+                meta.pop(field, None)
+            meta["uid"] = new_uid()
+            meta["creationTimestamp"] = rfc3339()
+            if rtype is PDBS:
+                meta["generation"] = 1
+                new.pop("status", None)
+            if rtype is PODS:
+                # The registry discards a client-supplied pod status; the kubelet owns it.
+                qos = (new.get("status") or {}).get("qosClass", "BestEffort")
+                new["status"] = {"phase": "Pending", "qosClass": qos}
+            if dry_run:
+                return self._present(rtype, new)
+            self._bump(new)
+            self._objects[resource][key] = new
+            self._record(rtype, "ADDED", new, None)
+            return self._present(rtype, new)
+
+    def add(self, *objs: JSON) -> list[JSON]:
+        """Insert complete objects as-is (status included), inferring the resource from `kind`."""
+        out: list[JSON] = []
+        for obj in objs:
+            rtype = BY_KIND[obj["kind"]]
+            with self._lock:
+                new = copy.deepcopy(obj)
+                meta = new["metadata"]
+                key = self._key(rtype, meta.get("namespace"), meta["name"])
+                if key in self._objects[rtype.plural]:
+                    raise already_exists(rtype.plural, rtype.group, meta["name"])
+                meta.setdefault("uid", new_uid())
+                meta.setdefault("creationTimestamp", rfc3339())
+                if rtype is PDBS:
+                    meta.setdefault("generation", 1)
+                self._bump(new)
+                self._objects[rtype.plural][key] = new
+                self._record(rtype, "ADDED", new, None)
+                out.append(self._present(rtype, new))
+        return out
+
+    def _prepare_update(self, rtype: ResourceType, old: JSON, new: JSON, subresource: str | None) -> JSON:
+        meta = new.get("metadata")
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        old_meta = old["metadata"]
+        if meta.get("name", old_meta["name"]) != old_meta["name"]:
+            raise bad_request(
+                f"the name of the object ({meta.get('name')}) does not match "
+                f"the name on the URL ({old_meta['name']})"
+            )
+        if rtype.namespaced and meta.get("namespace", old_meta["namespace"]) != old_meta["namespace"]:
+            raise bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        if meta.get("uid") and meta["uid"] != old_meta["uid"]:
+            raise conflict(
+                rtype.plural,
+                rtype.group,
+                old_meta["name"],
+                f"Precondition failed: UID in precondition: {meta['uid']}, "
+                f"UID in object meta: {old_meta['uid']}",
+            )
+        if meta.get("resourceVersion") and meta["resourceVersion"] != old_meta["resourceVersion"]:
+            raise conflict(rtype.plural, rtype.group, old_meta["name"], STALE_OBJECT)
+        for field in (
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "resourceVersion",
+        ):
+            if field in old_meta:
+                meta[field] = old_meta[field]
+            else:
+                meta.pop(field, None)
+        new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
+        if rtype.has_status:
+            if subresource == "status":
+                new["spec"] = copy.deepcopy(old.get("spec"))
+                if rtype is PODS:
+                    # pods/status may not rewrite owner references (old kubelets corrupted them).
+                    if "ownerReferences" in old_meta:
+                        meta["ownerReferences"] = copy.deepcopy(old_meta["ownerReferences"])
+                    else:
+                        meta.pop("ownerReferences", None)
+            elif "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+            else:
+                new.pop("status", None)
+        if new.get("spec") is None and "spec" not in old:
+            new.pop("spec", None)
+        validation.validate(rtype, new)
+        if rtype is PODS and subresource is None:
+            validation.validate_pod_update(old, new)
+        if rtype is PDBS and new.get("spec") != old.get("spec"):
+            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        return new
+
+    def _commit_update(self, rtype: ResourceType, key: Key, old: JSON, new: JSON) -> JSON:
+        if new == old:
+            return old
+        meta = new["metadata"]
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and (rtype is not PODS or meta.get("deletionGracePeriodSeconds", 0) == 0)
+        ):
+            self._remove(rtype, key, new)
+            return new
+        self._bump(new)
+        self._objects[rtype.plural][key] = new
+        self._record(rtype, "MODIFIED", new, copy.deepcopy(old))
+        return new
+
+    def replace(
+        self,
+        resource: str,
+        name: str,
+        obj: JSON,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> JSON:
+        rtype = self._rtype(resource)
+        try:
+            with self._lock:
+                old = self._stored(rtype, name, namespace)
+                new = self._prepare_update(rtype, old, copy.deepcopy(obj), subresource)
+                if dry_run:
+                    return self._present(rtype, new)
+                result = self._commit_update(rtype, self._key(rtype, namespace, name), old, new)
+                return self._present(rtype, result)
+        finally:
+            self._run_hooks()
+
+    def patch(
+        self,
+        resource: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> JSON:
+        rtype = self._rtype(resource)
+        try:
+            with self._lock:
+                old = self._stored(rtype, name, namespace)
+                current = self._present(rtype, old)
+                if content_type == "application/strategic-merge-patch+json":
+                    patched = strategic_merge_patch(rtype.kind, current, body)
+                elif content_type == "application/merge-patch+json":
+                    patched = merge_patch(current, body)
+                    if not isinstance(patched, dict):
+                        raise bad_request("a merge patch must be a JSON object")
+                elif content_type == "application/json-patch+json":
+                    patched = json_patch(current, body)
+                else:
+                    raise unsupported_media_type(content_type, list(PATCH_TYPES))
+                new = self._prepare_update(rtype, old, patched, subresource)
+                if dry_run:
+                    return self._present(rtype, new)
+                result = self._commit_update(rtype, self._key(rtype, namespace, name), old, new)
+                return self._present(rtype, result)
+        finally:
+            self._run_hooks()
+
+    def mutate(
+        self, resource: str, name: str, change: Callable[[JSON], None], namespace: str | None = None
+    ) -> JSON:
+        """Apply `change` to a copy of the stored object and commit it (spec and status alike)."""
+        rtype = self._rtype(resource)
+        try:
+            with self._lock:
+                old = self._stored(rtype, name, namespace)
+                new = copy.deepcopy(old)
+                change(new)
+                result = self._commit_update(rtype, self._key(rtype, namespace, name), old, new)
+                return self._present(rtype, result)
+        finally:
+            self._run_hooks()
+
+    # ---- deletion ----------------------------------------------------------------------------
+
+    def _remove(self, rtype: ResourceType, key: Key, obj: JSON) -> None:
+        self._objects[rtype.plural].pop(key, None)
+        self._bump(obj)
+        self._record(rtype, "DELETED", obj, None)
+        self._stop_seconds.pop(obj["metadata"]["uid"], None)
+        if rtype is PODS:
+            self._fire("pod_deleted", obj)
+        elif rtype is NODES:
+            self._fire("node_deleted", obj)
+
+    def remove(self, resource: str, name: str, namespace: str | None = None) -> None:
+        """Remove an object at once, ignoring finalizers and grace periods."""
+        rtype = self._rtype(resource)
+        try:
+            with self._lock:
+                obj = copy.deepcopy(self._stored(rtype, name, namespace))
+                self._remove(rtype, self._key(rtype, namespace, name), obj)
+        finally:
+            self._run_hooks()
+
+    def _check_preconditions(self, rtype: ResourceType, obj: JSON, options: JSON) -> None:
+        pre = options.get("preconditions") or {}
+        meta = obj["metadata"]
+        if pre.get("uid") and pre["uid"] != meta["uid"]:
+            raise conflict(
+                rtype.plural,
+                rtype.group,
+                meta["name"],
+                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",
+            )
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+            raise conflict(
+                rtype.plural,
+                rtype.group,
+                meta["name"],
+                f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                f"ResourceVersion in object meta: {meta['resourceVersion']}",
+            )
+
+    def _pod_grace(self, pod: JSON, options: JSON) -> int:
+        requested = options.get("gracePeriodSeconds")
+        grace = (
+            int(requested)
+            if requested is not None
+            else int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+        )
+        phase = (pod.get("status") or {}).get("phase")
+        if not pod["spec"].get("nodeName") or phase in ("Succeeded", "Failed"):
+            # An unscheduled or finished pod has no containers for a kubelet to stop.
+            return 0
+        return max(grace, 0)
+
+    def delete(
+        self, resource: str, name: str, namespace: str | None = None, options: JSON | None = None
+    ) -> JSON:
+        """DELETE as the registry answers it: the object (pods, or pending finalizers) or a Status."""
+        rtype = self._rtype(resource)
+        opts = options or {}
+        dry_run = bool(opts.get("dryRun"))
+        try:
+            with self._lock:
+                key = self._key(rtype, namespace, name)
+                stored = self._stored(rtype, name, namespace)
+                self._check_preconditions(rtype, stored, opts)
+                obj = copy.deepcopy(stored)
+                meta = obj["metadata"]
+                grace = self._pod_grace(obj, opts) if rtype is PODS else 0
+                if dry_run:
+                    return self._delete_answer(rtype, obj)
+                if grace > 0 or meta.get("finalizers"):
+                    return self._present(rtype, self._begin_graceful(rtype, key, stored, grace))
+                self._remove(rtype, key, obj)
+                return self._delete_answer(rtype, obj)
+        finally:
+            self._run_hooks()
+
+    def _delete_answer(self, rtype: ResourceType, obj: JSON) -> JSON:
+        if rtype.returns_deleted_object:
+            return self._present(rtype, obj)
+        details: JSON = {"name": obj["metadata"]["name"]}
+        if rtype.group:
+            details["group"] = rtype.group
+        details.update({"kind": rtype.plural, "uid": obj["metadata"]["uid"]})
+        body = success_status(200, details)
+        body.pop("code")
+        return body
+
+    def _begin_graceful(self, rtype: ResourceType, key: Key, stored: JSON, grace: int) -> JSON:
+        new = copy.deepcopy(stored)
+        meta = new["metadata"]
+        now = datetime.now(UTC)
+        if meta.get("deletionTimestamp"):
+            # A second delete may shorten the grace period but never extend it.
+            current = int(meta.get("deletionGracePeriodSeconds", 0))
+            if grace >= current:
+                return stored
+        meta["deletionTimestamp"] = rfc3339(now + timedelta(seconds=grace))
+        meta["deletionGracePeriodSeconds"] = grace
+        self._bump(new)
+        self._objects[rtype.plural][key] = new
+        self._record(rtype, "MODIFIED", new, copy.deepcopy(stored))
+        if rtype is PODS:
+            stop = self._stop_seconds.get(meta["uid"])
+            seconds = grace if stop is None else min(stop, grace)
+            self._schedule(seconds * self.time_scale, key, meta["uid"])
+        return new
+
+    def _schedule(self, delay: float, key: Key, uid: str) -> None:
+        heapq.heappush(self._deadlines, (time.monotonic() + delay, next(self._seq), key[0], key[1], uid))
+        if self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap, name="sim-pod-reaper", daemon=True)
+            self._reaper.start()
+        self.changed.notify_all()
+
+    def _reap(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                if not self._deadlines or self._deadlines[0][0] > now:
+                    wait = self._deadlines[0][0] - now if self._deadlines else None
+                    self.changed.wait(wait)
+                    continue
+                _, _, ns, name, uid = heapq.heappop(self._deadlines)
+                pod = self._objects["pods"].get((ns, name))
+                if (
+                    pod is not None
+                    and pod["metadata"]["uid"] == uid
+                    and pod["metadata"].get("deletionTimestamp")
+                ):
+                    # The kubelet's final delete: grace period 0 once the containers have stopped.
+                    new = copy.deepcopy(pod)
+                    new["metadata"]["deletionGracePeriodSeconds"] = 0
+                    if new["metadata"].get("finalizers"):
+                        self._bump(new)
+                        self._objects["pods"][(ns, name)] = new
+                        self._record(PODS, "MODIFIED", new, copy.deepcopy(pod))
+                    else:
+                        self._remove(PODS, (ns, name), new)
+            self._run_hooks()
+
+    def set_pod_stop_seconds(self, namespace: str, name: str, seconds: float) -> None:
+        """The pod's containers stop this many (simulated) seconds after deletion starts."""
+        with self._lock:
+            pod = self._stored(PODS, name, namespace)
+            self._stop_seconds[pod["metadata"]["uid"]] = seconds
