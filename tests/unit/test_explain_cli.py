@@ -1,0 +1,327 @@
+"""``nodeheal explain``: events, envelopes, Node objects, configuration, and clear errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeheal.cli import main
+
+XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+XID_13 = "NVRM: Xid (PCI:0000:cb:00): 13, pid=4411, name=python, Graphics SM Warp Exception"
+
+
+def detail(message: str = XID_79, **condition: Any) -> dict[str, Any]:
+    return {
+        "schemaVersion": "1",
+        "cluster": "training-on-eks",
+        "node": {
+            "name": "ip-10-0-158-235.us-west-2.compute.internal",
+            "uid": "6f0a3b0e-1f7b-4c1e-9d55-2f3c1d7e8a90",
+            "providerID": "aws:///us-west-2b/i-0abc1234567890def",
+            "instanceType": "p5.48xlarge",
+            "zone": "us-west-2b",
+            "nodePool": "gpu",
+            "capacityType": "on-demand",
+            "labels": {"karpenter.sh/nodepool": "gpu"},
+        },
+        "condition": {
+            "type": "GPUProblem",
+            "status": "True",
+            "reason": "GPUFellOffBus",
+            "message": message,
+            "lastTransitionTime": "2026-11-21T10:00:00Z",
+            **condition,
+        },
+        "previous": {"status": "False", "reason": "GPUHealthy"},
+        "observedAt": "2026-11-21T10:00:01.234Z",
+        "resync": False,
+    }
+
+
+def envelope(body: dict[str, Any], detail_type: str = "Node Condition Changed") -> dict[str, Any]:
+    return {
+        "version": "0",
+        "id": "0d2b5f1c-6c57-4c5f-9a0e-8f7f0e3f1a11",
+        "detail-type": detail_type,
+        "source": "nodeheal.exporter",
+        "account": "123456789012",
+        "time": "2026-11-21T10:00:01Z",
+        "region": "us-west-2",
+        "resources": [],
+        "detail": body,
+    }
+
+
+def node_object(labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """``kubectl get node X -o json``, trimmed to what matters plus realistic surroundings."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "ip-10-0-158-235.us-west-2.compute.internal",
+            "uid": "6f0a3b0e-1f7b-4c1e-9d55-2f3c1d7e8a90",
+            "resourceVersion": "912834",
+            "labels": labels if labels is not None else {"karpenter.sh/nodepool": "gpu"},
+            "annotations": {"karpenter.sh/nodepool-hash": "1234"},
+        },
+        "spec": {
+            "providerID": "aws:///us-west-2b/i-0abc1234567890def",
+            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        },
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8", "cpu": "192"},
+            "conditions": [
+                {
+                    "type": "MemoryPressure",
+                    "status": "False",
+                    "reason": "KubeletHasSufficientMemory",
+                    "message": "kubelet has sufficient memory available",
+                    "lastHeartbeatTime": "2026-11-21T10:00:00Z",
+                    "lastTransitionTime": "2026-11-20T08:00:00Z",
+                },
+                {
+                    "type": "AcceleratedHardwareReady",
+                    "status": "False",
+                    "reason": "NvidiaXID48Error",
+                    "message": "NVRM: Xid (PCI:0000:c9:00): 48, pid=18812, "
+                    "name=train.py, An uncorrectable DBE",
+                    "lastHeartbeatTime": "2026-11-21T10:00:00Z",
+                    "lastTransitionTime": "2026-11-21T09:58:00Z",
+                },
+                {
+                    "type": "GPUProblem",
+                    "status": "True",
+                    "reason": "GPUFellOffBus",
+                    "message": XID_79,
+                    "lastTransitionTime": "2026-11-21T09:59:00Z",
+                },
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastTransitionTime": "2026-11-20T08:00:00Z",
+                },
+            ],
+            "nodeInfo": {"bootID": "0b6d1f7e-7c1a-4b8e-9a0f-1d2e3f4a5b6c"},
+        },
+    }
+
+
+def write(tmp_path: Path, payload: Any, name: str = "event.json") -> str:
+    path = tmp_path / name
+    path.write_text(payload if isinstance(payload, str) else json.dumps(payload))
+    return str(path)
+
+
+def explain(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    assert main(["explain", *argv]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    return json.loads(captured.out)
+
+
+def fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(["explain", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Traceback" not in captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+def test_event_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = explain(capsys, write(tmp_path, detail()))
+    assert out["action"] == out["plannedAction"] == "replace"
+    assert (out["xid"], out["signal"], out["confirmSeconds"], out["escalated"]) == (79, "xid:79", 0, False)
+    assert "fallen off the bus" in out["reason"]
+    assert out["node"] == "ip-10-0-158-235.us-west-2.compute.internal"
+    assert out["condition"] == {"type": "GPUProblem", "status": "True"}
+    assert out["mode"] == "full"
+
+
+def test_event_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(detail(XID_13))))
+    out = explain(capsys, "-")
+    assert (out["action"], out["xid"]) == ("none", 13)
+
+
+def test_eventbridge_envelope(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = explain(capsys, write(tmp_path, envelope(detail())))
+    assert (out["action"], out["xid"]) == ("replace", 79)
+
+
+def test_condition_without_xid_reports_null_xid_and_confirmation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = detail("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+    out = explain(capsys, write(tmp_path, body))
+    assert out["xid"] is None
+    assert (out["action"], out["signal"], out["confirmSeconds"]) == ("replace", "condition:GPUProblem", 120)
+
+
+def test_node_object_explains_every_condition(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = explain(capsys, write(tmp_path, node_object(), "node.json"))
+    assert isinstance(out, list)
+    by_type = {item["condition"]["type"]: item for item in out}
+    assert set(by_type) == {"MemoryPressure", "AcceleratedHardwareReady", "GPUProblem", "Ready"}
+    assert (by_type["AcceleratedHardwareReady"]["action"], by_type["AcceleratedHardwareReady"]["xid"]) == (
+        "reboot",
+        48,
+    )
+    assert (by_type["GPUProblem"]["action"], by_type["GPUProblem"]["xid"]) == ("replace", 79)
+    for healthy in ("MemoryPressure", "Ready"):
+        assert by_type[healthy]["action"] == "none"
+        assert by_type[healthy]["xid"] is None
+        assert "condition is healthy" in by_type[healthy]["reason"]
+    for item in out:
+        assert {"action", "plannedAction", "reason", "xid", "signal", "confirmSeconds"} <= set(item)
+
+
+def test_node_object_honours_opt_out_label(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = node_object({"nodeheal.io/disabled": "true"})
+    out = explain(capsys, write(tmp_path, node, "node.json"))
+    gpu = next(item for item in out if item["condition"]["type"] == "GPUProblem")
+    assert (gpu["action"], gpu["plannedAction"]) == ("alert", "replace")
+
+
+def cdk_json(tmp_path: Path, nodeheal: dict[str, Any]) -> str:
+    document = {
+        "app": "python3 app.py",
+        "context": {
+            "@aws-cdk/core:newStyleStackSynthesis": True,
+            "nodeheal": {
+                # Deploy-only keys, read by the CDK app and ignored by explain.
+                "clusters": ["training-on-eks"],
+                "eventBus": "nodeheal",
+                "rule": {"conditionTypes": ["GPUProblem"]},
+                "ingest": {"maxEventAgeSeconds": 600},
+                "notifications": {"emails": ["oncall@example.com"]},
+                "lambdaNetwork": {"subnetIds": []},
+                "workflow": {"timeoutMinutes": 180},
+                "kubernetesGroup": "nodeheal-remediator",
+                "logRetentionDays": 30,
+                "stackName": "NodeHeal",
+                **nodeheal,
+            },
+        },
+    }
+    return write(tmp_path, document, "cdk.json")
+
+
+def test_config_policy_and_mode_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = cdk_json(
+        tmp_path,
+        {"mode": "cordon-only", "policy": {"nodePools": {"gpu": {"xidActions": {"13": "reboot"}}}}},
+    )
+    out = explain(capsys, write(tmp_path, detail(XID_13)), "--config", config)
+    assert (out["action"], out["plannedAction"], out["mode"]) == ("cordon", "reboot", "cordon-only")
+    assert "node pool 'gpu' overrides applied" in out["reason"]
+
+
+def test_mode_flag_overrides_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = cdk_json(tmp_path, {"mode": "full"})
+    out = explain(capsys, write(tmp_path, detail()), "--config", config, "--mode", "dry-run")
+    assert (out["action"], out["plannedAction"], out["mode"]) == ("none", "replace", "dry-run")
+    assert "would have done replace" in out["reason"]
+
+
+def test_pool_from_node_pool_field_when_label_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = detail(XID_13)
+    body["node"]["labels"] = {}
+    config = cdk_json(tmp_path, {"policy": {"nodePools": {"gpu": {"xidActions": {"13": "alert"}}}}})
+    assert explain(capsys, write(tmp_path, body), "--config", config)["action"] == "alert"
+
+
+@pytest.mark.parametrize(
+    ("nodeheal", "message"),
+    [
+        ({"policy": {"xidActon": {}}}, "context.nodeheal.policy.xidActon"),
+        ({"plicy": {}}, "did you mean 'policy'"),
+        ({"mode": "yolo"}, "context.nodeheal.mode must be one of"),
+        ({"policy": {"xidActions": {"79": "explode"}}}, "xidActions.79 must be one of"),
+    ],
+)
+def test_invalid_config_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], nodeheal: dict[str, Any], message: str
+) -> None:
+    error = fails(capsys, write(tmp_path, detail()), "--config", cdk_json(tmp_path, nodeheal))
+    assert message in error
+
+
+def test_config_without_nodeheal_context(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write(tmp_path, {"app": "python3 app.py", "context": {}}, "cdk.json")
+    assert "has no context.nodeheal object" in fails(capsys, write(tmp_path, detail()), "--config", config)
+
+
+def test_config_missing_or_not_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    event = write(tmp_path, detail())
+    assert "cannot read" in fails(capsys, event, "--config", str(tmp_path / "nope.json"))
+    broken = write(tmp_path, "{not json", "cdk.json")
+    assert "is not valid JSON" in fails(capsys, event, "--config", broken)
+
+
+def test_missing_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    error = fails(capsys, str(tmp_path / "missing.json"))
+    assert error.startswith("nodeheal explain: cannot read")
+    assert "No such file or directory" in error
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("{ broken", "is not valid JSON"),
+        ("", "is empty"),
+        ("[1, 2]", "event detail must be a JSON object"),
+        (json.dumps({**detail(), "schemaVersion": "2"}), "unsupported schemaVersion '2'"),
+        (json.dumps({k: v for k, v in detail().items() if k != "condition"}), "condition is required"),
+        (json.dumps(detail(status="Maybe")), "condition.status must be one of"),
+        (json.dumps({**detail(), "observedAt": "yesterday"}), "observedAt"),
+        (json.dumps(envelope(detail(), "Node Event Observed")), "got detail-type 'Node Event Observed'"),
+        (json.dumps({"kind": "NodeList", "items": []}), "got a Kubernetes NodeList"),
+    ],
+    ids=[
+        "bad-json",
+        "empty",
+        "array",
+        "version",
+        "no-condition",
+        "bad-status",
+        "bad-time",
+        "detail-type",
+        "list",
+    ],
+)
+def test_malformed_event_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], payload: str, message: str
+) -> None:
+    assert message in fails(capsys, write(tmp_path, payload))
+
+
+def test_malformed_node_condition_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = node_object()
+    node["status"]["conditions"].append({"type": "GPUProblem"})
+    error = fails(capsys, write(tmp_path, node, "node.json"))
+    assert "Node status.conditions" in error and "condition.status" in error
+
+
+def test_malformed_stdin_is_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("not json"))
+    assert "stdin is not valid JSON" in fails(capsys, "-")
+
+
+def test_help_lists_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["explain", "--help"])
+    assert exit_info.value.code == 0
+    assert "--config" in capsys.readouterr().out
