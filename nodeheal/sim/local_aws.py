@@ -1,0 +1,550 @@
+"""NodeHeal's AWS side on one machine: moto, built from the synthesized CloudFormation template.
+
+Nothing here re-describes the stack. The ledger table is created from the template's table
+properties, the state machine from the template's definition (CloudFormation intrinsics resolved
+to the moto resources), and each Lambda task is dispatched in-process to the handler the template
+names, with the environment the template gives that function. So a wiring mistake in the stack
+(a missing environment variable, a wrong handler string, a state reading the wrong key) fails
+here exactly as it would in a real account.
+
+moto executes the ASL (``stepfunctions.execute_state_machine``) in background threads and calls
+Lambda through its simple backend, whose ``invoke`` is replaced by the in-process dispatcher. A
+handler's exception becomes an ``Unhandled`` function error whose ``errorType`` is the exception's
+class name, as in AWS, so Retry/Catch on domain error names behaves as deployed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from unittest import mock
+
+import boto3
+
+from nodeheal.kube.client import KubeClientProvider
+from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
+from nodeheal.timeutil import format_timestamp, utc_now
+
+ACCOUNT_ID = "123456789012"
+MOTO_CONFIG: Any = {
+    "stepfunctions": {"execute_state_machine": True},
+    "lambda": {"use_docker": False},
+}
+
+
+class TemplateError(Exception):
+    """The synthesized template lacks something the local pipeline needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    logical_id: str
+    handler: str
+    environment: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SynthesizedApp:
+    """The parts of a synthesized NodeHeal template the local pipeline reads."""
+
+    template: Mapping[str, Any]
+
+    def resources(self, resource_type: str) -> dict[str, Mapping[str, Any]]:
+        return {
+            logical: resource
+            for logical, resource in self.template.get("Resources", {}).items()
+            if resource.get("Type") == resource_type
+        }
+
+    def single(self, resource_type: str) -> tuple[str, Mapping[str, Any]]:
+        found = self.resources(resource_type)
+        if len(found) != 1:
+            raise TemplateError(f"expected exactly one {resource_type} in the template, found {len(found)}")
+        return next(iter(found.items()))
+
+    def functions(self) -> dict[str, FunctionSpec]:
+        specs = {}
+        for logical, resource in self.resources("AWS::Lambda::Function").items():
+            properties = resource.get("Properties", {})
+            handler = properties.get("Handler", "")
+            if not isinstance(handler, str) or not handler.startswith("lambdas."):
+                continue  # CDK's own helper functions (log retention, custom resources)
+            specs[logical] = FunctionSpec(
+                logical_id=logical,
+                handler=handler,
+                environment=properties.get("Environment", {}).get("Variables", {}),
+            )
+        return specs
+
+    @classmethod
+    def synthesize(cls, nodeheal_context: Mapping[str, Any]) -> SynthesizedApp:
+        """Synthesize NodeHeal's stack in-process (no asset bundling, no network, no Docker)."""
+        from aws_cdk import App
+
+        from stacks.config import NodeHealConfig
+        from stacks.nodeheal_stack import NodeHealStack
+
+        config = NodeHealConfig.from_cdk_context(nodeheal_context)
+        app = App(context={"aws:cdk:bundling-stacks": [], "nodeheal": dict(nodeheal_context)})
+        stack = NodeHealStack(app, config.stack_name, config=config)
+        assembly = app.synth()
+        return cls(template=assembly.get_stack_by_name(stack.stack_name).template)
+
+
+class _Resolver:
+    """Resolves the CloudFormation intrinsics CDK emits to the moto resources' identifiers."""
+
+    def __init__(self, region: str) -> None:
+        self.region = region
+        self.refs: dict[str, str] = {}
+        self.attributes: dict[tuple[str, str], str] = {}
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.resolve(item) for item in value]
+        if not isinstance(value, Mapping):
+            return value
+        if len(value) == 1:
+            ((key, argument),) = value.items()
+            if key == "Ref":
+                return self._ref(str(argument))
+            if key == "Fn::GetAtt":
+                logical, attribute = argument if isinstance(argument, list) else str(argument).split(".", 1)
+                try:
+                    return self.attributes[(logical, attribute)]
+                except KeyError:
+                    raise TemplateError(f"cannot resolve Fn::GetAtt {logical}.{attribute}") from None
+            if key == "Fn::Join":
+                separator, parts = argument
+                return str(separator).join(str(self.resolve(part)) for part in parts)
+        return {key: self.resolve(item) for key, item in value.items()}
+
+    def _ref(self, name: str) -> str:
+        pseudo = {
+            "AWS::Partition": "aws",
+            "AWS::Region": self.region,
+            "AWS::AccountId": ACCOUNT_ID,
+            "AWS::URLSuffix": "amazonaws.com",
+        }
+        if name in pseudo:
+            return pseudo[name]
+        try:
+            return self.refs[name]
+        except KeyError:
+            raise TemplateError(f"cannot resolve Ref {name}") from None
+
+
+@dataclass
+class _FakeLambdaContext:
+    """What Powertools reads from the Lambda context object."""
+
+    function_name: str
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = ""
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = ""
+    log_stream_name: str = ""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+class LocalAws:
+    """moto with NodeHeal's stack deployed into it; use as a context manager."""
+
+    def __init__(
+        self,
+        app: SynthesizedApp,
+        *,
+        kube_provider_factory: Callable[[], KubeClientProvider],
+        region: str = "us-west-2",
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.app = app
+        self.region = region
+        self._kube_provider_factory = kube_provider_factory
+        self._clock = clock
+        self._resolver = _Resolver(region)
+        self._functions = app.functions()
+        self._runtimes: dict[str, Runtime] = {}
+        self._runtime_lock = threading.Lock()
+        self._kube_provider: KubeClientProvider | None = None
+        self._kube_lock = threading.Lock()
+        self._mock: Any = None
+        self._invoke_patch: Any = None
+        self._ec2_patches: list[Any] = []
+        #: Called (in moto's request thread) with the instance ids after each successful EC2 call:
+        #: the simulated cluster hangs its kubelet reboot and Karpenter reactions here.
+        self.on_instances_rebooted: list[Callable[[list[str]], None]] = []
+        self.on_instances_terminated: list[Callable[[list[str]], None]] = []
+        self.invocations: list[tuple[str, str]] = []  # (function logical id, outcome)
+        self.table_name = ""
+        self.topic_arn = ""
+        self.state_machine_arn = ""
+        self.notification_queue_url = ""
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalAws:
+        from moto import mock_aws
+        from moto.awslambda_simple.models import LambdaSimpleBackend
+
+        self._mock = mock_aws(config=MOTO_CONFIG)
+        self._mock.start()
+        local = self
+
+        def invoke(
+            backend: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response_headers: Any
+        ) -> bytes:
+            return local._invoke(function_name, body, response_headers)
+
+        self._invoke_patch = mock.patch.object(LambdaSimpleBackend, "invoke", invoke)
+        self._invoke_patch.start()
+        self._patch_ec2_notifications()
+        self._patch_context_start_time()
+        try:
+            self._deploy()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _patch_context_start_time(self) -> None:
+        """Step Functions gives ``$$.Execution.StartTime`` as an ISO 8601 string; moto hands the
+        workflow a datetime, which then breaks its own DescribeExecution. Serve the string, as AWS does."""
+        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+        original = ExecutionWorker._get_evaluation_environment
+
+        def environment(worker: Any) -> Any:
+            env = original(worker)
+            execution = env.states.context_object.context_object_data["Execution"]
+            started = execution.get("StartTime")
+            if isinstance(started, datetime):
+                execution["StartTime"] = format_timestamp(started, millis=True)
+            return env
+
+        patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_environment", environment)
+        patcher.start()
+        self._ec2_patches.append(patcher)
+
+    def _patch_ec2_notifications(self) -> None:
+        from moto.ec2.models.instances import InstanceBackend
+
+        original_reboot = InstanceBackend.reboot_instances
+        original_terminate = InstanceBackend.terminate_instances
+        local = self
+
+        def reboot_instances(backend: Any, instance_ids: list[str]) -> Any:
+            result = original_reboot(backend, instance_ids)
+            for listener in list(local.on_instances_rebooted):
+                listener(list(instance_ids))
+            return result
+
+        def terminate_instances(backend: Any, instance_ids: list[str]) -> Any:
+            result = original_terminate(backend, instance_ids)
+            for listener in list(local.on_instances_terminated):
+                listener(list(instance_ids))
+            return result
+
+        for name, replacement in (
+            ("reboot_instances", reboot_instances),
+            ("terminate_instances", terminate_instances),
+        ):
+            patcher = mock.patch.object(InstanceBackend, name, replacement)
+            patcher.start()
+            self._ec2_patches.append(patcher)
+
+    def __exit__(self, *exc_info: object) -> None:
+        for patcher in self._ec2_patches:
+            patcher.stop()
+        self._ec2_patches.clear()
+        if self._invoke_patch is not None:
+            self._invoke_patch.stop()
+            self._invoke_patch = None
+        if self._mock is not None:
+            self._mock.stop()
+            self._mock = None
+
+    def client(self, service: str) -> Any:
+        return boto3.client(service, region_name=self.region)
+
+    # -- deployment ------------------------------------------------------------------------------
+
+    def _deploy(self) -> None:
+        self._deploy_table()
+        self._deploy_topic()
+        for logical in self._functions:
+            arn = f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{logical}"
+            self._resolver.refs[logical] = logical
+            self._resolver.attributes[(logical, "Arn")] = arn
+        for logical in self.app.resources("AWS::IAM::Role"):
+            self._resolver.attributes[(logical, "Arn")] = f"arn:aws:iam::{ACCOUNT_ID}:role/{logical}"
+            self._resolver.refs[logical] = logical
+        self._deploy_state_machine()
+        for logical, resource in self.app.resources("AWS::Events::EventBus").items():
+            name = resource.get("Properties", {}).get("Name", logical)
+            self._resolver.refs[logical] = name
+            self._resolver.attributes[(logical, "Arn")] = (
+                f"arn:aws:events:{self.region}:{ACCOUNT_ID}:event-bus/{name}"
+            )
+            self._resolver.attributes[(logical, "Name")] = name
+        for logical in self.app.resources("AWS::SQS::Queue"):
+            url = self.client("sqs").create_queue(QueueName=f"{logical}-{uuid.uuid4().hex[:6]}")["QueueUrl"]
+            self._resolver.refs[logical] = url
+            attributes = self.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+            self._resolver.attributes[(logical, "Arn")] = attributes["Attributes"]["QueueArn"]
+            self._resolver.attributes[(logical, "QueueName")] = url.rsplit("/", 1)[-1]
+
+    def _deploy_table(self) -> None:
+        logical, resource = self.app.single("AWS::DynamoDB::Table")
+        properties = resource["Properties"]
+        self.table_name = properties.get("TableName") or f"nodeheal-ledger-{uuid.uuid4().hex[:8]}"
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeySchema": properties["KeySchema"],
+            "AttributeDefinitions": properties["AttributeDefinitions"],
+            "BillingMode": properties.get("BillingMode", "PAY_PER_REQUEST"),
+        }
+        if properties.get("GlobalSecondaryIndexes"):
+            request["GlobalSecondaryIndexes"] = properties["GlobalSecondaryIndexes"]
+        self.client("dynamodb").create_table(**request)
+        ttl = properties.get("TimeToLiveSpecification")
+        if ttl:
+            self.client("dynamodb").update_time_to_live(
+                TableName=self.table_name, TimeToLiveSpecification=ttl
+            )
+        self._resolver.refs[logical] = self.table_name
+        self._resolver.attributes[(logical, "Arn")] = (
+            f"arn:aws:dynamodb:{self.region}:{ACCOUNT_ID}:table/{self.table_name}"
+        )
+
+    def _deploy_topic(self) -> None:
+        logical, resource = self.app.single("AWS::SNS::Topic")
+        name = resource.get("Properties", {}).get("TopicName") or f"nodeheal-{uuid.uuid4().hex[:8]}"
+        self.topic_arn = self.client("sns").create_topic(Name=name)["TopicArn"]
+        self._resolver.refs[logical] = self.topic_arn
+        self._resolver.attributes[(logical, "TopicArn")] = self.topic_arn
+        self._resolver.attributes[(logical, "TopicName")] = name
+        # A queue subscribed to the topic shows exactly what a person's subscription would receive.
+        sqs = self.client("sqs")
+        self.notification_queue_url = sqs.create_queue(QueueName="nodeheal-notifications-probe")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(
+            QueueUrl=self.notification_queue_url, AttributeNames=["QueueArn"]
+        )["Attributes"]["QueueArn"]
+        self.client("sns").subscribe(TopicArn=self.topic_arn, Protocol="sqs", Endpoint=queue_arn)
+
+    def _deploy_state_machine(self) -> None:
+        logical, resource = self.app.single("AWS::StepFunctions::StateMachine")
+        properties = resource["Properties"]
+        definition = self._resolver.resolve(properties["DefinitionString"])
+        json.loads(definition)  # fail here, with the template at hand, if resolution broke the JSON
+        response = self.client("stepfunctions").create_state_machine(
+            name=properties.get("StateMachineName") or "NodeHealRemediation",
+            definition=definition,
+            roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/nodeheal-workflow",
+            type=properties.get("StateMachineType", "STANDARD"),
+        )
+        self.state_machine_arn = response["stateMachineArn"]
+        self._resolver.refs[logical] = self.state_machine_arn
+        self._resolver.attributes[(logical, "Name")] = self.state_machine_arn.rsplit(":", 1)[-1]
+
+    # -- Lambda dispatch -------------------------------------------------------------------------
+
+    def runtime_for(self, logical_id: str) -> Runtime:
+        """The runtime of one function: its template environment, moto clients, the fake cluster."""
+        with self._runtime_lock:
+            existing = self._runtimes.get(logical_id)
+            if existing is not None:
+                return existing
+            variables = {
+                key: str(self._resolver.resolve(value))
+                for key, value in self._functions[logical_id].environment.items()
+            }
+            variables["AWS_REGION"] = self.region
+            runtime = Runtime(
+                LambdaEnvironment.from_environ(variables),
+                client_factory=self.client,
+                kube_provider_factory=self._shared_kube_provider,
+                clock=self._clock,
+            )
+            self._runtimes[logical_id] = runtime
+            return runtime
+
+    def _shared_kube_provider(self) -> KubeClientProvider:
+        with self._kube_lock:
+            if self._kube_provider is None:
+                self._kube_provider = self._kube_provider_factory()
+            return self._kube_provider
+
+    def function_logical_id(self, handler: str) -> str:
+        for logical, spec in self._functions.items():
+            if spec.handler == handler:
+                return logical
+        raise TemplateError(f"no function in the template runs {handler}")
+
+    def call_handler(self, logical_id: str, payload: Any) -> Any:
+        """Invoke one function's handler in-process with its own runtime (as Lambda would)."""
+        spec = self._functions[logical_id]
+        module_name, function_name = spec.handler.rsplit(".", 1)
+        handler = getattr(importlib.import_module(module_name), function_name)
+        context = _FakeLambdaContext(
+            function_name=logical_id,
+            invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{logical_id}",
+        )
+        with using_runtime(self.runtime_for(logical_id)):
+            return handler(payload, context)
+
+    def _invoke(self, function_name: str, body: Any, response_headers: dict[str, Any]) -> bytes:
+        logical = function_name.rsplit(":", 1)[-1] if function_name.startswith("arn:") else function_name
+        if logical not in self._functions:
+            response_headers["x-amz-function-error"] = "Unhandled"
+            self.invocations.append((logical, "ResourceNotFound"))
+            return json.dumps(
+                {"errorType": "ResourceNotFoundException", "errorMessage": f"no function {logical}"}
+            ).encode()
+        payload = json.loads(body) if body else {}
+        try:
+            result = self.call_handler(logical, payload)
+        except Exception as error:
+            response_headers["x-amz-function-error"] = "Unhandled"
+            self.invocations.append((logical, type(error).__name__))
+            return json.dumps(
+                {
+                    "errorType": type(error).__name__,
+                    "errorMessage": str(error),
+                    "stackTrace": traceback.format_exception(error)[-3:],
+                }
+            ).encode()
+        self.invocations.append((logical, "ok"))
+        return json.dumps(result).encode()
+
+    # -- operations used by tests, the demo and benchmarks ---------------------------------------
+
+    def deliver(self, event: Mapping[str, Any]) -> Any:
+        """Deliver an EventBridge event to the ingest function, as the rule's target would."""
+        return self.call_handler(self.function_logical_id("lambdas.ingest.handler"), event)
+
+    def wait_for_execution(self, execution_arn: str, timeout: float = 60.0) -> dict[str, Any]:
+        sfn = self.client("stepfunctions")
+        deadline = time.monotonic() + timeout
+        while True:
+            description: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
+            if description["status"] != "RUNNING":
+                return description
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"execution {execution_arn} still running after {timeout}s")
+            time.sleep(0.02)
+
+    def executions(self) -> list[dict[str, Any]]:
+        sfn = self.client("stepfunctions")
+        found: list[dict[str, Any]] = []
+        for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=self.state_machine_arn):
+            found.extend(page["executions"])
+        return found
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        sfn = self.client("stepfunctions")
+        events: list[dict[str, Any]] = []
+        for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
+            events.extend(page["events"])
+        return events
+
+    def state_names(self, execution_arn: str) -> list[str]:
+        return [
+            event["stateEnteredEventDetails"]["name"]
+            for event in self.history(execution_arn)
+            if "stateEnteredEventDetails" in event
+        ]
+
+    def notifications(self) -> list[dict[str, Any]]:
+        """Drain the notification probe: each SNS message as {subject, message, attributes}."""
+        sqs = self.client("sqs")
+        messages: list[dict[str, Any]] = []
+        while True:
+            response = sqs.receive_message(QueueUrl=self.notification_queue_url, MaxNumberOfMessages=10)
+            batch = response.get("Messages", [])
+            if not batch:
+                return messages
+            for message in batch:
+                envelope = json.loads(message["Body"])
+                messages.append(
+                    {
+                        "subject": envelope.get("Subject", ""),
+                        "message": envelope.get("Message", ""),
+                        "attributes": {
+                            k: v.get("Value") for k, v in envelope.get("MessageAttributes", {}).items()
+                        },
+                    }
+                )
+                sqs.delete_message(
+                    QueueUrl=self.notification_queue_url, ReceiptHandle=message["ReceiptHandle"]
+                )
+
+    def run_instance(
+        self,
+        *,
+        cluster: str,
+        node_pool: str = "gpu",
+        instance_type: str = "p5.48xlarge",
+        zone: str = "us-west-2b",
+        owned: bool = True,
+    ) -> str:
+        """An EC2 instance tagged as Karpenter v1 tags the instances it launches."""
+        tags = [{"Key": "karpenter.sh/nodepool", "Value": node_pool}]
+        if owned:
+            tags += [
+                {"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"},
+                {"Key": "eks:eks-cluster-name", "Value": cluster},
+            ]
+        # moto validates the instance type loosely; the GPU type is kept as a tag for realism.
+        response = self.client("ec2").run_instances(
+            ImageId="ami-12c6146b",
+            MinCount=1,
+            MaxCount=1,
+            InstanceType="t3.micro",
+            Placement={"AvailabilityZone": zone},
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [*tags, {"Key": "node.kubernetes.io/instance-type", "Value": instance_type}],
+                }
+            ],
+        )
+        return str(response["Instances"][0]["InstanceId"])
+
+    def instance_state(self, instance_id: str) -> str:
+        reservations = self.client("ec2").describe_instances(InstanceIds=[instance_id])["Reservations"]
+        return str(reservations[0]["Instances"][0]["State"]["Name"])
+
+    def event_envelope(
+        self, detail: Mapping[str, Any], *, source: str, event_id: str | None = None
+    ) -> dict[str, Any]:
+        """The event as EventBridge hands it to a target."""
+        return {
+            "version": "0",
+            "id": event_id or str(uuid.uuid4()),
+            "detail-type": "Node Condition Changed",
+            "source": source,
+            "account": ACCOUNT_ID,
+            "time": format_timestamp(self._clock()),
+            "region": self.region,
+            "resources": [],
+            "detail": dict(detail),
+        }
+
+
+def iter_task_results(history: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """(state name, output) of every state that exited, in order."""
+    for event in history:
+        details = event.get("stateExitedEventDetails")
+        if details:
+            yield details["name"], json.loads(details.get("output") or "null")

@@ -1,0 +1,208 @@
+"""Workflow tests: the synthesized state machine executed by moto, Lambda tasks dispatched to the
+real handlers in-process, against the fake Kubernetes API server and moto EC2/DynamoDB/SNS."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from nodeheal.conditions import Condition
+from nodeheal.events import NodeConditionEvent, PreviousState
+from nodeheal.exporter.transitions import node_identity
+from nodeheal.kube.client import StaticClientProvider
+from nodeheal.sim.apiserver import FakeKubeApiServer
+from nodeheal.sim.local_aws import LocalAws, SynthesizedApp
+from nodeheal.sim.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.store import ClusterStore
+from nodeheal.timeutil import utc_now
+from nodeheal.workflow.records import RemediationRecord
+
+CLUSTER = "training-on-eks"
+SOURCE = "nodeheal.exporter"
+XID_79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
+XID_48 = "NVRM: Xid (PCI:0000:a8:00): 48, pid=2411, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."
+XID_13 = "NVRM: Xid (PCI:0000:53:00): 13, pid=2411, name=python3, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1): Out Of Range Address"
+
+#: Tiny waits so the real definition runs in seconds: moto sleeps for real in Wait states.
+BASE_CONTEXT: dict[str, Any] = {
+    "clusters": [CLUSTER],
+    "drain": {"timeoutSeconds": 4, "pollSeconds": 1, "doNotDisruptWaitSeconds": 0, "forceGraceSeconds": 0},
+    "reboot": {"pollSeconds": 1, "recoveryTimeoutSeconds": 5},
+    "retry": {"intervalSeconds": 1, "maxAttempts": 2, "backoffRate": 1.0},
+    "lockTtlSeconds": 600,
+    "workflow": {"timeoutMinutes": 15},
+    "notifications": {"emails": ["oncall@example.com"]},
+}
+
+_templates: dict[str, SynthesizedApp] = {}
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def synthesized(overrides: Mapping[str, Any] | None = None) -> SynthesizedApp:
+    """Synthesize once per distinct configuration (synthesis takes seconds)."""
+    context = deep_merge(BASE_CONTEXT, overrides or {})
+    key = json.dumps(context, sort_keys=True)
+    if key not in _templates:
+        _templates[key] = SynthesizedApp.synthesize(context)
+    return _templates[key]
+
+
+@dataclass
+class Pipeline:
+    aws: LocalAws
+    server: FakeKubeApiServer
+    store: ClusterStore
+    instances: dict[str, str] = field(default_factory=dict)
+
+    # -- cluster ---------------------------------------------------------------------------------
+
+    def add_gpu_node(
+        self, name: str, *, owned: bool = True, pool: str = "gpu", workload_pods: int = 2
+    ) -> str:
+        instance_id = self.aws.run_instance(cluster=CLUSTER, node_pool=pool, owned=owned)
+        self.instances[name] = instance_id
+        self.store.add(make_node(name, instance_id=instance_id, node_pool=pool, cluster=CLUSTER))
+        self.store.add(
+            make_pod(
+                f"nvidia-device-plugin-{name}",
+                "kube-system",
+                name,
+                owner_kind="DaemonSet",
+                labels={"app": "nvidia-device-plugin"},
+            )
+        )
+        for index in range(workload_pods):
+            self.store.add(
+                make_pod(
+                    f"trainer-{name}-{index}",
+                    "training",
+                    name,
+                    owner_kind="Job",
+                    gpus=4,
+                    labels={"app": "trainer", "node": name},
+                )
+            )
+        return instance_id
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.store.get("nodes", name)
+        except Exception:
+            return None
+
+    def pods_on(self, name: str) -> list[dict[str, Any]]:
+        items, _ = self.store.list_objects("pods")
+        return [p for p in items if p.get("spec", {}).get("nodeName") == name]
+
+    def block_with_pdb(self, name: str) -> None:
+        self.store.add(make_pdb(f"trainer-{name}", "training", {"node": name}, min_available="100%"))
+
+    # -- faults and events -----------------------------------------------------------------------
+
+    def fault(self, name: str, condition_type: str, status: str, reason: str, message: str) -> dict[str, Any]:
+        """Set the condition as a detector would and return the event the exporter would send."""
+        before = self._condition(name, condition_type)
+        self.store.set_node_condition(name, condition_type, status, reason, message)
+        return self.event_for(name, condition_type, previous=before)
+
+    def _condition(self, name: str, condition_type: str) -> dict[str, Any] | None:
+        node = self.node(name)
+        for condition in (node or {}).get("status", {}).get("conditions", []):
+            if condition["type"] == condition_type:
+                return dict(condition)
+        return None
+
+    def event_for(
+        self,
+        name: str,
+        condition_type: str,
+        *,
+        previous: Mapping[str, Any] | None = None,
+        cluster: str = CLUSTER,
+    ) -> dict[str, Any]:
+        node = self.node(name)
+        assert node is not None
+        condition = self._condition(name, condition_type)
+        assert condition is not None
+        event = NodeConditionEvent(
+            cluster=cluster,
+            node=node_identity(node),
+            condition=Condition.from_api(condition),
+            observed_at=utc_now(),
+            previous=(
+                PreviousState(status=previous["status"], reason=previous.get("reason", ""))
+                if previous
+                else None
+            ),
+        )
+        return event.to_detail()
+
+    def deliver(self, detail: Mapping[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self.aws.deliver(
+            self.aws.event_envelope(detail, source=SOURCE, event_id=event_id)
+        )
+        return result
+
+    def run(self, detail: Mapping[str, Any], timeout: float = 90.0) -> dict[str, Any]:
+        """Deliver the event and wait for the execution it started."""
+        result = self.deliver(detail)
+        assert result["status"] == "started", result
+        return self.aws.wait_for_execution(result["executionArn"], timeout=timeout)
+
+    # -- ledger ----------------------------------------------------------------------------------
+
+    def records(self, name: str) -> list[RemediationRecord]:
+        ledger = self.aws.runtime_for(self.aws.function_logical_id("lambdas.record.handler")).ledger
+        return ledger.node_records(CLUSTER, name, since=utc_now().replace(year=2000))
+
+    def only_record(self, name: str) -> RemediationRecord:
+        records = self.records(name)
+        assert len(records) == 1, [r.summary for r in records]
+        return records[0]
+
+    def lock_holder(self, name: str) -> str | None:
+        ledger = self.aws.runtime_for(self.aws.function_logical_id("lambdas.record.handler")).ledger
+        return ledger.lock_holder(CLUSTER, name)
+
+
+def open_pipeline(overrides: Mapping[str, Any] | None = None) -> Iterator[Pipeline]:
+    app = synthesized(overrides)
+    # Graceful pod deletion runs at 1/1000 speed: a 30 s grace period takes 30 ms.
+    store = ClusterStore(time_scale=0.001)
+    server = FakeKubeApiServer(store)
+    server.start()
+    try:
+        with LocalAws(app, kube_provider_factory=lambda: StaticClientProvider(server.url)) as aws:
+            yield Pipeline(aws=aws, server=server, store=store)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pipeline(request: pytest.FixtureRequest) -> Iterator[Pipeline]:
+    marker = request.node.get_closest_marker("nodeheal_config")
+    overrides = marker.args[0] if marker else {}
+    yield from open_pipeline(overrides)
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)
