@@ -1,0 +1,140 @@
+"""Optional: ship Kubernetes Events about Nodes as ``Node Event Observed``.
+
+NPD reports temporary problems (a single Xid, an OOM kill) and the EKS node monitoring agent its
+``*Warning`` findings as Events, not conditions. They are context for a person or a rule, never a
+trigger on their own, so they travel under their own detail type.
+
+An Event is re-posted with a higher ``count`` each time it recurs: the shipper deduplicates on
+(uid, count), so each occurrence is shipped once and a watch replay after a reconnect is not. On
+the first list after start the existing Events are remembered without shipping them (history is
+not news); on later relists (after 410 Gone) the ones not seen yet are shipped.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from nodeheal.events import DETAIL_TYPE_NODE_EVENT, SCHEMA_VERSION
+from nodeheal.exporter.metrics import Metrics
+from nodeheal.exporter.publisher import fit_detail
+from nodeheal.exporter.queue import QueuedEvent
+from nodeheal.timeutil import format_timestamp, utc_now
+
+NODE_EVENTS_PATH = "/api/v1/events"
+NODE_EVENTS_FIELD_SELECTOR = "involvedObject.kind=Node"
+
+
+def node_event_detail(cluster: str, event: Mapping[str, Any], observed_at: datetime) -> dict[str, Any]:
+    metadata = event.get("metadata") or {}
+    involved = event.get("involvedObject") or {}
+    source = event.get("source") or {}
+    return {
+        "schemaVersion": SCHEMA_VERSION,
+        "cluster": cluster,
+        "node": {"name": str(involved.get("name") or ""), "uid": str(involved.get("uid") or "")},
+        "event": {
+            "uid": str(metadata.get("uid") or ""),
+            "type": str(event.get("type") or ""),
+            "reason": str(event.get("reason") or ""),
+            "message": str(event.get("message") or ""),
+            "count": int(event.get("count") or 1),
+            "source": str(source.get("component") or event.get("reportingComponent") or ""),
+            "firstTimestamp": event.get("firstTimestamp") or event.get("eventTime"),
+            "lastTimestamp": event.get("lastTimestamp") or event.get("eventTime"),
+        },
+        "observedAt": format_timestamp(observed_at, millis=True),
+    }
+
+
+class NodeEventShipper:
+    """A :class:`~nodeheal.exporter.watcher.WatchHandler` for core/v1 Events about Nodes."""
+
+    def __init__(
+        self,
+        cluster: str,
+        submit: Callable[[list[QueuedEvent]], None],
+        metrics: Metrics,
+        *,
+        reasons: Sequence[str] = (),
+        types: Sequence[str] = ("Warning",),
+        memory: int = 50_000,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._cluster = cluster
+        self._submit = submit
+        self._metrics = metrics
+        self._reasons = frozenset(reasons)
+        self._types = frozenset(types)
+        self._memory = memory
+        self._clock = clock
+        self._seen: OrderedDict[str, int] = OrderedDict()  # uid -> highest count shipped
+        self._listed_once = False
+        self._in_list = False
+
+    def _wanted(self, event: Mapping[str, Any]) -> bool:
+        if (event.get("involvedObject") or {}).get("kind") != "Node":
+            return False
+        if self._types and event.get("type") not in self._types:
+            return False
+        return not self._reasons or event.get("reason") in self._reasons
+
+    def _fresh(self, event: Mapping[str, Any]) -> bool:
+        """Record (uid, count); True if this occurrence was not shipped before."""
+        uid = str((event.get("metadata") or {}).get("uid") or "")
+        count = int(event.get("count") or 1)
+        if not uid:
+            return False
+        if self._seen.get(uid, 0) >= count:
+            return False
+        self._seen[uid] = count
+        self._seen.move_to_end(uid)
+        while len(self._seen) > self._memory:
+            self._seen.popitem(last=False)
+        return True
+
+    def _ship(self, events: Sequence[Mapping[str, Any]]) -> None:
+        items: list[QueuedEvent] = []
+        now = self._clock()
+        for event in events:
+            if not self._wanted(event):
+                self._metrics.inc("node_events_seen_total", outcome="filtered")
+                continue
+            if not self._fresh(event):
+                self._metrics.inc("node_events_seen_total", outcome="duplicate")
+                continue
+            if self._in_list and not self._listed_once:
+                self._metrics.inc("node_events_seen_total", outcome="history")
+                continue
+            self._metrics.inc("node_events_seen_total", outcome="shipped")
+            detail = node_event_detail(self._cluster, event, now)
+            items.append(
+                QueuedEvent(
+                    key=f"event/{detail['node']['name']}",
+                    detail_type=DETAIL_TYPE_NODE_EVENT,
+                    detail=fit_detail(detail),
+                    # Events are context, not state: the first thing to give up under pressure.
+                    healthy_direction=True,
+                )
+            )
+        if items:
+            self._submit(items)
+
+    def begin_list(self) -> None:
+        self._in_list = True
+
+    def list_page(self, items: Sequence[Mapping[str, Any]]) -> None:
+        self._ship(items)
+
+    def end_list(self) -> None:
+        self._in_list = False
+        self._listed_once = True
+
+    def on_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        if event_type == "DELETED":
+            uid = str((obj.get("metadata") or {}).get("uid") or "")
+            self._seen.pop(uid, None)
+            return
+        self._ship([obj])

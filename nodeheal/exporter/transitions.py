@@ -1,0 +1,218 @@
+"""From Node objects to condition transitions: the exporter's only decision.
+
+The tracker keeps, per node, the (status, reason) of each watched condition and nothing else, so
+memory stays small on a 5,000-node cluster and the hot path is one dict comparison: a heartbeat
+(``lastHeartbeatTime``, resourceVersion churn, a label change) changes neither and emits nothing.
+
+It reads the raw JSON of a Node (the dict the API server sent), never the ``kubernetes`` client's
+models; ``benchmarks/exporter_throughput.py`` measures why.
+
+Rules:
+
+* a watched condition whose (status, reason) changed emits one event with ``previous``;
+* a node or condition seen for the first time emits only if it is bad (``previous`` null), so a
+  node joining the cluster healthy costs nothing;
+* after every (re)list each currently-bad condition is emitted once with ``resync: true`` (the
+  workflow deduplicates), and a condition that recovered while the watch was down emits its
+  transition; nodes gone from the list are forgotten silently;
+* a deleted node emits nothing, bad or not: there is nothing left to remediate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nodeheal.conditions import Condition, is_bad_status
+from nodeheal.errors import InvalidEventError
+from nodeheal.events import NodeConditionEvent, NodeIdentity, PreviousState, instance_id_from_provider_id
+from nodeheal.timeutil import utc_now
+
+INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
+NODE_POOL_LABEL = "karpenter.sh/nodepool"
+CAPACITY_TYPE_LABELS = ("karpenter.sh/capacity-type", "eks.amazonaws.com/capacityType")
+
+_StatusReason = tuple[str, str]
+
+
+@dataclass(slots=True)
+class _NodeState:
+    uid: str
+    #: condition type -> (status, reason) of every watched condition.
+    seen: dict[str, _StatusReason]
+    #: The full bad conditions and the node's identity, kept only while something is bad so a
+    #: resync from memory (periodic, or on becoming leader) can re-emit them without an API call.
+    bad: dict[str, Condition] = field(default_factory=dict)
+    identity: NodeIdentity | None = None
+
+
+def node_identity(obj: Mapping[str, Any]) -> NodeIdentity:
+    """The contract's node block from a raw Node; instance ID and zone fall back to providerID."""
+    metadata = obj.get("metadata") or {}
+    labels: Mapping[str, str] = metadata.get("labels") or {}
+    provider_id = str((obj.get("spec") or {}).get("providerID") or "")
+    zone = _first_label(labels, ZONE_LABELS)
+    if not zone and provider_id.startswith("aws:///"):
+        zone = provider_id[len("aws:///") :].split("/", 1)[0]
+    return NodeIdentity(
+        name=str(metadata.get("name") or ""),
+        uid=str(metadata.get("uid") or ""),
+        provider_id=provider_id,
+        instance_id=instance_id_from_provider_id(provider_id) or "",
+        instance_type=_first_label(labels, INSTANCE_TYPE_LABELS),
+        zone=zone,
+        node_pool=str(labels.get(NODE_POOL_LABEL, "")),
+        capacity_type=_capacity_type(labels),
+        labels={str(k): str(v) for k, v in labels.items()},
+    )
+
+
+def _first_label(labels: Mapping[str, str], keys: Iterable[str]) -> str:
+    for key in keys:
+        value = labels.get(key)
+        if value:
+            return str(value)
+    return ""
+
+
+def _capacity_type(labels: Mapping[str, str]) -> str:
+    # Karpenter writes "on-demand"/"spot"; managed node groups write "ON_DEMAND"/"SPOT". One
+    # spelling on the bus lets one rule match both.
+    value = _first_label(labels, CAPACITY_TYPE_LABELS)
+    return value.lower().replace("_", "-")
+
+
+class TransitionTracker:
+    """Per-node condition state; turns Node objects into :class:`NodeConditionEvent` lists.
+
+    Not thread-safe: the caller serialises access (the exporter holds one lock around each call
+    and the hand-off to the queue, which also keeps per-node order).
+    """
+
+    def __init__(
+        self,
+        cluster: str,
+        watches: Callable[[str], bool],
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._cluster = cluster
+        self._watches = watches
+        self._clock = clock
+        self._nodes: dict[str, _NodeState] = {}
+        self._relist_seen: set[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def _watched(self, obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        watched: dict[str, Mapping[str, Any]] = {}
+        for raw in (obj.get("status") or {}).get("conditions") or ():
+            condition_type = raw.get("type")
+            if condition_type and self._watches(condition_type):
+                watched[condition_type] = raw
+        return watched
+
+    def observe(self, obj: Mapping[str, Any]) -> list[NodeConditionEvent]:
+        """An ADDED or MODIFIED Node from the watch."""
+        return self._apply(obj, resync=False)
+
+    def forget(self, obj: Mapping[str, Any]) -> None:
+        """A DELETED Node: drop its state and emit nothing."""
+        name = (obj.get("metadata") or {}).get("name")
+        if name:
+            self._nodes.pop(name, None)
+
+    def begin_relist(self) -> None:
+        self._relist_seen = set()
+
+    def relist_page(self, items: Iterable[Mapping[str, Any]]) -> list[NodeConditionEvent]:
+        """One page of a (re)list: bad conditions emitted with ``resync: true``."""
+        events: list[NodeConditionEvent] = []
+        for obj in items:
+            name = (obj.get("metadata") or {}).get("name")
+            if self._relist_seen is not None and name:
+                self._relist_seen.add(name)
+            events.extend(self._apply(obj, resync=True))
+        return events
+
+    def end_relist(self) -> None:
+        """Forget nodes the list no longer contains: deleted while the watch was down."""
+        if self._relist_seen is None:
+            return
+        for name in [n for n in self._nodes if n not in self._relist_seen]:
+            del self._nodes[name]
+        self._relist_seen = None
+
+    def resync_from_memory(self) -> list[NodeConditionEvent]:
+        """Every currently-bad condition again, ``resync: true``, without asking the API server."""
+        now = self._clock()
+        events = []
+        for state in self._nodes.values():
+            if state.identity is None:
+                continue
+            for condition in state.bad.values():
+                events.append(
+                    NodeConditionEvent(
+                        cluster=self._cluster,
+                        node=state.identity,
+                        condition=condition,
+                        observed_at=now,
+                        previous=PreviousState(condition.status, condition.reason),
+                        resync=True,
+                    )
+                )
+        return events
+
+    def _apply(self, obj: Mapping[str, Any], *, resync: bool) -> list[NodeConditionEvent]:
+        metadata = obj.get("metadata") or {}
+        name = metadata.get("name")
+        if not name:
+            return []
+        uid = str(metadata.get("uid") or "")
+        watched = self._watched(obj)
+        current = {t: (str(raw.get("status")), str(raw.get("reason") or "")) for t, raw in watched.items()}
+        state = self._nodes.get(name)
+        if state is not None and state.uid != uid:
+            # Same name, new object (an instance replaced under a reused hostname): no earlier view.
+            state = None
+        if state is not None and not resync and current == state.seen:
+            return []  # the hot path: heartbeats and resourceVersion churn
+        previous_seen = state.seen if state is not None else {}
+        events: list[NodeConditionEvent] = []
+        identity: NodeIdentity | None = None
+        bad: dict[str, Condition] = {}
+        now = self._clock()
+        for condition_type, raw in watched.items():
+            status, reason = current[condition_type]
+            is_bad = is_bad_status(condition_type, status)
+            before = previous_seen.get(condition_type)
+            changed = before is not None and before != (status, reason)
+            emit = changed or (is_bad and (before is None or resync))
+            if not emit and not is_bad:
+                continue
+            try:
+                condition = Condition.from_api(raw)
+            except InvalidEventError:
+                continue  # a condition the API would not accept either; nothing to decide on
+            if is_bad:
+                bad[condition_type] = condition
+            if emit:
+                if identity is None:
+                    identity = node_identity(obj)
+                events.append(
+                    NodeConditionEvent(
+                        cluster=self._cluster,
+                        node=identity,
+                        condition=condition,
+                        observed_at=now,
+                        previous=None if before is None else PreviousState(*before),
+                        resync=resync and is_bad,
+                    )
+                )
+        if bad and identity is None:
+            identity = node_identity(obj)
+        self._nodes[name] = _NodeState(uid=uid, seen=current, bad=bad, identity=identity if bad else None)
+        return events
