@@ -93,6 +93,10 @@ DEFAULT_CONDITION_RULES: Mapping[str, ConditionRule] = MappingProxyType(
         # NPD's GPU check failed without an Xid (nvidia-smi hangs or errors): real, but a single
         # timeout under load is common, so it must persist for two minutes first.
         "GPUProblem": ConditionRule(Action.REPLACE, confirm_seconds=120),
+        # NodeHeal's NPD plugin check (deploy/node-problem-detector): nvidia-smi does not answer or
+        # fewer GPUs than the node advertised. A separate condition so the plugin's periodic
+        # status never overwrites the kernel-log monitor's GPUProblem; same two-minute rule.
+        "GPUUnavailable": ConditionRule(Action.REPLACE, confirm_seconds=120),
         # The node's kernel or disk is wedged; give it ten minutes to clear on its own.
         "KernelDeadlock": ConditionRule(Action.REPLACE, confirm_seconds=600),
         "ReadonlyFilesystem": ConditionRule(Action.REPLACE, confirm_seconds=600),
@@ -311,7 +315,7 @@ def _classify_condition_rule(condition: Condition, overrides: PolicyOverrides) -
     )
     wait = f" once it has stayed bad for {rule.confirm_seconds} s" if rule.confirm_seconds else ""
     detail = f" (reason {condition.reason})" if condition.reason else ""
-    no_xid = " with no Xid in the message" if condition.type == "GPUProblem" else ""
+    no_xid = " with no Xid in the message" if condition.type in ("GPUProblem", "GPUUnavailable") else ""
     return Classification(
         action=rule.action,
         reason=(

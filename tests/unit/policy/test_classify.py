@@ -136,6 +136,16 @@ def test_gpu_problem_without_xid_is_replace_after_confirmation(reason: str, mess
     assert (result.signal, result.xid) == ("condition:GPUProblem", None)
 
 
+def test_gpu_check_plugin_condition_is_replace_after_confirmation() -> None:
+    # deploy/node-problem-detector's check_gpu.sh sets GPUUnavailable, never GPUProblem.
+    condition = Condition(
+        "GPUUnavailable", "True", "GPUsUnavailable", "nvidia-smi reports 7 GPUs, expected 8"
+    )
+    result = classify(condition, DEFAULTS, Action.ALERT)
+    assert result.action is Action.REPLACE and result.confirm_seconds == 120
+    assert result.signal == "condition:GPUUnavailable"
+
+
 # Row: KernelDeadlock / ReadonlyFilesystem = True and NMA *Ready=False -> replace after 10 minutes.
 @pytest.mark.parametrize(
     "condition",
