@@ -41,7 +41,8 @@ typecheck: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(BIN)/pytest tests/unit -q
 
-test: bootstrap lint typecheck
+# lambda-deps: the infrastructure tests run the real `cdk synth`, which bundles the Lambda asset.
+test: bootstrap lambda-deps lint typecheck
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/pytest -q
 
 # Wheels for the Lambda asset, fetched once for the Lambda platform (manylinux x86_64, Python 3.12);

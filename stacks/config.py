@@ -28,6 +28,7 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 #: detectors set, in the direction that means "unhealthy". Recoveries never start a workflow.
 DEFAULT_RULE_CONDITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("GPUProblem", ("True",)),
+    ("GPUUnavailable", ("True",)),
     ("AcceleratedHardwareReady", ("False",)),
     ("KernelReady", ("False",)),
     ("ContainerRuntimeReady", ("False",)),
@@ -116,6 +117,10 @@ class NodeHealConfig:
     workflow_timeout_minutes: int
     #: Kubernetes group the EKS access entries map the workflow roles to (bound by deploy/rbac).
     kubernetes_group: str
+    #: Where the exporter runs (deploy/exporter): its EKS Pod Identity association targets this
+    #: namespace and service account in every configured cluster.
+    exporter_namespace: str
+    exporter_service_account: str
     log_retention_days: int
 
     @classmethod
@@ -172,6 +177,7 @@ class NodeHealConfig:
                 f"{CONTEXT_KEY}.workflow.timeoutMinutes ({timeout_minutes}) must exceed drain plus "
                 f"recovery timeouts with margin ({needed_minutes})"
             )
+        exporter = reader.child("exporter")
         config = cls(
             stack_name=reader.string("stackName", "NodeHeal"),
             clusters=clusters,
@@ -185,8 +191,11 @@ class NodeHealConfig:
             lambda_network=network,
             workflow_timeout_minutes=timeout_minutes,
             kubernetes_group=reader.string("kubernetesGroup", "nodeheal-remediator"),
+            exporter_namespace=exporter.string("namespace", "nodeheal"),
+            exporter_service_account=exporter.string("serviceAccount", "nodeheal-exporter"),
             log_retention_days=reader.integer("logRetentionDays", 30, minimum=1, maximum=3653),
         )
+        exporter.finish()
         if config.kubernetes_group.startswith("system:"):
             raise ConfigurationError(
                 f"{CONTEXT_KEY}.kubernetesGroup must not start with 'system:' (EKS access entries refuse it)"

@@ -1,0 +1,150 @@
+"""Ingest: the custom bus the exporter writes to, the rule, its archive, and the ingest Lambda.
+
+EventBridge invokes Lambda asynchronously, so two distinct failures need two dead-letter queues:
+the rule target's DLQ catches events EventBridge could not deliver (throttling, missing
+permission, expired retries); the function's on-failure destination catches events the handler
+failed on after Lambda's own retries (with the error in the record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from stacks.config import NodeHealConfig
+from stacks.constructs.lambda_function import NodeHealFunction
+from stacks.rule_pattern import build_event_pattern
+from stacks.workflow_tasks import INGEST_TASK
+
+#: EventBridge retries a failed delivery with backoff this many times (within the event age below).
+TARGET_RETRY_ATTEMPTS = 8
+#: Lambda retries a failed async invocation this many times (its maximum) before the destination.
+FUNCTION_RETRY_ATTEMPTS = 2
+#: EventBridge and Lambda accept event ages between one minute and this bound (seconds).
+MIN_EVENT_AGE_SECONDS = 60
+MAX_EVENT_AGE_SECONDS = 21_600
+#: Dead letters wait this long for a person (the SQS maximum).
+DLQ_RETENTION = Duration.days(14)
+
+
+class IngestConstruct(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id_: str,
+        *,
+        config: NodeHealConfig,
+        code: lambda_.Code,
+        ledger_table_name: str,
+        state_machine: sfn.IStateMachine,
+    ) -> None:
+        super().__init__(scope, id_)
+        self._config = config
+        self.bus = self._build_bus()
+        self.event_pattern = build_event_pattern(config)
+        self.archive = self._build_archive(self.bus)
+        self.delivery_dlq = self._build_dead_letter_queue(
+            "DeliveryDLQ", "events EventBridge could not deliver to the ingest function"
+        )
+        self.failure_dlq = self._build_dead_letter_queue(
+            "FailureDLQ", "events the ingest function failed on after Lambda's retries"
+        )
+        self.function = self._build_function(code, ledger_table_name, state_machine)
+        self.rule = self._build_rule(self.bus, self.function.function)
+
+    @property
+    def dead_letter_queues(self) -> tuple[sqs.Queue, ...]:
+        return (self.delivery_dlq, self.failure_dlq)
+
+    def _max_event_age(self) -> Duration:
+        # An event older than the stale bound is dropped by ingest anyway; retrying it longer only
+        # delays the dead letter a person should see.
+        seconds = min(max(self._config.stale_event_seconds, MIN_EVENT_AGE_SECONDS), MAX_EVENT_AGE_SECONDS)
+        return Duration.seconds(seconds)
+
+    def _build_bus(self) -> events.EventBus:
+        return events.EventBus(self, "Bus", event_bus_name=self._config.event_bus_name)
+
+    def _build_archive(self, bus: events.EventBus) -> events.Archive:
+        # Retention 0 means "keep forever" to EventBridge.
+        retention = self._config.archive_retention_days
+        return bus.archive(
+            "Archive",
+            description="Every event the ingest rule matches, for replay and forensics",
+            event_pattern=_to_event_pattern(self.event_pattern),
+            retention=Duration.days(retention) if retention else None,
+        )
+
+    def _build_dead_letter_queue(self, id_: str, holds: str) -> sqs.Queue:
+        queue = sqs.Queue(
+            self,
+            id_,
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=DLQ_RETENTION,
+        )
+        Validations.of(queue).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason=f"This queue is itself a dead-letter queue (it holds {holds}); its depth is alarmed.",
+            )
+        )
+        return queue
+
+    def _build_function(
+        self, code: lambda_.Code, ledger_table_name: str, state_machine: sfn.IStateMachine
+    ) -> NodeHealFunction:
+        config = self._config
+        node_heal_function = NodeHealFunction(
+            self,
+            "Ingest",
+            spec=INGEST_TASK,
+            code=code,
+            function_name=f"{config.stack_name}-{INGEST_TASK.name}",
+            environment={
+                "NODEHEAL_STATE_MACHINE_ARN": state_machine.state_machine_arn,
+                "NODEHEAL_CLUSTERS": ",".join(config.clusters),
+                "NODEHEAL_STALE_EVENT_SECONDS": str(config.stale_event_seconds),
+                "NODEHEAL_EVENT_SOURCE": config.event_source,
+                "NODEHEAL_LEDGER_TABLE": ledger_table_name,
+            },
+            log_retention_days=config.log_retention_days,
+        )
+        node_heal_function.function.configure_async_invoke(
+            on_failure=destinations.SqsDestination(self.failure_dlq),
+            retry_attempts=FUNCTION_RETRY_ATTEMPTS,
+            max_event_age=self._max_event_age(),
+        )
+        return node_heal_function
+
+    def _build_rule(self, bus: events.EventBus, function: lambda_.IFunction) -> events.Rule:
+        return events.Rule(
+            self,
+            "Rule",
+            event_bus=bus,
+            description="Unhealthy Node condition transitions of the configured clusters -> ingest",
+            event_pattern=_to_event_pattern(self.event_pattern),
+            targets=[
+                targets.LambdaFunction(
+                    function,
+                    dead_letter_queue=self.delivery_dlq,
+                    retry_attempts=TARGET_RETRY_ATTEMPTS,
+                    max_event_age=self._max_event_age(),
+                )
+            ],
+        )
+
+
+def _to_event_pattern(pattern: Mapping[str, Any]) -> events.EventPattern:
+    return events.EventPattern(
+        source=pattern["source"], detail_type=pattern["detail-type"], detail=pattern["detail"]
+    )

@@ -1,0 +1,54 @@
+"""Human notifications: one SNS topic, encrypted, with the configured e-mail subscriptions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+
+class NotificationsConstruct(Construct):
+    def __init__(self, scope: Construct, id_: str, *, emails: Sequence[str]) -> None:
+        super().__init__(scope, id_)
+        self.key = self._build_key()
+        self.topic = self._build_topic(self.key)
+        self._build_email_subscriptions(self.topic, emails)
+
+    def _build_key(self) -> kms.Key:
+        # A customer managed key, not alias/aws/sns: CloudWatch alarms cannot publish to a topic
+        # encrypted with the AWS managed key, whose policy cannot grant cloudwatch.amazonaws.com.
+        key = kms.Key(
+            self,
+            "TopicKey",
+            description="NodeHeal notifications topic encryption",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchAlarmsToPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],
+            )
+        )
+        return key
+
+    def _build_topic(self, key: kms.IKey) -> sns.Topic:
+        return sns.Topic(
+            self,
+            "Topic",
+            display_name="NodeHeal",
+            master_key=key,
+            enforce_ssl=True,
+        )
+
+    @staticmethod
+    def _build_email_subscriptions(topic: sns.Topic, emails: Sequence[str]) -> None:
+        for email in emails:
+            topic.add_subscription(subscriptions.EmailSubscription(email))

@@ -1,0 +1,191 @@
+"""The one code asset every NodeHeal Lambda runs: ``nodeheal/`` + ``lambdas/`` + their wheels.
+
+Packaging needs neither Docker nor, at synth time, the network:
+
+1. ``python -m stacks.lambda_asset download`` (``make lambda-deps``) fetches the wheels listed in
+   ``lambdas/requirements.txt`` for the Lambda platform into ``build/wheelhouse/`` once.
+2. ``cdk synth`` bundles locally (:class:`WheelhouseBundling`): ``pip install --no-index`` from that
+   wheelhouse into the asset directory, then copies the source packages.
+
+The bundler never hands over to Docker: a missing or stale wheelhouse is an error that says which
+command fixes it. Tests skip bundling altogether with the ``aws:cdk:bundling-stacks`` context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
+from aws_cdk import aws_lambda as lambda_
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIREMENTS = ROOT / "lambdas" / "requirements.txt"
+#: ``NODEHEAL_WHEELHOUSE`` moves it (a CI cache, a shared download directory).
+WHEELHOUSE = Path(os.environ.get("NODEHEAL_WHEELHOUSE") or ROOT / "build" / "wheelhouse")
+#: Source packages copied into the asset next to the installed wheels.
+SOURCE_PACKAGES = ("nodeheal", "lambdas")
+#: Copy of the requirements the wheelhouse was downloaded for; a mismatch means it is stale.
+WHEELHOUSE_STAMP = "requirements.txt"
+
+#: The Lambda platform the wheels must match: the python3.12 runtime on x86_64.
+PYTHON_VERSION = "3.12"
+PLATFORM_ARGS: tuple[str, ...] = (
+    "--only-binary=:all:",
+    "--platform",
+    "manylinux2014_x86_64",
+    "--python-version",
+    PYTHON_VERSION,
+    "--implementation",
+    "cp",
+)
+#: BundlingOptions requires an image; Docker never runs it because WheelhouseBundling either
+#: bundles or raises (returning False would hand the job to Docker).
+BUNDLING_IMAGE = "public.ecr.aws/sam/build-python3.12"
+
+#: Installed paths removed from the asset. ``kubernetes/aio`` is the asyncio twin of the client (41 MB,
+#: 40% of the asset) that NodeHeal never imports; ``bin`` holds console scripts whose shebangs name
+#: the build machine's interpreter.
+PRUNED_PATHS: tuple[str, ...] = ("kubernetes/aio", "bin")
+
+_IGNORED_SOURCE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "requirements.txt")
+
+
+class LambdaAssetError(RuntimeError):
+    """The asset cannot be built (no wheelhouse, stale wheelhouse, pip failed)."""
+
+
+def download(
+    wheelhouse: Path = WHEELHOUSE, requirements: Path = REQUIREMENTS, *, force: bool = False
+) -> bool:
+    """Fetch the wheels for the Lambda platform into ``wheelhouse`` (needs the package index once).
+
+    Returns False without touching the network when the wheelhouse already matches the
+    requirements, so ``make synth`` (which runs this first) stays offline after the first run.
+    """
+    if not force and wheelhouse_is_current(wheelhouse, requirements):
+        return False
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    _pip("download", *PLATFORM_ARGS, "--dest", str(wheelhouse), "--requirement", str(requirements))
+    shutil.copyfile(requirements, wheelhouse / WHEELHOUSE_STAMP)
+    return True
+
+
+def wheelhouse_is_current(wheelhouse: Path = WHEELHOUSE, requirements: Path = REQUIREMENTS) -> bool:
+    try:
+        check_wheelhouse(wheelhouse, requirements)
+    except LambdaAssetError:
+        return False
+    return True
+
+
+def check_wheelhouse(wheelhouse: Path = WHEELHOUSE, requirements: Path = REQUIREMENTS) -> None:
+    """Raise LambdaAssetError unless ``wheelhouse`` was downloaded for the current requirements."""
+    stamp = wheelhouse / WHEELHOUSE_STAMP
+    if not stamp.is_file() or not any(wheelhouse.glob("*.whl")):
+        raise LambdaAssetError(
+            f"the Lambda wheelhouse {wheelhouse} is missing; run `make lambda-deps` once "
+            "(it downloads the wheels of lambdas/requirements.txt), then synthesize again"
+        )
+    if stamp.read_bytes() != requirements.read_bytes():
+        raise LambdaAssetError(
+            f"{requirements} changed since the wheelhouse {wheelhouse} was downloaded; "
+            "run `make lambda-deps` again"
+        )
+
+
+def build(output_dir: Path, wheelhouse: Path = WHEELHOUSE, requirements: Path = REQUIREMENTS) -> None:
+    """Install the wheels offline into ``output_dir`` and copy the source packages next to them."""
+    check_wheelhouse(wheelhouse, requirements)
+    _pip(
+        "install",
+        *PLATFORM_ARGS,
+        "--no-index",
+        "--find-links",
+        str(wheelhouse),
+        "--target",
+        str(output_dir),
+        # Compiled .pyc files would target the build machine's Python, not the runtime's.
+        "--no-compile",
+        "--requirement",
+        str(requirements),
+    )
+    for pruned in PRUNED_PATHS:
+        shutil.rmtree(output_dir / pruned, ignore_errors=True)
+    for package in SOURCE_PACKAGES:
+        shutil.copytree(ROOT / package, output_dir / package, ignore=_IGNORED_SOURCE, dirs_exist_ok=True)
+
+
+def directory_size(path: Path) -> int:
+    """Bytes of every file under ``path``: the unzipped size Lambda's 250 MB limit applies to."""
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
+
+
+@jsii.implements(ILocalBundling)
+class WheelhouseBundling:
+    """CDK local bundling from the wheelhouse; raises instead of returning False (= use Docker)."""
+
+    def __init__(self, wheelhouse: Path = WHEELHOUSE, requirements: Path = REQUIREMENTS) -> None:
+        self._wheelhouse = wheelhouse
+        self._requirements = requirements
+
+    # jsii passes the BundlingOptions struct positionally while the typed stub declares keywords;
+    # neither is needed, the wheelhouse and requirements are fixed at construction.
+    def try_bundle(self, output_dir: str, *_options: Any, **_keywords: Any) -> bool:
+        build(Path(output_dir), self._wheelhouse, self._requirements)
+        return True
+
+
+def lambda_code(wheelhouse: Path = WHEELHOUSE) -> lambda_.AssetCode:
+    """The shared asset; binding it to several functions of one stack uploads it once."""
+    return lambda_.Code.from_asset(
+        # The source directory only anchors the asset: the bundler reads the packages itself, and the
+        # OUTPUT hash means CDK never fingerprints the source (nor anything when bundling is skipped).
+        str(ROOT / "lambdas"),
+        asset_hash_type=AssetHashType.OUTPUT,
+        bundling=BundlingOptions(
+            image=DockerImage.from_registry(BUNDLING_IMAGE),
+            local=WheelhouseBundling(wheelhouse),
+        ),
+    )
+
+
+def _pip(*args: str) -> None:
+    command = [sys.executable, "-m", "pip", *args, "--disable-pip-version-check", "--quiet"]
+    result = subprocess.run(command, check=False, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise LambdaAssetError(f"`pip {args[0]}` failed ({result.returncode}):\n{result.stderr.strip()}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stacks.lambda_asset", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    download_parser = commands.add_parser("download", help=f"fetch the Lambda wheels into {WHEELHOUSE}/")
+    download_parser.add_argument("--force", action="store_true", help="download even if up to date")
+    build_parser = commands.add_parser("build", help="build the asset into a directory and print its size")
+    build_parser.add_argument("output_dir", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "download":
+            fetched = download(force=args.force)
+            wheels = sorted(path.name for path in WHEELHOUSE.glob("*.whl"))
+            print(f"{len(wheels)} wheels in {WHEELHOUSE}" + ("" if fetched else " (up to date)"))
+        else:
+            build(args.output_dir)
+            size = directory_size(args.output_dir)
+            print(f"asset {args.output_dir}: {size / 1_000_000:.1f} MB unzipped")
+    except LambdaAssetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

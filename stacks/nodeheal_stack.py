@@ -1,0 +1,126 @@
+"""The NodeHeal stack: wires one construct per capability and exports what operators look up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack, Tags
+from constructs import Construct
+
+from stacks.config import NodeHealConfig
+from stacks.constructs.access import AccessConstruct
+from stacks.constructs.exporter_access import ExporterAccess
+from stacks.constructs.ingest import IngestConstruct
+from stacks.constructs.ledger import LedgerConstruct
+from stacks.constructs.notifications import NotificationsConstruct
+from stacks.constructs.observability import ObservabilityConstruct
+from stacks.constructs.workflow import WorkflowConstruct
+from stacks.lambda_asset import lambda_code
+
+
+class NodeHealStack(Stack):
+    def __init__(self, scope: Construct, id_: str, *, config: NodeHealConfig, **kwargs: Any) -> None:
+        super().__init__(
+            scope,
+            id_,
+            description="NodeHeal: event-driven remediation of unhealthy GPU nodes on Amazon EKS",
+            **kwargs,
+        )
+        self.config = config
+        Tags.of(self).add("app", "nodeheal")
+        code = lambda_code()
+        self.ledger = LedgerConstruct(self, "Ledger")
+        self.notifications = NotificationsConstruct(self, "Notifications", emails=config.notification_emails)
+        self.workflow = WorkflowConstruct(
+            self,
+            "Workflow",
+            config=config,
+            code=code,
+            ledger_table_name=self.ledger.table.table_name,
+            topic_arn=self.notifications.topic.topic_arn,
+        )
+        self.ingest = IngestConstruct(
+            self,
+            "Ingest",
+            config=config,
+            code=code,
+            ledger_table_name=self.ledger.table.table_name,
+            state_machine=self.workflow.state_machine,
+        )
+        self.access = AccessConstruct(
+            self,
+            "Access",
+            config=config,
+            workflow_functions=list(self.workflow.functions.values()),
+            ingest_function=self.ingest.function,
+            ledger_table=self.ledger.table,
+            topic=self.notifications.topic,
+            state_machine=self.workflow.state_machine,
+        )
+        self.exporter_access = ExporterAccess(
+            self,
+            "ExporterAccess",
+            bus=self.ingest.bus,
+            clusters=config.clusters,
+            namespace=config.exporter_namespace,
+            service_account=config.exporter_service_account,
+        )
+        self.observability = ObservabilityConstruct(
+            self,
+            "Observability",
+            state_machine=self.workflow.state_machine,
+            dead_letter_queues=self.ingest.dead_letter_queues,
+            topic=self.notifications.topic,
+        )
+        self._build_outputs()
+
+    def _build_outputs(self) -> None:
+        CfnOutput(
+            self,
+            "EventBusName",
+            value=self.ingest.bus.event_bus_name,
+            description="Bus the exporter publishes to (exporter --event-bus)",
+        )
+        CfnOutput(
+            self,
+            "EventBusArn",
+            value=self.ingest.bus.event_bus_arn,
+            description="Grant the exporter's role events:PutEvents on this ARN",
+        )
+        CfnOutput(
+            self,
+            "ExporterRoleArn",
+            value=self.exporter_access.role.role_arn,
+            description="Role the exporter assumes through EKS Pod Identity (events:PutEvents on the bus)",
+        )
+        CfnOutput(
+            self,
+            "StateMachineArn",
+            value=self.workflow.state_machine.state_machine_arn,
+            description="Remediation workflow; each execution is one remediation",
+        )
+        CfnOutput(
+            self,
+            "LedgerTableName",
+            value=self.ledger.table.table_name,
+            description="Locks, remediation records, budgets and circuit breaker",
+        )
+        CfnOutput(
+            self,
+            "NotificationsTopicArn",
+            value=self.notifications.topic.topic_arn,
+            description="Subscribe people or chat integrations here",
+        )
+        for name, function in self.workflow.functions.items():
+            if function.spec.kubernetes:
+                CfnOutput(
+                    self,
+                    f"RemediatorRole{_pascal(name)}Arn",
+                    value=function.role.role_arn,
+                    description=f"IAM role of the {name} task, mapped to the Kubernetes group "
+                    f"{self.config.kubernetes_group!r} by an EKS access entry",
+                )
+
+
+def _pascal(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("-"))

@@ -1,0 +1,41 @@
+"""The EventBridge pattern that decides which condition transitions start a remediation.
+
+A pure function of the config so tests compare the synthesized rule with it, and so the contract
+it encodes (contract v1 field names, see ``nodeheal.events``) is visible in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED
+from stacks.config import NodeHealConfig
+
+
+def build_event_pattern(config: NodeHealConfig) -> dict[str, Any]:
+    """``{"source", "detail-type", "detail"}`` for the ingest rule.
+
+    Conditions that accept the same statuses share one ``$or`` branch (types are OR-ed inside an
+    array), which keeps the pattern well under EventBridge's combination limits for any config.
+    """
+    by_statuses: dict[tuple[str, ...], list[str]] = {}
+    for condition in config.rule.conditions:
+        types = by_statuses.setdefault(tuple(sorted(set(condition.statuses))), [])
+        if condition.type not in types:
+            types.append(condition.type)
+    branches = [
+        {"condition": {"type": types, "status": list(statuses)}} for statuses, types in by_statuses.items()
+    ]
+    detail: dict[str, Any] = {"cluster": list(config.clusters)}
+    # "$or" needs two or more branches; a single branch is the plain field match.
+    if len(branches) == 1:
+        detail.update(branches[0])
+    else:
+        detail["$or"] = branches
+    if config.rule.node_labels:
+        detail["node"] = {"labels": {key: list(values) for key, values in config.rule.node_labels.items()}}
+    return {
+        "source": [config.event_source],
+        "detail-type": [DETAIL_TYPE_CONDITION_CHANGED],
+        "detail": detail,
+    }

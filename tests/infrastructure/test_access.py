@@ -1,0 +1,192 @@
+"""Least privilege: every grant in the template follows from the task's TaskSpec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stacks.workflow_tasks import INGEST_TASK, WORKFLOW_TASKS, LedgerAccess, TaskSpec
+from tests.infrastructure.conftest import (
+    Synthesized,
+    actions_of,
+    resources_of,
+    role_logical_id,
+    role_statements,
+)
+
+ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK)
+LEDGER_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
+
+
+def statements_with(statements: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    return [s for s in statements if any(a.startswith(prefix) for a in actions_of(s))]
+
+
+def cluster_arn(cluster: str) -> dict[str, Any]:
+    return {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":eks:", {"Ref": "AWS::Region"}, ":",
+             {"Ref": "AWS::AccountId"}, f":cluster/{cluster}"],
+        ]
+    }  # fmt: skip
+
+
+INSTANCE_ARN = {
+    "Fn::Join": [
+        "",
+        ["arn:", {"Ref": "AWS::Partition"}, ":ec2:", {"Ref": "AWS::Region"}, ":",
+         {"Ref": "AWS::AccountId"}, ":instance/*"],
+    ]
+}  # fmt: skip
+
+
+def test_every_function_has_its_own_role(default_stack: Synthesized) -> None:
+    roles = [role_logical_id(default_stack, spec.name) for spec in ALL_TASKS]
+    assert len(set(roles)) == len(ALL_TASKS)
+    for role_id in roles:
+        trust = default_stack.json["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]
+        assert trust["Statement"] == [
+            {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}
+        ]
+
+
+@pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)
+def test_ec2_grants_follow_the_spec(default_stack: Synthesized, spec: TaskSpec) -> None:
+    ec2 = statements_with(role_statements(default_stack, spec.name), "ec2:")
+    mutations = [s for s in ec2 if set(actions_of(s)) & {"ec2:TerminateInstances", "ec2:RebootInstances"}]
+    granted = {a for s in mutations for a in actions_of(s)}
+    assert granted == set(spec.ec2_mutations)
+    for statement in mutations:
+        assert resources_of(statement) == [INSTANCE_ARN], "EC2 mutations must never be on '*'"
+        assert "Condition" in statement
+    star_ec2 = {a for s in ec2 if "*" in resources_of(s) for a in actions_of(s) if a.startswith("ec2:")}
+    assert star_ec2 == ({"ec2:DescribeInstances"} if spec.ec2_describe else set())
+
+
+@pytest.mark.parametrize("action", ["ec2:TerminateInstances", "ec2:RebootInstances"])
+def test_ec2_mutations_require_a_cluster_ownership_tag(full_stack: Synthesized, action: str) -> None:
+    spec = next(spec for spec in WORKFLOW_TASKS if action in spec.ec2_mutations)
+    conditions = [
+        s["Condition"]
+        for s in statements_with(role_statements(full_stack, spec.name), "ec2:")
+        if action in actions_of(s)
+    ]
+    expected = []
+    for cluster in full_stack.config.clusters:
+        expected += [
+            {"StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cluster}": "owned"}},
+            {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster}},
+            {"StringEquals": {"aws:ResourceTag/eks:eks-cluster-name": cluster}},
+        ]
+    assert sorted(map(str, conditions)) == sorted(map(str, expected))
+
+
+def test_no_role_has_an_ec2_mutation_without_a_condition(full_stack: Synthesized) -> None:
+    for policy in full_stack.resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = actions_of(statement)
+            if any(a.startswith("ec2:") and a != "ec2:DescribeInstances" for a in actions):
+                assert statement.get("Condition"), statement
+                assert "*" not in resources_of(statement)
+
+
+@pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)
+def test_describe_cluster_only_on_configured_clusters(full_stack: Synthesized, spec: TaskSpec) -> None:
+    eks = statements_with(role_statements(full_stack, spec.name), "eks:")
+    if not spec.kubernetes:
+        assert eks == []
+        return
+    (statement,) = eks
+    assert actions_of(statement) == ["eks:DescribeCluster"]
+    # Order is CDK's (policy minimization sorts resources), not the config's.
+    assert sorted(map(str, resources_of(statement))) == sorted(
+        str(cluster_arn(c)) for c in full_stack.config.clusters
+    )
+
+
+def test_one_access_entry_per_kubernetes_role_and_cluster(full_stack: Synthesized) -> None:
+    entries = full_stack.resources("AWS::EKS::AccessEntry").values()
+    pairs = {
+        (entry["Properties"]["PrincipalArn"]["Fn::GetAtt"][0], entry["Properties"]["ClusterName"])
+        for entry in entries
+    }
+    expected = {
+        (role_logical_id(full_stack, spec.name), cluster)
+        for spec in WORKFLOW_TASKS
+        if spec.kubernetes
+        for cluster in full_stack.config.clusters
+    }
+    assert pairs == expected
+    assert len(entries) == len(expected)
+    for entry in entries:
+        assert entry["Properties"]["Type"] == "STANDARD"
+        assert entry["Properties"]["KubernetesGroups"] == [full_stack.config.kubernetes_group]
+        assert "AccessPolicies" not in entry["Properties"], "RBAC, not an EKS access policy, grants verbs"
+
+
+@pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)
+def test_ledger_access_follows_the_spec(default_stack: Synthesized, spec: TaskSpec) -> None:
+    table_id = next(iter(default_stack.resources("AWS::DynamoDB::Table")))
+    dynamodb = statements_with(role_statements(default_stack, spec.name), "dynamodb:")
+    actions = {a for s in dynamodb for a in actions_of(s)}
+    if spec.ledger is LedgerAccess.NONE:
+        assert actions == set()
+        return
+    assert "dynamodb:GetItem" in actions
+    assert ("dynamodb:PutItem" in actions) is (spec.ledger is LedgerAccess.READ_WRITE)
+    if spec.ledger is LedgerAccess.READ:
+        assert not actions & LEDGER_WRITES
+    for statement in dynamodb:
+        for resource in resources_of(statement):
+            assert table_id in str(resource)
+
+
+@pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)
+def test_only_publishers_may_publish_and_only_to_the_topic(
+    default_stack: Synthesized, spec: TaskSpec
+) -> None:
+    topic_id = next(iter(default_stack.resources("AWS::SNS::Topic")))
+    sns = statements_with(role_statements(default_stack, spec.name), "sns:")
+    if not spec.publishes_notifications:
+        assert sns == []
+        return
+    assert [(actions_of(s), resources_of(s)) for s in sns] == [(["sns:Publish"], [{"Ref": topic_id}])]
+
+
+@pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)
+def test_only_ingest_starts_executions(default_stack: Synthesized, spec: TaskSpec) -> None:
+    state_machine_id = next(iter(default_stack.resources("AWS::StepFunctions::StateMachine")))
+    states = statements_with(role_statements(default_stack, spec.name), "states:")
+    if spec is not INGEST_TASK:
+        assert states == []
+        return
+    assert [(actions_of(s), resources_of(s)) for s in states] == [
+        (["states:StartExecution"], [{"Ref": state_machine_id}])
+    ]
+
+
+def test_no_statement_grants_a_wildcard_action(full_stack: Synthesized) -> None:
+    for policy in full_stack.resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            for action in actions_of(statement):
+                assert not action.endswith(":*") and action != "*", action
+
+
+def test_vpc_access_policy_only_on_vpc_attached_roles(full_stack: Synthesized) -> None:
+    for spec in ALL_TASKS:
+        role = full_stack.json["Resources"][role_logical_id(full_stack, spec.name)]
+        managed = str(role["Properties"].get("ManagedPolicyArns", []))
+        assert ("AWSLambdaVPCAccessExecutionRole" in managed) is spec.kubernetes
+
+
+def test_exporter_gets_a_pod_identity_association_per_cluster(full_stack: Synthesized) -> None:
+    associations = full_stack.resources("AWS::EKS::PodIdentityAssociation")
+    clusters = sorted(a["Properties"]["ClusterName"] for a in associations.values())
+    assert clusters == sorted(full_stack.config.clusters)
+    for association in associations.values():
+        assert association["Properties"]["Namespace"] == "nodeheal"
+        assert association["Properties"]["ServiceAccount"] == "nodeheal-exporter"
+    policies = full_stack.resources("AWS::Events::EventBusPolicy")
+    assert len(policies) == 1

@@ -1,0 +1,103 @@
+"""The real CDK CLI (node_modules/.bin/cdk) synthesizes app.py without Docker and without network.
+
+The CLI always bundles on ``synth`` (it refuses ``-c aws:cdk:bundling-stacks=...`` from users), so
+the full synth uses the wheelhouse from ``make lambda-deps`` and proves the whole packaging path.
+The environment makes any Docker or network use fail loudly: ``CDK_DOCKER`` names a missing
+binary and every proxy points at a closed local port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stacks.lambda_asset import SOURCE_PACKAGES, WHEELHOUSE, directory_size
+from tests.infrastructure.conftest import ROOT
+
+CDK = ROOT / "node_modules" / ".bin" / "cdk"
+#: Lambda's limit on the unzipped size of a function's code (bytes).
+LAMBDA_UNZIPPED_LIMIT = 250 * 1024 * 1024
+
+pytestmark = pytest.mark.skipif(not CDK.exists(), reason="node_modules is absent: run `make bootstrap`")
+
+
+def offline_environment(**extra: str) -> dict[str, str]:
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.lower().endswith("_proxy") and key not in ("NODEHEAL_WHEELHOUSE", "CDK_DOCKER")
+    }
+    closed = "http://127.0.0.1:9"
+    environment.update(
+        HTTP_PROXY=closed,
+        HTTPS_PROXY=closed,
+        http_proxy=closed,
+        https_proxy=closed,
+        NO_PROXY="",
+        CDK_DOCKER=str(ROOT / "build" / "no-docker-here"),
+        CDK_DISABLE_CLI_TELEMETRY="true",
+        JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
+        JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION="1",
+        **extra,
+    )
+    return environment
+
+
+def cdk_synth(
+    outdir: Path, *args: str, cwd: Path = ROOT, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(CDK), "synth", "--quiet", "--no-notices", "--output", str(outdir), *args],
+        cwd=cwd,
+        env=offline_environment(**extra_env),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(
+    not (WHEELHOUSE / "requirements.txt").exists(),
+    reason=f"no Lambda wheelhouse at {WHEELHOUSE}: run `make lambda-deps` once (needs the package index)",
+)
+def test_cdk_synth_bundles_offline_without_docker(tmp_path: Path) -> None:
+    result = cdk_synth(tmp_path)
+    assert result.returncode == 0, result.stderr
+    template = json.loads((tmp_path / "NodeHeal.template.json").read_text())
+    assert any(r["Type"] == "AWS::StepFunctions::StateMachine" for r in template["Resources"].values())
+    (asset,) = [path for path in tmp_path.glob("asset.*") if path.is_dir()]
+    for package in (*SOURCE_PACKAGES, "kubernetes", "aws_lambda_powertools", "pydantic_core"):
+        assert (asset / package).is_dir(), package
+    for provided_by_the_runtime in ("boto3", "botocore"):
+        assert not (asset / provided_by_the_runtime).exists()
+    assert not list(asset.rglob("__pycache__"))
+    assert directory_size(asset) < LAMBDA_UNZIPPED_LIMIT
+
+
+def test_missing_wheelhouse_is_one_clear_line(tmp_path: Path) -> None:
+    empty = tmp_path / "wheelhouse"
+    empty.mkdir()
+    result = cdk_synth(tmp_path / "out", NODEHEAL_WHEELHOUSE=str(empty))
+    assert result.returncode != 0
+    assert "make lambda-deps" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_configuration_error_is_one_clear_line(tmp_path: Path) -> None:
+    # A user's cdk.json with a typo; the CLI passes -c values as strings, so it has to be a file.
+    cdk_json = json.loads((ROOT / "cdk.json").read_text())
+    cdk_json["app"] = f"{ROOT / '.venv' / 'bin' / 'python'} {ROOT / 'app.py'}"
+    cdk_json["context"]["nodeheal"]["budgets"]["maxInflight"] = 3
+    (tmp_path / "cdk.json").write_text(json.dumps(cdk_json))
+    result = cdk_synth(tmp_path / "out", cwd=tmp_path)
+    assert result.returncode != 0
+    assert (
+        "NodeHeal configuration error: unknown setting(s): nodeheal.budgets.maxInflight "
+        "(did you mean 'maxInFlight'?)" in result.stderr
+    )
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,208 @@
+"""NodeHealConfig.from_cdk_context: defaults, cdk.json, and every way a deploy config is refused."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeheal.actions import Mode
+from nodeheal.config import RemediationSettings
+from nodeheal.errors import ConfigurationError
+from stacks.config import DEFAULT_RULE_CONDITIONS, LambdaNetwork, NodeHealConfig, RuleCondition
+
+CDK_JSON = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())
+MINIMAL: dict[str, Any] = {"clusters": ["training-on-eks"]}
+
+
+def parse(**overrides: Any) -> NodeHealConfig:
+    return NodeHealConfig.from_cdk_context({**MINIMAL, **overrides})
+
+
+def refused(match: str, **overrides: Any) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        parse(**overrides)
+
+
+def test_defaults() -> None:
+    config = parse()
+    assert config.stack_name == "NodeHeal"
+    assert config.clusters == ("training-on-eks",)
+    assert config.event_bus_name == "nodeheal"
+    assert config.event_source == "nodeheal.exporter"
+    assert config.archive_retention_days == 14
+    assert config.rule.conditions == tuple(RuleCondition(t, s) for t, s in DEFAULT_RULE_CONDITIONS)
+    assert dict(config.rule.node_labels) == {}
+    assert config.stale_event_seconds == 900
+    assert config.remediation == RemediationSettings()
+    assert config.remediation.mode is Mode.FULL
+    assert config.notification_emails == ()
+    assert config.lambda_network is None
+    assert config.workflow_timeout_minutes == 180
+    assert config.kubernetes_group == "nodeheal-remediator"
+    assert config.log_retention_days == 30
+
+
+def test_cdk_json_spells_out_the_defaults() -> None:
+    context = CDK_JSON["context"]["nodeheal"]
+    assert NodeHealConfig.from_cdk_context(context) == parse()
+    # Every remediation key is written out, so users see what they can tune; a new setting must
+    # be added to cdk.json with its default.
+    remediation_keys = RemediationSettings().to_json()
+    assert {key: context[key] for key in remediation_keys} == remediation_keys
+
+
+def test_full_config() -> None:
+    config = parse(
+        stackName="NodeHealStaging",
+        clusters=["a", "b-2"],
+        eventBus={"name": "gpu-health", "source": "acme.gpu", "archiveRetentionDays": 0},
+        rule={
+            "conditions": [{"type": "GPUProblem", "statuses": ["True"]}],
+            "nodeLabels": {"karpenter.sh/nodepool": ["gpu"]},
+        },
+        ingest={"staleEventSeconds": 60},
+        mode="dry-run",
+        notifications={"emails": ["sre@example.com"]},
+        lambdaNetwork={
+            "vpcId": "vpc-1",
+            "availabilityZones": ["us-west-2a"],
+            "subnetIds": ["subnet-1"],
+            "securityGroupIds": ["sg-1"],
+        },
+        workflow={"timeoutMinutes": 60},
+        kubernetesGroup="gpu-remediators",
+        logRetentionDays=90,
+    )
+    assert config.clusters == ("a", "b-2")
+    assert config.rule.node_labels == {"karpenter.sh/nodepool": ("gpu",)}
+    assert config.remediation.mode is Mode.DRY_RUN
+    assert config.lambda_network == LambdaNetwork("vpc-1", ("us-west-2a",), ("subnet-1",), ("sg-1",))
+    assert config.notification_emails == ("sre@example.com",)
+
+
+def test_missing_context_object() -> None:
+    with pytest.raises(ConfigurationError, match=re.escape("cdk.json has no 'nodeheal' context object")):
+        NodeHealConfig.from_cdk_context(None)
+
+
+def test_context_must_be_an_object() -> None:
+    with pytest.raises(ConfigurationError, match="nodeheal must be an object"):
+        NodeHealConfig.from_cdk_context(["training-on-eks"])
+
+
+def test_missing_clusters() -> None:
+    with pytest.raises(ConfigurationError, match=re.escape("nodeheal.clusters is required")):
+        NodeHealConfig.from_cdk_context({})
+
+
+@pytest.mark.parametrize(
+    ("clusters", "match"),
+    [
+        ([], "nodeheal.clusters must list at least one value"),
+        ("training-on-eks", "nodeheal.clusters must be a list of non-empty strings"),
+        (["-leading-dash"], "invalid EKS cluster name '-leading-dash'"),
+        (["has space"], "invalid EKS cluster name 'has space'"),
+        (["x" * 101], "invalid EKS cluster name"),
+        (["a", "a"], "lists a cluster twice"),
+    ],
+)
+def test_bad_clusters(clusters: Any, match: str) -> None:
+    refused(match, clusters=clusters)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "suggestion"),
+    [
+        ("cluster", ["x"], "clusters"),
+        ("notification", {}, "notifications"),
+        ("logRetentionDay", 7, "logRetentionDays"),
+    ],
+)
+def test_typo_at_the_top_level_suggests_the_key(key: str, value: Any, suggestion: str) -> None:
+    context = {**MINIMAL, key: value}
+    with pytest.raises(ConfigurationError, match=rf"nodeheal\.{key} \(did you mean '{suggestion}'\?\)"):
+        NodeHealConfig.from_cdk_context(context)
+
+
+def test_typo_in_a_nested_object_suggests_the_key() -> None:
+    refused(r"nodeheal\.budgets\.maxInflight \(did you mean 'maxInFlight'\?\)", budgets={"maxInflight": 3})
+    refused(r"nodeheal\.eventBus\.archiveRetention \(did you mean", eventBus={"archiveRetention": 3})
+
+
+def test_bad_mode() -> None:
+    refused("nodeheal.mode must be one of dry-run, cordon-only, full; got 'yolo'", mode="yolo")
+
+
+@pytest.mark.parametrize("email", ["not-an-address", "a@b", "two@@example.com", "sp ace@example.com"])
+def test_bad_email(email: str) -> None:
+    refused(
+        f"nodeheal.notifications.emails has an invalid address '{email}'", notifications={"emails": [email]}
+    )
+
+
+def test_lock_ttl_must_cover_drain_and_recovery() -> None:
+    refused(
+        r"nodeheal\.lockTtlSeconds \(1000\) must be at least drain\.timeoutSeconds \+ "
+        r"reboot\.recoveryTimeoutSeconds \(1800\)",
+        lockTtlSeconds=1000,
+    )
+
+
+def test_workflow_timeout_must_exceed_drain_and_recovery() -> None:
+    refused(
+        r"nodeheal\.workflow\.timeoutMinutes \(20\) must exceed drain plus recovery timeouts",
+        workflow={"timeoutMinutes": 20},
+    )
+
+
+def test_workflow_timeout_follows_longer_drains() -> None:
+    # drain 3600 s + recovery 900 s = 75 min, + 5 min margin.
+    refused(r"\(80\)", workflow={"timeoutMinutes": 60}, drain={"timeoutSeconds": 3600}, lockTtlSeconds=7200)
+    assert (
+        parse(workflow={"timeoutMinutes": 80}, drain={"timeoutSeconds": 3600}).workflow_timeout_minutes == 80
+    )
+
+
+@pytest.mark.parametrize(
+    ("event_bus", "match"),
+    [
+        ({"name": "default"}, "must be a custom bus name"),
+        ({"name": "bad name"}, "must be a custom bus name"),
+        ({"source": "aws.ec2"}, "must not start with 'aws.'"),
+        ({"archiveRetentionDays": -1}, "archiveRetentionDays must be >= 0"),
+    ],
+)
+def test_bad_event_bus(event_bus: dict[str, Any], match: str) -> None:
+    refused(match, eventBus=event_bus)
+
+
+def test_bad_rule() -> None:
+    refused("must list at least one condition", rule={"conditions": []})
+    refused(r"statuses has \['Maybe'\]", rule={"conditions": [{"type": "GPUProblem", "statuses": ["Maybe"]}]})
+    refused(
+        "nodeLabels.karpenter.sh/nodepool must list at least one value",
+        rule={"nodeLabels": {"karpenter.sh/nodepool": []}},
+    )
+
+
+def test_stale_event_bound() -> None:
+    refused("staleEventSeconds must be >= 30", ingest={"staleEventSeconds": 5})
+
+
+def test_incomplete_lambda_network() -> None:
+    refused(
+        "nodeheal.lambdaNetwork.subnetIds is required",
+        lambdaNetwork={"vpcId": "vpc-1", "availabilityZones": ["a"]},
+    )
+
+
+def test_kubernetes_group_cannot_be_a_system_group() -> None:
+    refused("must not start with 'system:'", kubernetesGroup="system:masters")
+
+
+def test_bad_log_retention() -> None:
+    refused("logRetentionDays must be >= 1", logRetentionDays=0)
