@@ -51,7 +51,7 @@ lambda-deps: $(VENV)/.installed
 	$(BIN)/python -m stacks.lambda_asset download
 
 synth: bootstrap lambda-deps
-	PATH="$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet && echo "template: cdk.out/NodeHeal.template.json"
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" cdk synth
 
 clean:
 	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache
