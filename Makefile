@@ -22,7 +22,7 @@ $(BIN)/python:
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . || $(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -52,6 +52,14 @@ lambda-deps: $(VENV)/.installed
 
 synth: bootstrap lambda-deps
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" cdk synth
+
+# Benchmarks drive the local pipeline (moto + fake API server); results land in benchmarks/results/.
+bench: $(VENV)/.installed
+	PYTHONPATH="$(CURDIR)" POWERTOOLS_LOG_LEVEL=ERROR $(BIN)/python benchmarks/run_all.py 2> >(grep -v -e 'UserWarning' -e 'flush_metrics' >&2) | grep -v -e '^{"level"' -e '^{"_aws"'
+
+# SCENARIO=name picks another scenario (`make demo SCENARIO=storm`; list: `.venv/bin/nodeheal demo --list`).
+demo: $(VENV)/.installed
+	$(BIN)/nodeheal demo $(if $(SCENARIO),--scenario $(SCENARIO))
 
 clean:
 	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache
