@@ -6,14 +6,33 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodeheal.lambda_support import logger, metrics
-from nodeheal.runtime import runtime
-from nodeheal.workflow.ingest import ingest
+from nodeheal.runtime import Runtime, runtime
+from nodeheal.workflow.ingest import heartbeat, ingest, is_heartbeat
+
+
+def _heartbeat(event: dict[str, Any], rt: Runtime) -> dict[str, str]:
+    """Count an exporter heartbeat per cluster: the alarm on missing heartbeats reads these."""
+    beat = heartbeat(event, rt.ingest_settings)
+    if beat is None:
+        logger.warning(
+            "heartbeat ignored (malformed, foreign source or cluster)", extra={"eventId": event.get("id")}
+        )
+        return {"status": "ignored", "reason": "not a heartbeat of this deployment"}
+    metrics.add_dimension(name="cluster", value=beat.cluster)
+    metrics.add_metric(name="ExporterHeartbeats", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="ExporterEventsPublished", unit=MetricUnit.Count, value=beat.published)
+    metrics.add_metric(name="ExporterPublishFailures", unit=MetricUnit.Count, value=beat.publish_failures)
+    metrics.add_metric(name="ExporterEventsDropped", unit=MetricUnit.Count, value=beat.dropped)
+    metrics.add_metric(name="ExporterQueueDepth", unit=MetricUnit.Count, value=beat.queue_depth)
+    return {"status": "heartbeat", "cluster": beat.cluster}
 
 
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, str]:
     rt = runtime()
+    if is_heartbeat(event):
+        return _heartbeat(event, rt)
     result = ingest(event, settings=rt.ingest_settings, starter=rt.starter, ledger=rt.ledger, now=rt.now())
     metrics.add_metric(name=f"Events{result.status.capitalize()}", unit=MetricUnit.Count, value=1)
     if result.status == "dropped":

@@ -11,7 +11,7 @@ from nodeheal.workflow.state import WorkflowState
 
 def _record_failure(state: WorkflowState, rt: Runtime) -> dict[str, Any]:
     result = record_failure(state, rt.ledger, rt.notifier, rt.now(), region=rt.environment.region)
-    emit_outcome_metrics(result)
+    emit_outcome_metrics(result, state)
     return result
 
 

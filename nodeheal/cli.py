@@ -16,7 +16,12 @@ from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
 #: Subcommand modules, in the order ``--help`` lists them. Each defines
 #: ``register(subparsers) -> None`` and sets ``func`` (args -> exit code) on its parser.
 COMMAND_MODULES: tuple[str, ...] = (
+    "nodeheal.commands.demo",
     "nodeheal.commands.explain",
+    "nodeheal.commands.test_pattern",
+    "nodeheal.commands.history",
+    "nodeheal.commands.inject",
+    "nodeheal.commands.admission",
     "nodeheal.commands.exporter",
 )
 

@@ -193,3 +193,69 @@ def _parse_node(raw: dict[str, Any]) -> NodeIdentity:
         capacity_type=_optional_string(raw, "capacityType", "node."),
         labels=dict(labels),
     )
+
+
+DETAIL_TYPE_EXPORTER_HEARTBEAT = "Exporter Heartbeat"
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterHeartbeat:
+    """The exporter's periodic "I am alive and shipping" event (``DetailType`` Exporter Heartbeat).
+
+    It travels the same path as condition events (queue, publisher, bus, rule, ingest), so its
+    arrival proves the whole path works, not only that the pod runs. The counters are the
+    publisher's since the previous heartbeat, so CloudWatch can sum them without knowing about
+    exporter restarts.
+    """
+
+    cluster: str
+    identity: str
+    sent_at: datetime
+    interval_seconds: float
+    queue_depth: int = 0
+    published: int = 0
+    publish_failures: int = 0
+    dropped: int = 0
+
+    def to_detail(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": SCHEMA_VERSION,
+            "cluster": self.cluster,
+            "identity": self.identity,
+            "sentAt": format_timestamp(self.sent_at, millis=True),
+            "intervalSeconds": self.interval_seconds,
+            "queueDepth": self.queue_depth,
+            "sincePrevious": {
+                "published": self.published,
+                "publishFailures": self.publish_failures,
+                "dropped": self.dropped,
+            },
+        }
+
+    @classmethod
+    def from_detail(cls, detail: Any) -> ExporterHeartbeat:
+        if not isinstance(detail, dict):
+            raise InvalidEventError(f"heartbeat detail must be an object, got {type(detail).__name__}")
+        counters = detail.get("sincePrevious") or {}
+        if not isinstance(counters, dict):
+            raise InvalidEventError("heartbeat sincePrevious must be an object")
+
+        def count(container: dict[str, Any], key: str) -> int:
+            value = container.get(key, 0)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise InvalidEventError(f"heartbeat {key} must be a non-negative number")
+            return int(value)
+
+        interval = detail.get("intervalSeconds", 0)
+        if not isinstance(interval, int | float) or isinstance(interval, bool):
+            raise InvalidEventError("heartbeat intervalSeconds must be a number")
+        return cls(
+            cluster=_required_string(detail, "cluster"),
+            identity=_optional_string(detail, "identity", ""),
+            sent_at=parse_timestamp(detail.get("sentAt"), "sentAt"),
+            interval_seconds=float(interval),
+            queue_depth=count(detail, "queueDepth"),
+            published=count(counters, "published"),
+            publish_failures=count(counters, "publishFailures"),
+            dropped=count(counters, "dropped"),
+        )

@@ -23,6 +23,9 @@ CONTEXT_KEY = "nodeheal"
 _CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")  # EKS CreateCluster constraint
 _BUS_NAME = re.compile(r"^[/\.\-_A-Za-z0-9]{1,256}$")
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+#: AWS Chatbot's constraints on SlackTeamId and SlackChannelId.
+_SLACK_WORKSPACE = re.compile(r"^[0-9A-Z]{1,255}$")
+_SLACK_CHANNEL = re.compile(r"^[A-Za-z0-9]+$")
 
 #: Bad transitions the rule forwards by default: every GPU, kernel and readiness signal the
 #: detectors set, in the direction that means "unhealthy". Recoveries never start a workflow.
@@ -100,6 +103,30 @@ class LambdaNetwork:
 
 
 @dataclass(frozen=True, slots=True)
+class SlackChannel:
+    """A Slack channel for AWS Chatbot; the workspace must already be authorized in the Chatbot console."""
+
+    workspace_id: str
+    channel_id: str
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> SlackChannel:
+        channel = cls(workspace_id=reader.string("workspaceId"), channel_id=reader.string("channelId"))
+        reader.finish()
+        if not _SLACK_WORKSPACE.match(channel.workspace_id):
+            raise ConfigurationError(
+                f"{reader.where('workspaceId')} must be a Slack workspace id like T0123ABCD, "
+                f"got {channel.workspace_id!r}"
+            )
+        if not _SLACK_CHANNEL.match(channel.channel_id):
+            raise ConfigurationError(
+                f"{reader.where('channelId')} must be a Slack channel id like C0123ABCD, "
+                f"got {channel.channel_id!r}"
+            )
+        return channel
+
+
+@dataclass(frozen=True, slots=True)
 class NodeHealConfig:
     stack_name: str
     clusters: tuple[str, ...]
@@ -112,6 +139,11 @@ class NodeHealConfig:
     stale_event_seconds: int
     remediation: RemediationSettings
     notification_emails: tuple[str, ...]
+    #: Optional Slack channel the notifications topic is mirrored to through AWS Chatbot.
+    slack: SlackChannel | None
+    #: The exporter of a cluster has sent no heartbeat for this long -> alarm. The exporter sends
+    #: one a minute by default, so the default tolerates a rolling restart and a slow leader handover.
+    heartbeat_missing_minutes: int
     lambda_network: LambdaNetwork | None
     #: Overall timeout of one execution; longer than drain timeout + recovery timeout + confirmation.
     workflow_timeout_minutes: int
@@ -159,7 +191,16 @@ class NodeHealConfig:
                 raise ConfigurationError(
                     f"{CONTEXT_KEY}.notifications.emails has an invalid address {email!r}"
                 )
+        slack_raw = notifications.mapping("slack", {})
+        slack = (
+            SlackChannel.read(SettingsReader(slack_raw, f"{CONTEXT_KEY}.notifications.slack"))
+            if slack_raw
+            else None
+        )
         notifications.finish()
+        observability = reader.child("observability")
+        heartbeat_minutes = observability.integer("heartbeatMissingMinutes", 10, minimum=2, maximum=1440)
+        observability.finish()
         network_raw = reader.mapping("lambdaNetwork", {})
         network = (
             LambdaNetwork.read(SettingsReader(network_raw, f"{CONTEXT_KEY}.lambdaNetwork"))
@@ -188,6 +229,8 @@ class NodeHealConfig:
             stale_event_seconds=stale,
             remediation=remediation,
             notification_emails=emails,
+            slack=slack,
+            heartbeat_missing_minutes=heartbeat_minutes,
             lambda_network=network,
             workflow_timeout_minutes=timeout_minutes,
             kubernetes_group=reader.string("kubernetesGroup", "nodeheal-remediator"),

@@ -30,7 +30,13 @@ class NodeHealStack(Stack):
         Tags.of(self).add("app", "nodeheal")
         code = lambda_code()
         self.ledger = LedgerConstruct(self, "Ledger")
-        self.notifications = NotificationsConstruct(self, "Notifications", emails=config.notification_emails)
+        self.notifications = NotificationsConstruct(
+            self,
+            "Notifications",
+            emails=config.notification_emails,
+            slack=config.slack,
+            name_prefix=config.stack_name,
+        )
         self.workflow = WorkflowConstruct(
             self,
             "Workflow",
@@ -71,6 +77,9 @@ class NodeHealStack(Stack):
             state_machine=self.workflow.state_machine,
             dead_letter_queues=self.ingest.dead_letter_queues,
             topic=self.notifications.topic,
+            clusters=config.clusters,
+            heartbeat_missing_minutes=config.heartbeat_missing_minutes,
+            dashboard_name=config.stack_name,
         )
         self._build_outputs()
 
@@ -110,6 +119,15 @@ class NodeHealStack(Stack):
             "NotificationsTopicArn",
             value=self.notifications.topic.topic_arn,
             description="Subscribe people or chat integrations here",
+        )
+        CfnOutput(
+            self,
+            "DashboardUrl",
+            value=(
+                f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}"
+                f"#dashboards:name={self.config.stack_name}"
+            ),
+            description="CloudWatch dashboard: remediations, timings, PDB-blocked drains, breaker, exporter",
         )
         for name, function in self.workflow.functions.items():
             if function.spec.kubernetes:

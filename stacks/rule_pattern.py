@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED
+from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, DETAIL_TYPE_EXPORTER_HEARTBEAT
 from stacks.config import NodeHealConfig
 
 
@@ -38,4 +38,13 @@ def build_event_pattern(config: NodeHealConfig) -> dict[str, Any]:
         "source": [config.event_source],
         "detail-type": [DETAIL_TYPE_CONDITION_CHANGED],
         "detail": detail,
+    }
+
+
+def build_heartbeat_pattern(config: NodeHealConfig) -> dict[str, Any]:
+    """The exporters' heartbeats of the configured clusters (counted by ingest, alarmed when missing)."""
+    return {
+        "source": [config.event_source],
+        "detail-type": [DETAIL_TYPE_EXPORTER_HEARTBEAT],
+        "detail": {"cluster": list(config.clusters)},
     }

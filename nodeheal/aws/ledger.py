@@ -243,6 +243,41 @@ class Ledger:
                 break
         return records
 
+    def find_record(self, cluster: str, execution: str) -> RemediationRecord | None:
+        """The record of one execution (operator lookups; reads the cluster's index partition)."""
+        items = self._query(
+            IndexName=BY_CLUSTER_INDEX,
+            KeyConditionExpression="gsi1pk = :pk",
+            FilterExpression="#execution = :execution",
+            ExpressionAttributeNames={"#execution": "execution"},
+            ExpressionAttributeValues=serialize_item({":pk": f"CLUSTER#{cluster}", ":execution": execution}),
+        )
+        for item in items:
+            return RemediationRecord.from_item(item)
+        return None
+
+    def known_clusters(self) -> list[str]:
+        """Every cluster with remediation records or admission state, sorted.
+
+        A keys-only scan of the whole table: meant for operator tools run by hand, never for the
+        workflow (which always knows its cluster).
+        """
+        clusters: set[str] = set()
+        paginator = self._client.get_paginator("scan")
+        for page in paginator.paginate(
+            TableName=self._table,
+            ProjectionExpression="pk, gsi1pk",
+            FilterExpression="begins_with(pk, :cluster) OR begins_with(gsi1pk, :cluster)",
+            ExpressionAttributeValues=serialize_item({":cluster": "CLUSTER#"}),
+        ):
+            for raw in page.get("Items", []):
+                item = deserialize_item(raw)
+                for key in ("pk", "gsi1pk"):
+                    value = str(item.get(key, ""))
+                    if value.startswith("CLUSTER#"):
+                        clusters.add(value.removeprefix("CLUSTER#"))
+        return sorted(clusters)
+
     # -- dropped events --------------------------------------------------------------------------
 
     def put_dropped_event(self, dropped: DroppedEvent) -> None:

@@ -42,6 +42,7 @@ DEPLOY_ONLY_KEYS = frozenset(
         "rule",
         "ingest",
         "notifications",
+        "observability",
         "lambdaNetwork",
         "workflow",
         "kubernetesGroup",

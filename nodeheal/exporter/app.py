@@ -7,6 +7,7 @@ dies: a running pod that silently stopped watching would be the worst failure mo
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from nodeheal.events import DETAIL_TYPE_EXPORTER_HEARTBEAT, ExporterHeartbeat
 from nodeheal.exporter.health import HealthServer, HealthState
 from nodeheal.exporter.kubeclient import KubeJsonClient
 from nodeheal.exporter.leader import LeaderElector, LeaseConfig
@@ -27,6 +29,7 @@ from nodeheal.exporter.queue import EventQueue, QueuedEvent
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.exporter.transitions import TransitionTracker
 from nodeheal.exporter.watcher import ListWatcher, WatchConfig
+from nodeheal.timeutil import utc_now
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +135,7 @@ class Exporter:
                 on_api_contact=self.health.api_contact,
             )
         self.http: HealthServer | None = None
+        self._heartbeat_totals: dict[str, int] = {}
 
     def _watch_config(self, path: str, label_selector: str, field_selector: str) -> WatchConfig:
         s = self.settings
@@ -162,6 +166,44 @@ class Exporter:
     def _resync_loop(self) -> None:
         while not self._stopping.wait(self.settings.resync_seconds):
             self.pipeline.resync()
+
+    def heartbeat(self) -> QueuedEvent | None:
+        """Queue one ``Exporter Heartbeat`` (leader only) with the publisher's counts since the last.
+
+        It goes through the same queue and publisher as condition events, so the alarm on missing
+        heartbeats also catches a publisher that stopped delivering while the pod stays alive.
+        """
+        totals = {
+            "published": int(self.metrics.total("events_published_total")),
+            "failures": int(self.metrics.total("publish_failures_total")),
+            "dropped": int(self.metrics.total("events_dropped_total")),
+        }
+        since = {key: max(0, value - self._heartbeat_totals.get(key, 0)) for key, value in totals.items()}
+        self._heartbeat_totals = totals
+        if not self.pipeline.leading:
+            return None
+        beat = ExporterHeartbeat(
+            cluster=self.settings.cluster_name,
+            identity=self.settings.identity,
+            sent_at=utc_now(),
+            interval_seconds=self.settings.heartbeat_seconds,
+            queue_depth=len(self.queue),
+            published=since["published"],
+            publish_failures=since["failures"],
+            dropped=since["dropped"],
+        )
+        item = QueuedEvent(
+            key="",
+            detail_type=DETAIL_TYPE_EXPORTER_HEARTBEAT,
+            detail=json.dumps(beat.to_detail(), separators=(",", ":"), sort_keys=True),
+            healthy_direction=True,
+        )
+        self.queue.put(item)
+        return item
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stopping.wait(self.settings.heartbeat_seconds):
+            self.heartbeat()
 
     def _spawn(self, name: str, target: Callable[[], None], *, critical: bool) -> None:
         worker = _Worker(name, target, critical)
@@ -214,6 +256,8 @@ class Exporter:
             self._spawn("leader-elector", self.elector.run, critical=True)
         if s.resync_seconds > 0:
             self._spawn("resync", self._resync_loop, critical=False)
+        if s.heartbeat_seconds > 0:
+            self._spawn("heartbeat", self._heartbeat_loop, critical=False)
 
     def stop(self, *, release_lease: bool = True) -> None:
         """Stop every thread. ``release_lease=False`` simulates a crash (tests): the Lease expires."""

@@ -42,6 +42,9 @@ class ExporterSettings:
     #: Seconds between re-emissions of every currently-bad condition with ``resync: true``, from
     #: memory (no API call). A safety net for an event dropped by an overflow; 0 disables it.
     resync_seconds: float = 3600.0
+    #: Seconds between ``Exporter Heartbeat`` events. The stack alarms when a cluster's heartbeats
+    #: stop for ``observability.heartbeatMissingMinutes``, so keep this well below that; 0 disables it.
+    heartbeat_seconds: float = 60.0
     #: Server-side watch timeout in seconds: the API server ends the stream after this long and the
     #: exporter resumes from the last resourceVersion. Short enough to notice a stuck stream.
     watch_timeout_seconds: int = 300
@@ -183,6 +186,7 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("ignored_condition_types", _csv, "condition types skipped when --condition-types is empty"),
     _Option("label_selector", _string, "label selector for the Nodes to watch"),
     _Option("resync_seconds", _number(0, 86_400), "seconds between re-emissions of bad conditions (0=off)"),
+    _Option("heartbeat_seconds", _number(0, 3600), "seconds between Exporter Heartbeat events (0=off)"),
     _Option("watch_timeout_seconds", _integer(1, 3600), "server-side watch timeout"),
     _Option("watch_client_margin_seconds", _number(0.1, 600), "client read timeout beyond the server's"),
     _Option("request_timeout_seconds", _number(0.1, 600), "timeout of list and lease requests"),

@@ -18,6 +18,8 @@ from typing import Any
 from nodeheal.errors import DuplicateExecutionError, InvalidEventError
 from nodeheal.events import (
     DETAIL_TYPE_CONDITION_CHANGED,
+    DETAIL_TYPE_EXPORTER_HEARTBEAT,
+    ExporterHeartbeat,
     NodeConditionEvent,
 )
 from nodeheal.timeutil import format_timestamp
@@ -128,6 +130,25 @@ def ingest(
     except DuplicateExecutionError:
         return IngestResult("duplicate", f"execution {name} exists: this transition is handled", name)
     return IngestResult("started", "", name, arn)
+
+
+def is_heartbeat(payload: Any) -> bool:
+    return isinstance(payload, dict) and payload.get("detail-type") == DETAIL_TYPE_EXPORTER_HEARTBEAT
+
+
+def heartbeat(payload: Any, settings: IngestSettings) -> ExporterHeartbeat | None:
+    """The exporter heartbeat in ``payload``, or None when it is not one this deployment counts.
+
+    A heartbeat is never an error and never a dropped-event record: one arrives every minute per
+    cluster, and a malformed or foreign one only means the alarm on missing heartbeats decides.
+    """
+    if not is_heartbeat(payload) or payload.get("source") != settings.event_source:
+        return None
+    try:
+        beat = ExporterHeartbeat.from_detail(payload.get("detail"))
+    except InvalidEventError:
+        return None
+    return beat if beat.cluster in settings.clusters else None
 
 
 def _detail_of(payload: Any, settings: IngestSettings) -> Any:

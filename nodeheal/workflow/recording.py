@@ -312,6 +312,7 @@ def render_notification(record_: RemediationRecord, state: WorkflowState, *, reg
         f"Node:      {record_.node} (pool {record_.node_pool or '-'}, "
         f"{record_.instance_type or 'unknown type'})",
         f"Instance:  {record_.instance_id or '-'}",
+        f"Fault:     {fault or '-'}",
         "Condition: " + " ".join(f"{k}={record_.condition.get(k, '')}" for k in ("type", "status", "reason")),
         f"Message:   {record_.condition.get('message', '')[:500]}",
     ]

@@ -22,7 +22,7 @@ from constructs import Construct
 
 from stacks.config import NodeHealConfig
 from stacks.constructs.lambda_function import NodeHealFunction
-from stacks.rule_pattern import build_event_pattern
+from stacks.rule_pattern import build_event_pattern, build_heartbeat_pattern
 from stacks.workflow_tasks import INGEST_TASK
 
 #: EventBridge retries a failed delivery with backoff this many times (within the event age below).
@@ -60,6 +60,7 @@ class IngestConstruct(Construct):
         )
         self.function = self._build_function(code, ledger_table_name, state_machine)
         self.rule = self._build_rule(self.bus, self.function.function)
+        self.heartbeat_rule = self._build_heartbeat_rule(self.bus, self.function.function)
 
     @property
     def dead_letter_queues(self) -> tuple[sqs.Queue, ...]:
@@ -139,6 +140,25 @@ class IngestConstruct(Construct):
                     dead_letter_queue=self.delivery_dlq,
                     retry_attempts=TARGET_RETRY_ATTEMPTS,
                     max_event_age=self._max_event_age(),
+                )
+            ],
+        )
+
+    def _build_heartbeat_rule(self, bus: events.EventBus, function: lambda_.IFunction) -> events.Rule:
+        # Same function as the remediation rule: one place validates what the exporter sends, and
+        # ingest turns each heartbeat into a per-cluster metric the "no heartbeat" alarm watches.
+        return events.Rule(
+            self,
+            "HeartbeatRule",
+            event_bus=bus,
+            description="Exporter heartbeats of the configured clusters -> ingest (counted per cluster)",
+            event_pattern=_to_event_pattern(build_heartbeat_pattern(self._config)),
+            targets=[
+                targets.LambdaFunction(
+                    function,
+                    dead_letter_queue=self.delivery_dlq,
+                    retry_attempts=TARGET_RETRY_ATTEMPTS,
+                    max_event_age=Duration.seconds(MIN_EVENT_AGE_SECONDS),
                 )
             ],
         )

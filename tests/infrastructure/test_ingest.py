@@ -17,12 +17,21 @@ def only(resources: dict[str, Any]) -> dict[str, Any]:
     return next(iter(resources.values()))
 
 
+def remediation_rules(synthesized: Synthesized) -> dict[str, Any]:
+    """The rule that starts remediations (the other one routes exporter heartbeats)."""
+    return {
+        logical: rule
+        for logical, rule in synthesized.resources("AWS::Events::Rule").items()
+        if rule["Properties"]["EventPattern"]["detail-type"] == ["Node Condition Changed"]
+    }
+
+
 def config_with(**context: Any) -> NodeHealConfig:
     return NodeHealConfig.from_cdk_context({"clusters": ["training-on-eks"], **context})
 
 
 def test_rule_pattern_is_build_event_pattern_of_the_config(default_stack: Synthesized) -> None:
-    rule = only(default_stack.resources("AWS::Events::Rule"))
+    rule = only(remediation_rules(default_stack))
     assert rule["Properties"]["EventPattern"] == build_event_pattern(default_stack.config)
 
 
@@ -71,7 +80,7 @@ def test_single_condition_group_is_a_plain_match_and_labels_filter_node_labels()
 
 
 def test_full_config_pattern_lists_both_clusters_and_the_label_filter(full_stack: Synthesized) -> None:
-    rule = only(full_stack.resources("AWS::Events::Rule"))
+    rule = only(remediation_rules(full_stack))
     detail = rule["Properties"]["EventPattern"]["detail"]
     assert detail["cluster"] == ["training-a", "inference-b"]
     assert detail["node"] == {"labels": {"karpenter.sh/nodepool": ["gpu", "gpu-spot"]}}
@@ -83,7 +92,7 @@ def test_rule_is_on_the_custom_bus_and_targets_ingest_with_retry_policy_and_dlq(
 ) -> None:
     bus_id = next(iter(default_stack.resources("AWS::Events::EventBus")))
     default_stack.template.has_resource_properties("AWS::Events::EventBus", {"Name": "nodeheal"})
-    rule = only(default_stack.resources("AWS::Events::Rule"))
+    rule = only(remediation_rules(default_stack))
     assert rule["Properties"]["EventBusName"] == {"Ref": bus_id}
     (target,) = rule["Properties"]["Targets"]
     ingest_id = next(
@@ -101,7 +110,7 @@ def test_event_age_is_bounded_by_the_stale_event_setting_and_eventbridge_minimum
     full_stack: Synthesized,
 ) -> None:
     # staleEventSeconds 30 is below EventBridge's 60 s minimum event age.
-    rule = only(full_stack.resources("AWS::Events::Rule"))
+    rule = only(remediation_rules(full_stack))
     assert rule["Properties"]["Targets"][0]["RetryPolicy"]["MaximumEventAgeInSeconds"] == 60
 
 
@@ -110,7 +119,7 @@ def test_handler_failures_go_to_their_own_dead_letter_queue(default_stack: Synth
     assert invoke_config["MaximumRetryAttempts"] == 2
     assert invoke_config["MaximumEventAgeInSeconds"] == 900
     failure_queue = invoke_config["DestinationConfig"]["OnFailure"]["Destination"]["Fn::GetAtt"][0]
-    rule = only(default_stack.resources("AWS::Events::Rule"))
+    rule = only(remediation_rules(default_stack))
     delivery_queue = rule["Properties"]["Targets"][0]["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
     assert failure_queue != delivery_queue
 
@@ -166,7 +175,7 @@ def test_ingest_environment_lists_every_cluster(full_stack: Synthesized) -> None
 
 
 def test_eventbridge_may_invoke_only_the_ingest_function_from_the_rule(default_stack: Synthesized) -> None:
-    rule_id = next(iter(default_stack.resources("AWS::Events::Rule")))
+    rule_id = next(iter(remediation_rules(default_stack)))
     default_stack.template.has_resource_properties(
         "AWS::Lambda::Permission",
         {

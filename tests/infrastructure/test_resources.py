@@ -194,8 +194,10 @@ def test_alarms_notify_the_topic(default_stack: Synthesized) -> None:
         ("AWS/States", "ExecutionsTimedOut"),
         ("AWS/States", "ExecutionsAborted"),
         ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),
+        ("NodeHeal", "BreakerOpened"),
+        ("NodeHeal", "ExporterHeartbeats"),
     }
-    assert len(alarms) == 5, "one depth alarm per dead-letter queue"
+    assert len(alarms) == 7, "one depth alarm per dead-letter queue, one heartbeat alarm per cluster"
     queue_ids = set(default_stack.resources("AWS::SQS::Queue"))
     alarmed_queues = {
         a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
@@ -206,6 +208,8 @@ def test_alarms_notify_the_topic(default_stack: Synthesized) -> None:
     for alarm in alarms:
         properties = alarm["Properties"]
         assert properties["AlarmActions"] == [{"Ref": topic_id}]
+        if properties["MetricName"] == "ExporterHeartbeats":
+            continue  # silence is the failure there: tests/infrastructure/test_observability.py
         assert properties["ComparisonOperator"] == "GreaterThanThreshold"
         assert properties["Threshold"] == 0
         assert properties["TreatMissingData"] == "notBreaching"

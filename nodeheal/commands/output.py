@@ -1,0 +1,53 @@
+"""Output shared by the subcommands: JSON for machines, aligned tables for people, confirmations."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nodeheal.errors import ConfigurationError
+
+
+def print_json(document: Any) -> None:
+    print(json.dumps(document, indent=2, sort_keys=False, default=str))
+
+
+def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]]) -> None:
+    """``columns`` is (key, header); cells are shown as text, the last column is never padded."""
+    cells = [[header for _, header in columns]]
+    cells.extend([_cell(row.get(key)) for key, _ in columns] for row in rows)
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        padded = [text.ljust(width) for text, width in zip(line[:-1], widths[:-1], strict=True)]
+        print("  ".join([*padded, line[-1]]).rstrip())
+
+
+def print_fields(fields: Sequence[tuple[str, Any]]) -> None:
+    """``label: value`` lines with the values aligned."""
+    width = max((len(label) for label, _ in fields), default=0) + 1
+    for label, value in fields:
+        print(f"{label + ':':<{width}} {_cell(value)}")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    text = str(value)
+    return text if text else "-"
+
+
+def confirm(question: str, *, assume_yes: bool) -> bool:
+    """Ask on the terminal; without one, only ``--yes`` may proceed (never hang a script on input)."""
+    if assume_yes:
+        return True
+    if not sys.stdin.isatty():
+        raise ConfigurationError("stdin is not a terminal: pass --yes to confirm")
+    print(f"{question} [y/N] ", end="", flush=True, file=sys.stderr)
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
