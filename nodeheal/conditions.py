@@ -66,7 +66,8 @@ class Condition:
         status = raw.get("status")
         if not isinstance(condition_type, str) or not condition_type:
             raise InvalidEventError("condition.type must be a non-empty string")
-        if status not in CONDITION_STATUSES:
+        # The type check first: an unhashable status (a list, an object) cannot be looked up in a set.
+        if not isinstance(status, str) or status not in CONDITION_STATUSES:
             raise InvalidEventError(f"condition.status must be one of True, False, Unknown; got {status!r}")
         reason = raw.get("reason") or ""
         message = raw.get("message") or ""

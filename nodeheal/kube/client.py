@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubernetes.client import ApiClient, Configuration
 from urllib3.util.retry import Retry
 
 from nodeheal.errors import ConfigurationError, KubernetesApiError
@@ -29,6 +28,7 @@ from nodeheal.kube.errors import (
     error_for_status,
     status_from_body,
 )
+from nodeheal.kube.sdk import ApiClient, Configuration
 from nodeheal.timeutil import utc_now
 
 #: (connect, read) seconds. A Lambda task has a hard deadline; an API server that does not answer

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3.exceptions
-from kubernetes.client.exceptions import ApiException
 
 from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError, NodeHealError
+from nodeheal.kube.sdk import ApiException
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,6 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes.client import ApiClient
-
 from nodeheal.errors import KubernetesApiError, NodeGoneError
 from nodeheal.kube.client import (
     DEFAULT_REQUEST_TIMEOUT,
@@ -40,6 +38,7 @@ from nodeheal.kube.model import (
     UNHEALTHY_TAINT_KEY,
     LiveNode,
 )
+from nodeheal.kube.sdk import ApiClient
 from nodeheal.timeutil import format_timestamp
 
 logger = logging.getLogger(__name__)

@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from kubernetes.client import ApiClient
-
 from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError
 from nodeheal.kube.client import DEFAULT_REQUEST_TIMEOUT, RequestTimeout, expect_success, request_json
 from nodeheal.kube.errors import is_retryable_status
 from nodeheal.kube.model import PodView
+from nodeheal.kube.sdk import ApiClient
 
 LIST_PAGE_SIZE = 500
 

@@ -1,0 +1,311 @@
+"""Lambda cold start: every handler's import and first invocation, against a bare boto3 handler.
+
+Each measurement is a fresh interpreter (``benchmarks/cold_child.py``) talking to moto's server
+(AWS, with the synthesized stack deployed) and the fake Kubernetes API server, both in this
+process. The handlers run a real remediation, step by step in the order the state machine would
+run them, so each first invocation does its real work: admit re-reads the Node, takes the lock and
+the budget slot; cordon patches the Node; drain evicts; terminate/reboot call EC2; record writes
+the ledger and publishes to SNS.
+
+    .venv/bin/python benchmarks/cold_start.py [--runs 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import ROOT, XID_48, XID_79, Stack, deep_merge, median, open_stack
+from benchmarks.harness import production_context as cdk_context
+from nodeheal.timeutil import format_timestamp, utc_now
+from stacks.config import NodeHealConfig
+
+CHILD = Path(__file__).with_name("cold_child.py")
+BARE_HANDLER = "benchmarks.bare_boto3_handler.handler"
+
+#: Production timings except where a benchmark with no waiting needs otherwise: budgets wide
+#: enough for every run's remediations, and tiny waits for the executions ingest starts here.
+CONTEXT_OVERRIDES: dict[str, Any] = {
+    "budgets": {"maxInFlight": 100, "maxPerHour": 1000, "maxUnhealthyPoolShare": 1.0},
+    "drain": {"pollSeconds": 1, "timeoutSeconds": 5, "doNotDisruptWaitSeconds": 0, "forceGraceSeconds": 0},
+    "reboot": {"pollSeconds": 1, "recoveryTimeoutSeconds": 5},
+    "retry": {"intervalSeconds": 1, "maxAttempts": 2, "backoffRate": 1.0},
+}
+
+#: Where each task writes its result in the execution state (the state machine's ResultPath).
+RESULT_KEYS = {
+    "lambdas.admit.handler": "admission",
+    "lambdas.cordon.handler": "cordon",
+    "lambdas.drain.handler": "drain",
+    "lambdas.force_drain.handler": "drain",
+    "lambdas.terminate.handler": "instance",
+    "lambdas.reboot.handler": "instance",
+    "lambdas.check_recovery.handler": "recovery",
+    "lambdas.uncordon.handler": "uncordon",
+    "lambdas.record.handler": "record",
+    "lambdas.record_failure.handler": "record",
+}
+
+#: Heavy dependencies a handler module might pull in; reported so a regression is visible.
+KUBERNETES_IMPORT_CHILD = """
+import sys, time
+started = time.perf_counter()
+{statement}
+print(time.perf_counter() - started, "pydantic" in sys.modules)
+"""
+
+
+class ColdStartRig:
+    """moto's HTTP server over the in-process stack, and the environment of each function."""
+
+    def __init__(self, stack: Stack, endpoint: str) -> None:
+        self.stack = stack
+        self.endpoint = endpoint
+        self.functions = stack.aws.app.functions()
+        self.memory = {
+            logical: int(resource.get("Properties", {}).get("MemorySize", 128))
+            for logical, resource in stack.aws.app.resources("AWS::Lambda::Function").items()
+        }
+
+    def environment(self, logical: str) -> dict[str, str]:
+        runtime_env = self.stack.aws.runtime_for(logical).environment
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("AWS_", "NODEHEAL_", "POWERTOOLS_"))
+        }
+        env.update(
+            {
+                key: value
+                for key, value in self.functions[logical].environment.items()
+                if isinstance(value, str)
+            }
+        )
+        resolved = {
+            "NODEHEAL_LEDGER_TABLE": runtime_env.ledger_table,
+            "NODEHEAL_TOPIC_ARN": runtime_env.topic_arn,
+            "NODEHEAL_STATE_MACHINE_ARN": runtime_env.state_machine_arn,
+            "NODEHEAL_CLUSTERS": ",".join(sorted(runtime_env.clusters)),
+        }
+        env.update({key: value for key, value in resolved.items() if value})
+        env.update(
+            {
+                "AWS_ENDPOINT_URL": self.endpoint,
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_REGION": self.stack.aws.region,
+                "AWS_DEFAULT_REGION": self.stack.aws.region,
+                "AWS_LAMBDA_FUNCTION_NAME": logical,
+                "PYTHONPATH": str(ROOT),
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "POWERTOOLS_METRICS_DISABLED": "false",
+            }
+        )
+        return env
+
+    def run(self, handler: str, payload: Any, *, env_of: str | None = None) -> dict[str, Any]:
+        nodeheal = handler != BARE_HANDLER
+        logical = env_of or self.stack.aws.function_logical_id(handler)
+        job = {
+            "handler": handler,
+            "payload": payload,
+            "function": logical,
+            "memoryMb": self.memory.get(logical, 256),
+            "nodeheal": nodeheal,
+            "kubeUrl": self.stack.server.url,
+        }
+        completed = subprocess.run(
+            [sys.executable, str(CHILD)],
+            input=json.dumps(job),
+            capture_output=True,
+            text=True,
+            env=self.environment(logical),
+            cwd=str(ROOT),
+            timeout=120,
+            check=False,
+        )
+        lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+        if completed.returncode != 0 or not lines:
+            raise RuntimeError(f"{handler} child failed: {completed.stderr[-2000:]}")
+        # Powertools logs JSON lines to stdout too; the measurement is the last line.
+        measured: dict[str, Any] = json.loads(lines[-1])
+        if measured["error"]:
+            raise RuntimeError(f"{handler} failed on its first invocation: {measured['error']}")
+        return measured
+
+
+def _initial_state(detail: Mapping[str, Any], name: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What the state machine's "Load settings" state hands the first task."""
+    now = format_timestamp(utc_now(), millis=True)
+    return {
+        "event": dict(detail),
+        "eventId": str(uuid.uuid4()),
+        "receivedAt": now,
+        "settings": dict(settings),
+        "execution": {
+            "name": name,
+            "id": f"arn:aws:states:us-west-2:123456789012:execution:NodeHeal:{name}",
+            "startedAt": now,
+        },
+    }
+
+
+def _one_round(rig: ColdStartRig, round_index: int, settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    stack = rig.stack
+    measured: dict[str, dict[str, Any]] = {}
+
+    def step(handler: str, state: dict[str, Any]) -> None:
+        result = rig.run(handler, state)
+        state[RESULT_KEYS[handler]] = result["result"]
+        measured.setdefault(handler, result)
+
+    record_logical = stack.aws.function_logical_id("lambdas.record.handler")
+    measured[BARE_HANDLER] = rig.run(BARE_HANDLER, {}, env_of=record_logical)
+
+    # Ingest: a real event. The execution it starts runs here in the parent; the node is healthy
+    # again by then, so that execution stops at admit and does not race the steps below.
+    ingest_node = f"cold-i{round_index}"
+    stack.add_gpu_node(ingest_node, workload_pods=0)
+    detail = stack.fault(ingest_node, "GPUProblem", "True", "GPUHardwareError", XID_79)
+    stack.store.set_node_condition(ingest_node, "GPUProblem", "False", "GPUHealthy", "GPUs healthy")
+    ingest = rig.run("lambdas.ingest.handler", stack.envelope(detail))
+    if ingest["result"].get("status") != "started":
+        raise RuntimeError(f"ingest did not start an execution: {ingest['result']}")
+    measured["lambdas.ingest.handler"] = ingest
+
+    replace_node = f"cold-r{round_index}"
+    stack.add_gpu_node(replace_node)
+    detail = stack.fault(replace_node, "GPUProblem", "True", "GPUHardwareError", XID_79)
+    state = _initial_state(detail, f"bench-cold-{round_index}-replace-{uuid.uuid4().hex[:6]}", settings)
+    step("lambdas.admit.handler", state)
+    if state["admission"].get("verdict") != "proceed":
+        raise RuntimeError(f"admit did not proceed: {state['admission']}")
+    for handler in (
+        "lambdas.cordon.handler",
+        "lambdas.drain.handler",
+        "lambdas.force_drain.handler",
+        "lambdas.terminate.handler",
+        "lambdas.record.handler",
+    ):
+        step(handler, state)
+
+    reboot_node = f"cold-b{round_index}"
+    stack.add_gpu_node(reboot_node)
+    detail = stack.fault(reboot_node, "GPUProblem", "True", "GPUHardwareError", XID_48)
+    state = _initial_state(detail, f"bench-cold-{round_index}-reboot-{uuid.uuid4().hex[:6]}", settings)
+    for handler in ("lambdas.admit.handler", "lambdas.cordon.handler", "lambdas.drain.handler"):
+        result = rig.run(handler, state)
+        state[RESULT_KEYS[handler]] = result["result"]
+    step("lambdas.reboot.handler", state)
+    # The simulated node comes back from the reboot with a new boot ID and a clean detector.
+    stack.store.reboot_node(reboot_node)
+    stack.store.set_node_condition(reboot_node, "GPUProblem", "False", "GPUHealthy", "GPUs healthy")
+    step("lambdas.check_recovery.handler", state)
+    step("lambdas.uncordon.handler", state)
+    state["failure"] = {"Error": "ColdStartMeasurement", "Cause": "record-failure path exercised"}
+    step("lambdas.record_failure.handler", state)
+    return measured
+
+
+def _kubernetes_import_seconds(statement: str, runs: int) -> float:
+    """Median seconds of one import statement in a fresh interpreter."""
+    samples = []
+    for _ in range(runs):
+        completed = subprocess.run(
+            [sys.executable, "-c", KUBERNETES_IMPORT_CHILD.format(statement=statement)],
+            capture_output=True,
+            text=True,
+            cwd=str(ROOT),
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=True,
+        )
+        samples.append(float(completed.stdout.split()[0]))
+    return median(samples)
+
+
+def measure(runs: int = 3) -> dict[str, Any]:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    context = deep_merge(cdk_context(), CONTEXT_OVERRIDES)
+    settings = NodeHealConfig.from_cdk_context(context).remediation.to_json()
+    samples: dict[str, list[dict[str, Any]]] = {}
+    with open_stack(context, time_scale=0.001) as stack:
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        try:
+            host, port = server.get_host_and_port()
+            rig = ColdStartRig(stack, f"http://{host}:{port}")
+            for round_index in range(runs):
+                for handler, result in _one_round(rig, round_index, settings).items():
+                    samples.setdefault(handler, []).append(result)
+        finally:
+            server.stop()
+        memory = {spec.handler: rig.memory.get(logical, 256) for logical, spec in rig.functions.items()}
+
+    def summary(handler: str) -> dict[str, Any]:
+        runs_of = samples[handler]
+        import_s = median([r["importSeconds"] for r in runs_of])
+        invoke_s = median([r["invokeSeconds"] for r in runs_of])
+        return {
+            "importMs": import_s * 1000,
+            "firstInvokeMs": invoke_s * 1000,
+            "totalMs": (import_s + invoke_s) * 1000,
+            "kubernetesImported": any(r["kubernetesImported"] for r in runs_of),
+            "pydanticImported": any(r["pydanticImported"] for r in runs_of),
+            "memoryMb": memory.get(handler, 128),
+        }
+
+    baseline = summary(BARE_HANDLER)
+    handlers = {
+        handler: {**summary(handler), "ratio": summary(handler)["totalMs"] / baseline["totalMs"]}
+        for handler in sorted(samples)
+        if handler != BARE_HANDLER
+    }
+    return {
+        "runs": runs,
+        "baseline": baseline,
+        "handlers": handlers,
+        "worstRatio": max(h["ratio"] for h in handlers.values()),
+        "kubernetesImport": {
+            "packageRootMs": 1000
+            * _kubernetes_import_seconds("from kubernetes.client import ApiClient, Configuration", runs),
+            "nodehealSdkMs": 1000 * _kubernetes_import_seconds("import nodeheal.kube.sdk", runs),
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = measure(args.runs)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    base = result["baseline"]
+    print(f"bare boto3 handler: import {base['importMs']:.0f} ms + first call {base['firstInvokeMs']:.0f} ms")
+    for handler, row in result["handlers"].items():
+        print(
+            f"{handler:<34} import {row['importMs']:6.0f} ms  first call {row['firstInvokeMs']:6.0f} ms  "
+            f"x{row['ratio']:.2f}  kubernetes={'yes' if row['kubernetesImported'] else 'no'}"
+        )
+    print(json.dumps(result["kubernetesImport"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

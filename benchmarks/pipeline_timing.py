@@ -1,0 +1,217 @@
+"""Time to safety and to replacement, the 100-pod drain, and the storm, on the local pipeline.
+
+Everything runs through :class:`nodeheal.sim.pipeline.LocalPipeline`: the real exporter watching
+the fake API server, the synthesized rule on moto's bus, the ingest function, the state machine
+moto executes with the real handlers. The workflow runs with cdk.json's production timings (drain
+poll 10 s, retry intervals, lock TTL); only budgets are widened where a benchmark needs more
+remediations than a production hour allows. What is simulated, and at which speed, is named in each
+result: pod shutdown and Karpenter's launch/boot belong to the cluster, not to NodeHeal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from benchmarks.harness import CLUSTER, deep_merge, median, percentile, production_context, synthesized
+from nodeheal.sim.cluster import XID_79, ClusterLayout, ClusterTimings
+from nodeheal.sim.objects import make_pod
+from nodeheal.sim.pipeline import LocalPipeline, align_to_second
+from nodeheal.workflow.records import Outcome
+
+#: Cluster-side speed-up for the time-to-safety runs: a pod's 30 s shutdown takes 0.1 s and
+#: Karpenter's launch + boot (reported separately, at real-world values) 0.5 s.
+CLUSTER_SPEED = 300.0
+#: Pipeline stages in order, from the ledger's stage_seconds.
+LEDGER_STAGES = ("published", "ingested", "started", "admitted", "cordoned", "drained", "instanceAction")
+
+
+def bench_context(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    base = deep_merge(
+        production_context(),
+        {"clusters": [CLUSTER], "notifications": {"emails": ["oncall@example.com"]}},
+    )
+    return deep_merge(base, overrides or {})
+
+
+def _ledger_stage_table(records: list[Any]) -> dict[str, dict[str, float]]:
+    table: dict[str, dict[str, float]] = {}
+    for stage in (*LEDGER_STAGES, "faultToCordon", "faultToInstanceAction"):
+        values = [float(r.stage_seconds[stage]) for r in records if stage in r.stage_seconds]
+        table[stage] = {"p50": median(values), "p95": percentile(values, 0.95), "n": float(len(values))}
+    return table
+
+
+def time_to_safety(
+    runs: int = 20, spacing_seconds: float = 4.0, drain_poll_seconds: int = 10
+) -> dict[str, Any]:
+    """``runs`` Xid 79 faults on distinct nodes, ``spacing_seconds`` apart; every stage from the ledger.
+
+    Faults overlap (a remediation takes longer than the spacing because of the drain poll wait), so
+    maxInFlight and maxPerHour are raised to let every run proceed; nothing else is changed.
+    """
+    context = bench_context(
+        {
+            "budgets": {"maxInFlight": 10, "maxPerHour": 1000, "maxUnhealthyPoolShare": 1.0},
+            "drain": {"pollSeconds": drain_poll_seconds},
+        }
+    )
+    app = synthesized(context)
+    layout = ClusterLayout(gpu_nodes=runs, training_workers=0, notebook_gpus=0)
+    with LocalPipeline(app, layout=layout, speed=CLUSTER_SPEED) as pipeline:
+        victims = list(pipeline.cluster.gpu_nodes)
+        for index, node in enumerate(victims):
+            # One 8-GPU training worker per node: the drain has a real pod to evict and wait for.
+            pipeline.store.add(
+                make_pod(
+                    f"worker-{index}", "training", node, owner_kind="Job", owner_name=f"train-{index}", gpus=8
+                )
+            )
+        started = time.monotonic()
+        for node in victims:
+            align_to_second()
+            pipeline.cluster.inject(node, XID_79)
+            time.sleep(max(0.0, spacing_seconds - 1.0))
+        records = pipeline.wait_for_records(runs, timeout=120 + runs * spacing_seconds)
+        wall = time.monotonic() - started
+        pipeline.wait_settled(timeout=120)
+        publish_to_rule = _publish_to_rule_seconds(pipeline)
+        transitions = _transitions_per_execution(pipeline)
+        durations = _task_durations(pipeline)
+    replaced = [r for r in records if r.outcome is Outcome.REPLACED]
+    timings = ClusterTimings()
+    return {
+        "runs": runs,
+        "replaced": len(replaced),
+        "outcomes": sorted({r.outcome.value for r in records}),
+        "spacingSeconds": spacing_seconds,
+        "drainPollSeconds": drain_poll_seconds,
+        "clusterSpeed": CLUSTER_SPEED,
+        "wallSeconds": wall,
+        "stages": _ledger_stage_table(replaced),
+        "publishToRule": publish_to_rule,
+        "karpenterLaunchAndBootSeconds": timings.instance_launch_seconds + timings.node_ready_seconds,
+        "transitions": transitions,
+        "taskSeconds": durations,
+    }
+
+
+def _publish_to_rule_seconds(pipeline: LocalPipeline) -> dict[str, float]:
+    """PutEvents accepted -> rule target received, per event (the bus and rule hop)."""
+    published = {p.event_id: p.at for p in pipeline.publications}
+    hops = [
+        d.at - published[str(d.envelope.get("id"))]
+        for d in pipeline.pump.deliveries
+        if str(d.envelope.get("id")) in published
+    ]
+    return {"p50": median(hops), "p95": percentile(hops, 0.95), "n": float(len(hops))}
+
+
+def _transitions_per_execution(pipeline: LocalPipeline) -> list[int]:
+    """Billable state transitions of each execution: one per state entered (retries included)."""
+    counts = []
+    for execution in pipeline.executions():
+        history = pipeline.aws.history(execution["executionArn"])
+        counts.append(sum(1 for event in history if event.get("type", "").endswith("StateEntered")))
+    return counts
+
+
+def _task_durations(pipeline: LocalPipeline) -> dict[str, list[float]]:
+    """Seconds each Lambda task ran (scheduled -> succeeded/failed), by state name."""
+    durations: dict[str, list[float]] = {}
+    for execution in pipeline.executions():
+        history = pipeline.aws.history(execution["executionArn"])
+        current = ""
+        scheduled_at: Any = None
+        for event in history:
+            kind = event.get("type", "")
+            if kind == "TaskStateEntered":
+                current = event["stateEnteredEventDetails"]["name"]
+            elif kind == "LambdaFunctionScheduled":
+                scheduled_at = event["timestamp"]
+            elif kind in ("LambdaFunctionSucceeded", "LambdaFunctionFailed") and scheduled_at is not None:
+                seconds = (event["timestamp"] - scheduled_at).total_seconds()
+                durations.setdefault(current, []).append(seconds)
+                scheduled_at = None
+    return durations
+
+
+def drain_hundred_pods(
+    stop_seconds: float = 20.0, pods: int = 100, drain_poll_seconds: int = 10
+) -> dict[str, Any]:
+    """One node with ``pods`` pods whose containers take ``stop_seconds`` to stop, at real speed."""
+    context = bench_context({"drain": {"pollSeconds": drain_poll_seconds}})
+    app = synthesized(context)
+    layout = ClusterLayout(gpu_nodes=1, training_workers=0, notebook_gpus=0)
+    # speed 1: pod shutdown takes the real stop_seconds; nothing of the cluster is sped up.
+    with LocalPipeline(app, layout=layout, speed=1.0) as pipeline:
+        node = pipeline.cluster.gpu_nodes[0]
+        for index in range(pods):
+            name = f"inference-{index}"
+            pipeline.store.add(
+                make_pod(
+                    name,
+                    "serving",
+                    node,
+                    owner_kind="ReplicaSet",
+                    owner_name="inference-7d9f",
+                    grace_seconds=30,
+                )
+            )
+            pipeline.store.set_pod_stop_seconds("serving", name, stop_seconds)
+        with pipeline.cluster.karpenter.paused():
+            align_to_second()
+            pipeline.cluster.inject(node, XID_79)
+            (record,) = pipeline.wait_for_records(1, node=node, timeout=stop_seconds * 4 + 60)
+    drained = float(record.stage_seconds.get("drained", float("nan")))
+    return {
+        "pods": pods,
+        "stopSeconds": stop_seconds,
+        "drainPollSeconds": drain_poll_seconds,
+        "drainSeconds": drained,
+        "serialSeconds": pods * stop_seconds,
+        "ratioToSerial": drained / (pods * stop_seconds),
+        "evicted": record.pods_evicted,
+        "outcome": record.outcome.value,
+    }
+
+
+def storm(nodes: int = 1000, timeout: float = 400.0) -> dict[str, Any]:
+    """``nodes`` nodes fault within one second, with cdk.json's budgets (maxInFlight, maxPerHour)."""
+    context = bench_context()
+    budgets = context["budgets"]
+    app = synthesized(context)
+    layout = ClusterLayout(gpu_nodes=nodes, training_workers=0, notebook_gpus=0)
+    with LocalPipeline(app, layout=layout, speed=CLUSTER_SPEED) as pipeline:
+        victims = list(pipeline.cluster.gpu_nodes)
+        align_to_second()
+        started = time.monotonic()
+        for node in victims:
+            pipeline.cluster.inject(node, XID_79)
+        injected = time.monotonic() - started
+        # Decided: every fault has a ledger record (remediated, refused, skipped...) or a dropped event.
+        records = pipeline.wait_for_records(nodes, timeout=timeout)
+        decided = time.monotonic() - started
+        pipeline.wait_settled(timeout=timeout)
+        records = pipeline.records()
+        dropped = pipeline.dropped_events()
+        executions = pipeline.executions()
+    by_outcome: dict[str, int] = {}
+    for record in records:
+        by_outcome[record.outcome.value] = by_outcome.get(record.outcome.value, 0) + 1
+    faulted = set(victims)
+    recorded_nodes = {r.node for r in records}
+    return {
+        "nodes": nodes,
+        "injectSeconds": injected,
+        "decidedSeconds": decided,
+        "records": len(records),
+        "executions": len(executions),
+        "dropped": len(dropped),
+        "byOutcome": by_outcome,
+        "remediated": by_outcome.get(Outcome.REPLACED.value, 0),
+        "alerted": sum(v for k, v in by_outcome.items() if Outcome(k).needs_person),
+        "budget": {"maxInFlight": budgets["maxInFlight"], "maxPerHour": budgets["maxPerHour"]},
+        "lost": len(faulted - recorded_nodes),
+    }
