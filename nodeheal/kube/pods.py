@@ -21,7 +21,13 @@ from typing import Any
 from urllib.parse import quote
 
 from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError
-from nodeheal.kube.client import DEFAULT_REQUEST_TIMEOUT, RequestTimeout, expect_success, request_json
+from nodeheal.kube.client import (
+    DEFAULT_REQUEST_TIMEOUT,
+    JsonResponse,
+    RequestTimeout,
+    expect_success,
+    request_json,
+)
 from nodeheal.kube.errors import is_retryable_status
 from nodeheal.kube.model import PodView
 from nodeheal.kube.sdk import ApiClient
@@ -179,28 +185,15 @@ class PodOperations:
             )
         except (KubernetesApiUnavailableError, KubernetesApiError) as exc:
             return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.FAILED, message=str(exc))
-        status = response.api_status
-        if response.ok:
-            return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.EVICTED, status=response.status)
         if response.status == 429:
-            return PodResult(
-                pod=pod.key, uid=pod.uid, outcome=PodOutcome.BLOCKED, status=429, message=status.explanation
-            )
-        if response.status == 404 or _uid_precondition_failed(response.status, status.message):
             return PodResult(
                 pod=pod.key,
                 uid=pod.uid,
-                outcome=PodOutcome.GONE,
-                status=response.status,
-                message=status.message,
+                outcome=PodOutcome.BLOCKED,
+                status=429,
+                message=response.api_status.explanation,
             )
-        return PodResult(
-            pod=pod.key,
-            uid=pod.uid,
-            outcome=PodOutcome.FAILED,
-            status=response.status,
-            message=f"{action}: {status.describe()}",
-        )
+        return _result(pod, response, action, success=PodOutcome.EVICTED)
 
     # -- deletion --------------------------------------------------------------------------------
 
@@ -229,24 +222,25 @@ class PodOperations:
             )
         except (KubernetesApiUnavailableError, KubernetesApiError) as exc:
             return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.FAILED, message=str(exc))
-        status = response.api_status
-        if response.ok:
-            return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.DELETED, status=response.status)
-        if response.status == 404 or _uid_precondition_failed(response.status, status.message):
-            return PodResult(
-                pod=pod.key,
-                uid=pod.uid,
-                outcome=PodOutcome.GONE,
-                status=response.status,
-                message=status.message,
-            )
+        return _result(pod, response, action, success=PodOutcome.DELETED)
+
+
+def _result(pod: PodView, response: JsonResponse, action: str, *, success: PodOutcome) -> PodResult:
+    """Classify an eviction's or deletion's answer: accepted, the pod is gone, or failed."""
+    status = response.api_status
+    if response.ok:
+        return PodResult(pod=pod.key, uid=pod.uid, outcome=success, status=response.status)
+    if response.status == 404 or _uid_precondition_failed(response.status, status.message):
         return PodResult(
-            pod=pod.key,
-            uid=pod.uid,
-            outcome=PodOutcome.FAILED,
-            status=response.status,
-            message=f"{action}: {status.describe()}",
+            pod=pod.key, uid=pod.uid, outcome=PodOutcome.GONE, status=response.status, message=status.message
         )
+    return PodResult(
+        pod=pod.key,
+        uid=pod.uid,
+        outcome=PodOutcome.FAILED,
+        status=response.status,
+        message=f"{action}: {status.describe()}",
+    )
 
 
 def _uid_precondition_failed(status: int, message: str) -> bool:
