@@ -17,34 +17,13 @@ from nodeheal.actions import Action
 from nodeheal.aws.ledger import Ledger
 from nodeheal.cli import main
 from nodeheal.workflow.records import Outcome, RemediationRecord
+from tests.aws_fixtures import create_ledger_table
 
 REGION = "us-west-2"
 TABLE = "NodeHeal-LedgerTable1234"
 BUS = "nodeheal"
 CLUSTER = "training-on-eks"
 NODE = "ip-10-0-158-235.us-west-2.compute.internal"
-
-
-def create_ledger_table(client: Any, name: str = TABLE) -> None:
-    """The key schema of stacks/constructs/ledger.py."""
-    client.create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk", "gsi1pk", "gsi1sk")
-        ],
-        BillingMode="PAY_PER_REQUEST",
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": "byCluster",
-                "KeySchema": [
-                    {"AttributeName": "gsi1pk", "KeyType": "HASH"},
-                    {"AttributeName": "gsi1sk", "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        ],
-    )
 
 
 def create_stack(cloudformation: Any, name: str = "NodeHeal") -> None:
@@ -69,7 +48,7 @@ class Aws:
 def aws() -> Iterator[Aws]:
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name=REGION)
-        create_ledger_table(dynamodb)
+        create_ledger_table(dynamodb, TABLE)
         create_stack(boto3.client("cloudformation", region_name=REGION))
         yield Aws(Ledger(dynamodb, TABLE), dynamodb, boto3.client("events", region_name=REGION))
 

@@ -13,6 +13,7 @@ from nodeheal.config import PolicySettings
 from nodeheal.errors import LedgerContentionError
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.records import DroppedEvent, Outcome, RemediationRecord, node_history
+from tests.aws_fixtures import create_ledger_table
 
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -25,27 +26,6 @@ class Clock:
         return self.now
 
 
-def create_table(client: object) -> None:
-    client.create_table(  # type: ignore[attr-defined]
-        TableName="ledger",
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": n, "AttributeType": "S"} for n in ("pk", "sk", "gsi1pk", "gsi1sk")
-        ],
-        BillingMode="PAY_PER_REQUEST",
-        GlobalSecondaryIndexes=[
-            {
-                "IndexName": "byCluster",
-                "KeySchema": [
-                    {"AttributeName": "gsi1pk", "KeyType": "HASH"},
-                    {"AttributeName": "gsi1sk", "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "ALL"},
-            }
-        ],
-    )
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -55,7 +35,7 @@ def clock() -> Clock:
 def ledger(clock: Clock) -> Iterator[Ledger]:
     with mock_aws():
         client = boto3.client("dynamodb", region_name="us-west-2")
-        create_table(client)
+        create_ledger_table(client, "ledger")
         yield Ledger(client, "ledger", clock=clock)
 
 
