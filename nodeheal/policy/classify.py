@@ -104,7 +104,9 @@ DEFAULT_CONDITION_RULES: Mapping[str, ConditionRule] = MappingProxyType(
         # EKS node auto-repair for these conditions.
         "*Ready": ConditionRule(Action.REPLACE, confirm_seconds=600),
         # NotReady is Karpenter's and EKS's to handle; a person should know, NodeHeal stays out.
-        "Ready": ConditionRule(Action.ALERT),
+        # Every new node reports Ready=False for its first seconds (CNI, device plugins): only a
+        # node still NotReady after ten minutes is worth a page.
+        "Ready": ConditionRule(Action.ALERT, confirm_seconds=600),
     }
 )
 

@@ -102,14 +102,22 @@ def admit(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datet
         live, labels=node.labels, history=history, policy=settings.policy, mode=settings.mode, now=now
     )
 
-    if decision.confirm_seconds > 0 and decision.action.mutates_cluster:
+    if decision.confirm_seconds > 0 and decision.action is not Action.NONE:
         remaining = _confirmation_remaining(live, decision.confirm_seconds, state, now)
         if remaining > 0:
-            lock = ledger.acquire_lock(
-                state.cluster, node.name, state.execution.name, timedelta(seconds=settings.lock_ttl_seconds)
-            )
-            if not lock.acquired:
-                return _locked_out(decision, admitted_node, live, now, lock.holder)
+            # A mutating action holds the node's lock through the wait so a second execution for
+            # the same node stops at once; an alert needs no lock (it touches nothing).
+            lock_held = False
+            if decision.action.mutates_cluster:
+                lock = ledger.acquire_lock(
+                    state.cluster,
+                    node.name,
+                    state.execution.name,
+                    timedelta(seconds=settings.lock_ttl_seconds),
+                )
+                if not lock.acquired:
+                    return _locked_out(decision, admitted_node, live, now, lock.holder)
+                lock_held = True
             return Admission(
                 CONFIRM,
                 decision,
@@ -117,7 +125,7 @@ def admit(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datet
                 live,
                 now,
                 wait_seconds=remaining,
-                lock_held=True,
+                lock_held=lock_held,
                 note=f"waiting {remaining}s for the condition to stay bad {decision.confirm_seconds}s",
             )
 

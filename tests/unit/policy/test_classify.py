@@ -174,7 +174,7 @@ def test_not_ready_is_alert(status: str) -> None:
         Condition("Ready", status, "KubeletNotReady", "PLEG is not healthy"), DEFAULTS, Action.NONE
     )
     assert result.action is Action.ALERT
-    assert (result.signal, result.confirm_seconds) == ("condition:Ready", 0)
+    assert (result.signal, result.confirm_seconds) == ("condition:Ready", 600)
 
 
 # Row: unknown condition or reason -> alert (the policy's unknownAction).

@@ -4,6 +4,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 from nodeheal.actions import Action, Mode
+from nodeheal.conditions import Condition
 from nodeheal.config import BudgetSettings, RemediationSettings
 from nodeheal.workflow.admission import CONFIRM, PROCEED, STOP, admit
 from nodeheal.workflow.budget import BreakerState, ClusterAdmissionState
@@ -123,3 +124,26 @@ def test_opt_out_label_alerts_only() -> None:
     admission = admit(workflow_state(nodes.nodes["gpu-a"]), kube(nodes), ledger, NOW)
     assert admission.decision is not None and admission.decision.action is Action.ALERT
     assert ledger.locks == {}
+
+
+def test_a_node_that_is_not_ready_yet_is_not_alerted_at_once() -> None:
+    # Every joining node reports Ready=False for a few seconds: admit waits (without a lock) and
+    # the live re-check after the wait finds it Ready.
+    not_ready = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "KubeletNotReady",
+        "message": "container runtime network not ready",
+        "lastTransitionTime": "2026-11-21T10:04:50Z",
+    }
+    node = live_node(ready=False)
+    node = replace(node, conditions={**node.conditions, "Ready": Condition.from_api(not_ready)})
+    nodes, ledger = FakeNodes({node.name: node}), FakeLedger()
+    state = workflow_state(node, condition=not_ready)
+    admission = admit(state, kube(nodes), ledger, NOW)
+    assert admission.verdict == CONFIRM and admission.wait_seconds == 590
+    assert not admission.lock_held and ledger.locks == {}
+    ready = live_node()
+    nodes.nodes[node.name] = replace(ready, uid=node.uid)  # the same node, Ready now
+    later = admit(state, kube(nodes), ledger, NOW + timedelta(seconds=590))
+    assert later.verdict == STOP and "no longer bad" in later.note
