@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import threading
 import time
 import traceback
@@ -42,6 +43,33 @@ MOTO_CONFIG: Any = {
 
 class TemplateError(Exception):
     """The synthesized template lacks something the local pipeline needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One Lambda task the state machine ran: what it was given and what it answered."""
+
+    logical_id: str
+    handler: str
+    payload: Any
+    result: Any
+    #: The exception's class name when the handler raised (the Step Functions error name).
+    error: str
+    error_message: str
+    at: float  # time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event a rule matched and its target handed to the ingest function."""
+
+    rule: str
+    envelope: Mapping[str, Any]
+    #: What ingest answered; empty when it raised on every attempt.
+    result: Mapping[str, Any]
+    error: str
+    attempts: int
+    at: float  # time.monotonic() when the target received it
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +206,7 @@ class LocalAws:
         self._runtime_lock = threading.Lock()
         self._kube_provider: KubeClientProvider | None = None
         self._kube_lock = threading.Lock()
+        self._invocation_lock = threading.RLock()
         self._mock: Any = None
         self._invoke_patch: Any = None
         self._ec2_patches: list[Any] = []
@@ -186,6 +215,16 @@ class LocalAws:
         self.on_instances_rebooted: list[Callable[[list[str]], None]] = []
         self.on_instances_terminated: list[Callable[[list[str]], None]] = []
         self.invocations: list[tuple[str, str]] = []  # (function logical id, outcome)
+        #: Called (in the execution's thread) after each Lambda task, with what it returned or raised.
+        self.on_invocation: list[Callable[[Invocation], None]] = []
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
+        self._pump: RuleTargetPump | None = None
+        self.event_bus_name = ""
+        #: Rule name -> URL of the SQS queue standing in for the rule's target.
+        self.rule_probes: dict[str, str] = {}
+        #: Rule name -> logical id of the function the rule targets in the template.
+        self.rule_targets: dict[str, str] = {}
         self.table_name = ""
         self.topic_arn = ""
         self.state_machine_arn = ""
@@ -264,6 +303,11 @@ class LocalAws:
             self._ec2_patches.append(patcher)
 
     def __exit__(self, *exc_info: object) -> None:
+        if self._pump is not None:
+            self._pump.stop()
+            self._pump = None
+        with self._clients_lock:
+            self._clients.clear()
         for patcher in self._ec2_patches:
             patcher.stop()
         self._ec2_patches.clear()
@@ -275,11 +319,19 @@ class LocalAws:
             self._mock = None
 
     def client(self, service: str) -> Any:
-        return boto3.client(service, region_name=self.region)
+        """One client per service, shared: clients are thread-safe, but creating them from the
+        default session is not, and the exporter, the rule target, the simulated Karpenter and
+        every execution's tasks all call AWS from their own threads."""
+        with self._clients_lock:
+            existing = self._clients.get(service)
+            if existing is None:
+                existing = self._clients[service] = boto3.client(service, region_name=self.region)
+            return existing
 
     # -- deployment ------------------------------------------------------------------------------
 
     def _deploy(self) -> None:
+        self._export_shared_environment()
         self._deploy_table()
         self._deploy_topic()
         for logical in self._functions:
@@ -303,6 +355,66 @@ class LocalAws:
             attributes = self.client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
             self._resolver.attributes[(logical, "Arn")] = attributes["Attributes"]["QueueArn"]
             self._resolver.attributes[(logical, "QueueName")] = url.rsplit("/", 1)[-1]
+        self._deploy_event_buses_and_rules()
+
+    def _deploy_event_buses_and_rules(self) -> None:
+        """The custom bus and each rule with the template's own EventPattern, so moto's pattern
+        matching decides which events go on. moto delivers to SQS but not to Lambda, so each rule
+        targets a probe queue; :class:`RuleTargetPump` plays the Lambda target from there."""
+        events = self.client("events")
+        sqs = self.client("sqs")
+        for logical in self.app.resources("AWS::Events::EventBus"):
+            name = self._resolver.attributes[(logical, "Name")]
+            events.create_event_bus(Name=name)
+            self.event_bus_name = self.event_bus_name or name
+        for logical, resource in self.app.resources("AWS::Events::Rule").items():
+            properties = resource.get("Properties", {})
+            if "EventPattern" not in properties:
+                continue  # scheduled rules have no pattern and no place in the event path
+            target = self._lambda_target(properties)
+            if target is None:
+                continue  # only Lambda targets run here
+            bus = str(self._resolver.resolve(properties.get("EventBusName", "default")))
+            name = str(properties.get("Name") or logical)
+            events.put_rule(
+                Name=name,
+                EventBusName=bus,
+                EventPattern=json.dumps(self._resolver.resolve(properties["EventPattern"])),
+                State=properties.get("State", "ENABLED"),
+            )
+            url = sqs.create_queue(QueueName=f"nodeheal-rule-probe-{logical}"[:80])["QueueUrl"]
+            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+                "QueueArn"
+            ]
+            events.put_targets(Rule=name, EventBusName=bus, Targets=[{"Id": "probe", "Arn": arn}])
+            self.rule_probes[name] = url
+            self.rule_targets[name] = target
+            self._resolver.refs[logical] = f"{bus}|{name}"
+
+    def _lambda_target(self, rule_properties: Mapping[str, Any]) -> str | None:
+        """The logical id of the NodeHeal function a rule targets (``Fn::GetAtt [Fn, Arn]``)."""
+        for target in rule_properties.get("Targets", []):
+            arn = target.get("Arn")
+            if isinstance(arn, Mapping) and "Fn::GetAtt" in arn:
+                logical = arn["Fn::GetAtt"][0]
+                if logical in self._functions:
+                    return str(logical)
+        return None
+
+    def _export_shared_environment(self) -> None:
+        """Powertools reads its namespace and service name from the process environment when a
+        handler module is imported; every function shares this one process, so the variables all
+        functions agree on are exported (without overriding what the caller set)."""
+        shared: dict[str, str] | None = None
+        for spec in self._functions.values():
+            values = {
+                key: value
+                for key, value in spec.environment.items()
+                if key.startswith("POWERTOOLS_") and isinstance(value, str)
+            }
+            shared = values if shared is None else {k: v for k, v in shared.items() if values.get(k) == v}
+        for key, value in (shared or {}).items():
+            os.environ.setdefault(key, value)
 
     def _deploy_table(self) -> None:
         logical, resource = self.app.single("AWS::DynamoDB::Table")
@@ -400,7 +512,10 @@ class LocalAws:
             function_name=logical_id,
             invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{logical_id}",
         )
-        with using_runtime(self.runtime_for(logical_id)):
+        # Powertools' Logger and Metrics are per-container singletons that Lambda never calls from
+        # two invocations at once; every function shares them in this process, so invocations
+        # take turns here (moto still runs the executions themselves concurrently).
+        with self._invocation_lock, using_runtime(self.runtime_for(logical_id)):
             return handler(payload, context)
 
     def _invoke(self, function_name: str, body: Any, response_headers: dict[str, Any]) -> bytes:
@@ -417,6 +532,7 @@ class LocalAws:
         except Exception as error:
             response_headers["x-amz-function-error"] = "Unhandled"
             self.invocations.append((logical, type(error).__name__))
+            self._notify_invocation(logical, payload, None, error)
             return json.dumps(
                 {
                     "errorType": type(error).__name__,
@@ -425,13 +541,42 @@ class LocalAws:
                 }
             ).encode()
         self.invocations.append((logical, "ok"))
+        self._notify_invocation(logical, payload, result, None)
         return json.dumps(result).encode()
+
+    def _notify_invocation(self, logical: str, payload: Any, result: Any, error: Exception | None) -> None:
+        invocation = Invocation(
+            logical_id=logical,
+            handler=self._functions[logical].handler,
+            payload=payload,
+            result=result,
+            error=type(error).__name__ if error else "",
+            error_message=str(error) if error else "",
+            at=time.monotonic(),
+        )
+        for listener in list(self.on_invocation):
+            listener(invocation)
 
     # -- operations used by tests, the demo and benchmarks ---------------------------------------
 
     def deliver(self, event: Mapping[str, Any]) -> Any:
         """Deliver an EventBridge event to the ingest function, as the rule's target would."""
         return self.call_handler(self.function_logical_id("lambdas.ingest.handler"), event)
+
+    def start_rule_targets(self) -> RuleTargetPump:
+        """Start delivering what the rules match to the ingest function (stopped on exit)."""
+        if self._pump is None:
+            self._pump = RuleTargetPump(self)
+            self._pump.start()
+        return self._pump
+
+    def put_events(self, *entries: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """PutEvents on the NodeHeal bus, as the exporter (or anyone allowed to) would."""
+        results: list[dict[str, Any]] = []
+        for start in range(0, len(entries), 10):
+            batch = [{"EventBusName": self.event_bus_name, **entry} for entry in entries[start : start + 10]]
+            results.extend(self.client("events").put_events(Entries=batch)["Entries"])
+        return results
 
     def wait_for_execution(self, execution_arn: str, timeout: float = 60.0) -> dict[str, Any]:
         sfn = self.client("stepfunctions")
@@ -540,6 +685,105 @@ class LocalAws:
             "resources": [],
             "detail": dict(detail),
         }
+
+
+class RuleTargetPump:
+    """Plays the rules' Lambda targets: reads each rule's probe queue and invokes the function the
+    rule targets in the template.
+
+    EventBridge invokes its Lambda target asynchronously and Lambda retries a failed invocation
+    twice before giving up (to the function's failure destination); the pump does the same, and
+    keeps every delivery for the timeline and the tests.
+    """
+
+    #: Lambda's own retries of a failed asynchronous invocation (the stack sets its maximum).
+    ATTEMPTS = 3
+
+    def __init__(self, local: LocalAws, *, poll_seconds: float = 0.01) -> None:
+        self._local = local
+        self._sqs = local.client("sqs")
+        self._poll_seconds = poll_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._deliveries: list[Delivery] = []
+        self._busy = False
+        #: Called in the pump's thread with each delivery, after ingest answered.
+        self.on_delivery: list[Callable[[Delivery], None]] = []
+        #: Called in the pump's thread when a matched event arrives, before ingest runs.
+        self.on_matched: list[Callable[[str, Mapping[str, Any]], None]] = []
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rule-target", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    @property
+    def deliveries(self) -> list[Delivery]:
+        with self._lock:
+            return list(self._deliveries)
+
+    def idle(self) -> bool:
+        """Nothing queued in any probe and nothing being delivered right now."""
+        with self._lock:
+            if self._busy:
+                return False
+        for url in self._local.rule_probes.values():
+            attributes = self._sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+            if int(attributes["ApproximateNumberOfMessages"]) or int(
+                attributes["ApproximateNumberOfMessagesNotVisible"]
+            ):
+                return False
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            delivered = 0
+            for rule, url in self._local.rule_probes.items():
+                delivered += self._drain(rule, url)
+            if not delivered:
+                self._stop.wait(self._poll_seconds)
+
+    def _drain(self, rule: str, url: str) -> int:
+        messages = self._sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not messages:
+            return 0
+        with self._lock:
+            self._busy = True
+        try:
+            for message in messages:
+                envelope = json.loads(message["Body"])
+                received = time.monotonic()
+                for listener in list(self.on_matched):
+                    listener(rule, envelope)
+                delivery = self._deliver(rule, envelope, received)
+                with self._lock:
+                    self._deliveries.append(delivery)
+                for delivered_listener in list(self.on_delivery):
+                    delivered_listener(delivery)
+                self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            return len(messages)
+        finally:
+            with self._lock:
+                self._busy = False
+
+    def _deliver(self, rule: str, envelope: Mapping[str, Any], received: float) -> Delivery:
+        error = ""
+        for attempt in range(1, self.ATTEMPTS + 1):
+            try:
+                result = self._local.call_handler(self._local.rule_targets[rule], envelope)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                continue
+            return Delivery(rule, envelope, dict(result), "", attempt, received)
+        return Delivery(rule, envelope, {}, error, self.ATTEMPTS, received)
 
 
 def iter_task_results(history: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:

@@ -3,9 +3,6 @@ real handlers in-process, against the fake Kubernetes API server and moto EC2/Dy
 
 from __future__ import annotations
 
-import copy
-import json
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,50 +13,23 @@ from nodeheal.conditions import Condition
 from nodeheal.events import NodeConditionEvent, PreviousState
 from nodeheal.exporter.transitions import node_identity
 from nodeheal.kube.client import StaticClientProvider
+from nodeheal.sim import cluster as sim_cluster
 from nodeheal.sim.apiserver import FakeKubeApiServer
-from nodeheal.sim.local_aws import LocalAws, SynthesizedApp
+from nodeheal.sim.local_aws import LocalAws
 from nodeheal.sim.objects import make_node, make_pdb, make_pod
+
+# Tiny waits (FAST_CONTEXT) and the template cache are shared with the end-to-end scenarios.
+from nodeheal.sim.pipeline import CLUSTER, synthesized, wait_until
 from nodeheal.sim.store import ClusterStore
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.records import RemediationRecord
 
-CLUSTER = "training-on-eks"
+__all__ = ["CLUSTER", "XID_13", "XID_48", "XID_79", "Pipeline", "wait_until"]
+
 SOURCE = "nodeheal.exporter"
-XID_79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
-XID_48 = "NVRM: Xid (PCI:0000:a8:00): 48, pid=2411, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0."
-XID_13 = "NVRM: Xid (PCI:0000:53:00): 13, pid=2411, name=python3, Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1): Out Of Range Address"
-
-#: Tiny waits so the real definition runs in seconds: moto sleeps for real in Wait states.
-BASE_CONTEXT: dict[str, Any] = {
-    "clusters": [CLUSTER],
-    "drain": {"timeoutSeconds": 4, "pollSeconds": 1, "doNotDisruptWaitSeconds": 0, "forceGraceSeconds": 0},
-    "reboot": {"pollSeconds": 1, "recoveryTimeoutSeconds": 5},
-    "retry": {"intervalSeconds": 1, "maxAttempts": 2, "backoffRate": 1.0},
-    "lockTtlSeconds": 600,
-    "workflow": {"timeoutMinutes": 15},
-    "notifications": {"emails": ["oncall@example.com"]},
-}
-
-_templates: dict[str, SynthesizedApp] = {}
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def synthesized(overrides: Mapping[str, Any] | None = None) -> SynthesizedApp:
-    """Synthesize once per distinct configuration (synthesis takes seconds)."""
-    context = deep_merge(BASE_CONTEXT, overrides or {})
-    key = json.dumps(context, sort_keys=True)
-    if key not in _templates:
-        _templates[key] = SynthesizedApp.synthesize(context)
-    return _templates[key]
+XID_79 = sim_cluster.XID_79.message
+XID_48 = sim_cluster.XID_48.message
+XID_13 = sim_cluster.XID_13.message
 
 
 @dataclass
@@ -198,11 +168,3 @@ def pipeline(request: pytest.FixtureRequest) -> Iterator[Pipeline]:
     marker = request.node.get_closest_marker("nodeheal_config")
     overrides = marker.args[0] if marker else {}
     yield from open_pipeline(overrides)
-
-
-def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(interval)

@@ -1,0 +1,230 @@
+"""``nodeheal demo``: the whole pipeline on this machine; watch a GPU node heal.
+
+Everything runs in this process on loopback: the fake Kubernetes API server with a simulated GPU
+cluster and a Karpenter stand-in, moto with the stack synthesized from ``stacks/`` (bus, rule,
+ledger, topic, state machine executing the real Lambda handlers), and the real exporter. A
+scenario injects a fault as node-problem-detector would; the timeline shows every hop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import logging
+import os
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from nodeheal.errors import ConfigurationError
+
+#: Real-world seconds per demo second: cdk.json's waits and the cluster's delays (pod shutdown,
+#: node boot) divided by this. At 60 the default scenario takes a few seconds after synthesis.
+DEFAULT_SPEED = 60.0
+MIN_SPEED = 1.0
+MAX_SPEED = 1000.0
+
+
+def register(subparsers: Any) -> None:
+    from nodeheal.sim.scenarios import DEFAULT_SCENARIO
+
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "demo",
+        help="run the whole pipeline locally (simulated cluster, moto, real exporter) and watch a node heal",
+        description=(
+            "Run NodeHeal end to end on this machine, with nothing to install by hand: a simulated EKS "
+            "GPU cluster behind a fake API server, the real exporter, and the synthesized stack in moto "
+            "executing the real Lambda handlers. Prints a live timeline, the remediation history and a "
+            "summary; exits 1 when the scenario's expected outcome did not happen."
+        ),
+    )
+    parser.add_argument(
+        "--scenario",
+        default=DEFAULT_SCENARIO,
+        metavar="NAME",
+        help=f"scenario to play (default {DEFAULT_SCENARIO}; see --list)",
+    )
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=DEFAULT_SPEED,
+        help=(
+            "how many times faster than real life the waits run: workflow waits from cdk.json and the "
+            f"cluster's delays are divided by it ({MIN_SPEED:g} = production timings; "
+            f"default {DEFAULT_SPEED:g})"
+        ),
+    )
+    parser.add_argument("--verbose", action="store_true", help="also print the handlers' and exporter's logs")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nodeheal.sim.scenarios import SCENARIOS
+
+    out: TextIO = sys.stdout
+    if args.list:
+        width = max(len(name) for name in SCENARIOS)
+        for name, scenario in SCENARIOS.items():
+            out.write(f"  {name:<{width}}  {scenario.title}\n")
+        return 0
+    if args.scenario not in SCENARIOS:
+        raise ConfigurationError(f"unknown scenario {args.scenario!r}; one of: {', '.join(SCENARIOS)}")
+    if not MIN_SPEED <= args.speed <= MAX_SPEED:
+        raise ConfigurationError(
+            f"--speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}, got {args.speed:g}"
+        )
+    _prepare_process(verbose=args.verbose)
+    if args.verbose:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        return _play(args.scenario, args.speed, out)
+    # The handlers print their EMF metrics and logs to stdout (CloudWatch collects them when
+    # deployed), and moto and the exporter log every injected failure; here they would bury the
+    # timeline, which writes to the saved stream instead.
+    with (
+        Path(os.devnull).open("w", encoding="utf-8") as sink,
+        contextlib.redirect_stdout(sink),
+        _quiet_logging(),
+    ):
+        return _play(args.scenario, args.speed, out)
+
+
+@contextlib.contextmanager
+def _quiet_logging() -> Iterator[None]:
+    loggers = [logging.getLogger(), logging.getLogger("moto")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _prepare_process(*, verbose: bool) -> None:
+    """Quiet, offline, and able to import the stack and the handlers."""
+    # jsii's banner about the Node.js version says nothing about NodeHeal.
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+    if not verbose:
+        # The handlers' JSON logs and EMF metrics would bury the timeline (they are what CloudWatch
+        # shows when deployed); --verbose brings them back.
+        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
+        os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+        warnings.filterwarnings("ignore", category=UserWarning)
+    _make_sources_importable()
+
+
+def _make_sources_importable() -> None:
+    """The demo synthesizes ``stacks/`` and runs ``lambdas/``: both live next to the package in
+    the source checkout and are not installed with it."""
+    if importlib.util.find_spec("stacks") is not None and importlib.util.find_spec("lambdas") is not None:
+        return
+    root = Path(__file__).resolve().parents[2]
+    if (root / "stacks" / "nodeheal_stack.py").is_file() and (root / "lambdas").is_dir():
+        sys.path.insert(0, str(root))
+        return
+    raise ConfigurationError(
+        "the demo needs the source checkout (stacks/ and lambdas/ next to nodeheal/); run `make demo` there"
+    )
+
+
+def _play(name: str, speed: float, out: TextIO) -> int:
+    from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, deep_merge, demo_context
+    from nodeheal.sim.scenarios import SCENARIOS
+    from nodeheal.sim.timeline import TimelinePrinter, history_table
+
+    scenario = SCENARIOS[name]
+    started = time.monotonic()
+    out.write(f"NodeHeal local demo - scenario {name}: {scenario.title}\n")
+    out.write(f"speed {speed:g}x (cdk.json waits and cluster delays divided by {speed:g})\n\n")
+    out.write("synthesizing the CDK stack ... ")
+    out.flush()
+    context = deep_merge(demo_context(speed), scenario.context)
+    app = TEMPLATES.get(context)
+    out.write(f"{len(app.template.get('Resources', {}))} resources in {time.monotonic() - started:.1f}s\n")
+    with LocalPipeline(app, layout=scenario.layout, speed=speed) as pipeline:
+        _describe_setup(pipeline, out)
+        pipeline.timeline.subscribe(TimelinePrinter(pipeline.timeline, out))
+        out.write("\ntimeline (seconds since the fault):\n")
+        # At low speeds every wait takes longer in wall-clock time: so may the scenario.
+        run = scenario.run(
+            pipeline,
+            settle_timeout=max(60.0, 60.0 * DEFAULT_SPEED / speed),
+            patience=max(1.0, DEFAULT_SPEED / speed),
+        )
+        records = pipeline.records()
+        out.write("\nremediation history (ledger):\n")
+        out.write(_indent(history_table(records)) + "\n\n")
+        out.write(_summary(pipeline, run.subject, records, time.monotonic() - started) + "\n")
+    if run.problems:
+        sys.stderr.write(f"nodeheal demo: scenario {name} did not end as expected:\n")
+        for problem in run.problems:
+            sys.stderr.write(f"  - {problem}\n")
+        return 1
+    return 0
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())
+
+
+def _describe_setup(pipeline: Any, out: TextIO) -> None:
+    from nodeheal.sim.cluster import NOTEBOOK_SET, TRAINING_JOB
+
+    cluster = pipeline.cluster
+    layout = cluster.layout
+    aws = pipeline.aws
+    out.write(
+        f"cluster {pipeline.cluster_name} (fake API server {pipeline.server.url}):\n"
+        f"  {layout.gpu_nodes} x {layout.instance_type} GPU nodes, Karpenter pool {layout.node_pool}, "
+        f"{layout.gpus_per_node} GPUs each, {layout.zone}; 1 system node\n"
+        f"  Job {TRAINING_JOB}: {layout.workers} workers x {layout.gpus_per_node} GPUs, PDB maxUnavailable 1"
+    )
+    if layout.notebook_gpus:
+        out.write(f"; StatefulSet {NOTEBOOK_SET}: karpenter.sh/do-not-disrupt, {layout.notebook_gpus} GPUs")
+    out.write("; DaemonSets aws-node, kube-proxy, nvidia-device-plugin, dcgm-exporter\n")
+    out.write(
+        f"AWS (moto): bus {aws.event_bus_name} + rule {', '.join(aws.rule_probes)}, state machine "
+        f"{aws.state_machine_arn.rsplit(':', 1)[-1]}, ledger {aws.table_name}, "
+        f"topic {aws.topic_arn.rsplit(':', 1)[-1]}\n"
+        f"exporter: watching Nodes, publishing to {aws.event_bus_name} as {pipeline.event_source}\n"
+    )
+
+
+def _summary(pipeline: Any, subject: str, records: list[Any], wall_seconds: float) -> str:
+    from nodeheal.sim.scenarios import describe
+    from nodeheal.sim.timeline import short_node
+
+    parts = [f"summary: {describe(records)} in {len(pipeline.executions())} execution(s)"]
+    mine = [r for r in records if r.node == subject]
+    if mine:
+        last = mine[-1]
+        signal = (
+            f"Xid {last.xid}" if last.xid is not None else (last.signal or last.condition.get("type", ""))
+        )
+        stages = last.stage_seconds
+        steps = [
+            f"{label} {stages[key]:.1f}s"
+            for key, label in (
+                ("faultToCordon", "cordoned"),
+                ("faultToInstanceAction", "instance action"),
+                ("faultToRecorded", "recorded"),
+            )
+            if key in stages
+        ]
+        parts.append(
+            f"{short_node(subject)} {signal} -> {last.outcome.value}"
+            + (f" (ledger, after the fault: {', '.join(steps)})" if steps else "")
+        )
+    timeline = pipeline.timeline
+    healed = timeline.events("workload-running")
+    if healed:
+        parts.append(f"workload running again at +{timeline.elapsed(healed[-1]):.1f}s")
+    parts.append(f"demo took {wall_seconds:.0f}s")
+    return "; ".join(parts)

@@ -1,0 +1,865 @@
+"""A simulated EKS GPU cluster that behaves enough like the real one for NodeHeal to heal it.
+
+On top of the fake API server's store it plays the parts of the cluster NodeHeal relies on but
+does not own:
+
+* node-problem-detector: :meth:`SimulatedCluster.inject` sets a Node condition as NPD would;
+* the kubelet after an EC2 reboot (:class:`NodeAgent`): a new boot ID, detectors that start clean;
+* Karpenter (:class:`KarpenterStandIn`): when an instance is terminated it deletes the Node and,
+  after a delay, launches a replacement instance in moto and registers its Node;
+* the Job/StatefulSet/DaemonSet controllers, pod garbage collection and the scheduler
+  (:class:`WorkloadControllers`): a deleted workload pod comes back Pending and is bound to a
+  Ready, schedulable node with enough free GPUs.
+
+Every delay is a real-world duration divided by the simulation's speed, and every step is
+reported on the :class:`~nodeheal.sim.timeline.Timeline`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import heapq
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nodeheal.conditions import is_bad_status, is_positive_condition
+from nodeheal.events import instance_id_from_provider_id
+from nodeheal.sim.local_aws import LocalAws
+from nodeheal.sim.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.pdb import controller_of
+from nodeheal.sim.status import ApiError
+from nodeheal.sim.store import ClusterStore
+from nodeheal.sim.timeline import Timeline, short_node
+
+logger = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+GPU = "nvidia.com/gpu"
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+TRAINING_NAMESPACE = "training"
+TRAINING_JOB = "llm-pretrain"
+NOTEBOOK_NAMESPACE = "research"
+NOTEBOOK_SET = "jupyter"
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes' generateName draws from
+
+
+# -- faults, as node-problem-detector and the EKS node monitoring agent report them ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A Node condition a detector sets; ``label`` names it on the timeline."""
+
+    label: str
+    condition_type: str
+    status: str
+    reason: str
+    message: str
+
+
+XID_79 = Fault(
+    "Xid 79 (GPU has fallen off the bus)",
+    "GPUProblem",
+    "True",
+    "GPUHardwareError",
+    "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus.",
+)
+XID_48 = Fault(
+    "Xid 48 (double-bit ECC error)",
+    "GPUProblem",
+    "True",
+    "GPUHardwareError",
+    "NVRM: Xid (PCI:0000:a8:00): 48, pid=2411, name=python3, An uncorrectable double bit error (DBE) "
+    "has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
+)
+XID_13 = Fault(
+    "Xid 13 (application error)",
+    "GPUProblem",
+    "True",
+    "GPUApplicationError",
+    "NVRM: Xid (PCI:0000:53:00): 13, pid=2411, name=python3, Graphics SM Warp Exception on "
+    "(GPC 1, TPC 0, SM 1): Out Of Range Address",
+)
+DCGM_ERROR = Fault(
+    "DCGMError (the GPU monitor failed)",
+    "AcceleratedHardwareReady",
+    "False",
+    "DCGMError",
+    "DCGM could not connect to the host engine",
+)
+
+#: The healthy state each detector-owned condition returns to when its detector restarts clean.
+_HEALTHY: dict[str, tuple[str, str]] = {
+    "GPUProblem": ("GPUHealthy", "all GPUs are healthy"),
+    "GPUUnavailable": ("GPUsAvailable", "all GPUs are available"),
+    "AcceleratedHardwareReady": ("NvidiaAcceleratedHardwareIsReady", "accelerated hardware is ready"),
+    "KernelDeadlock": ("KernelHasNoDeadlock", "kernel has no deadlock"),
+    "ReadonlyFilesystem": ("FilesystemIsNotReadOnly", "Filesystem is not read-only"),
+}
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLayout:
+    """What the simulated cluster runs."""
+
+    gpu_nodes: int = 4
+    instance_type: str = "p5.48xlarge"
+    gpus_per_node: int = 8
+    zone: str = "us-west-2b"
+    node_pool: str = "gpu"
+    #: Workers of the multi-node training job, one per GPU node holding all its GPUs; by default
+    #: every GPU node but the last, which runs the do-not-disrupt notebook.
+    training_workers: int | None = None
+    #: GPUs of the ``karpenter.sh/do-not-disrupt`` notebook on the last GPU node (0: no notebook).
+    notebook_gpus: int = 2
+
+    @property
+    def workers(self) -> int:
+        if self.training_workers is not None:
+            return self.training_workers
+        return self.gpu_nodes - 1 if self.notebook_gpus else self.gpu_nodes
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTimings:
+    """Real-world durations in seconds; :meth:`scaled` turns them into simulation time."""
+
+    #: Instance terminated -> Karpenter deletes its Node.
+    node_removal_seconds: float = 20.0
+    #: Instance terminated -> Karpenter has launched the replacement instance (it reacts to the
+    #: pending pods the drain left, so it is quick).
+    instance_launch_seconds: float = 10.0
+    #: Replacement instance launched -> its Node registers Ready (a p5 takes minutes to boot).
+    node_ready_seconds: float = 150.0
+    #: Pod bound -> containers running (images cached on the AMI).
+    pod_start_seconds: float = 20.0
+    #: EC2 reboot -> the kubelet reports again with a new boot ID.
+    reboot_seconds: float = 150.0
+
+    def scaled(self, speed: float) -> ClusterTimings:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        return replace(
+            self,
+            node_removal_seconds=self.node_removal_seconds / speed,
+            instance_launch_seconds=self.instance_launch_seconds / speed,
+            node_ready_seconds=self.node_ready_seconds / speed,
+            pod_start_seconds=self.pod_start_seconds / speed,
+            reboot_seconds=self.reboot_seconds / speed,
+        )
+
+
+# -- a clock for delayed actions -------------------------------------------------------------------
+
+
+class SimClock:
+    """Runs callbacks after a delay, and periodic ticks, on one thread; errors are kept, not lost."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._queue: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._ticks: list[tuple[float, Callable[[], None]]] = []
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._running = 0
+        self.errors: list[str] = []
+
+    def after(self, delay: float, action: Callable[[], None]) -> None:
+        with self._lock:
+            heapq.heappush(self._queue, (time.monotonic() + max(delay, 0.0), next(self._seq), action))
+            self._lock.notify()
+
+    def every(self, interval: float, action: Callable[[], None]) -> None:
+        with self._lock:
+            self._ticks.append((interval, action))
+            heapq.heappush(
+                self._queue, (time.monotonic() + interval, next(self._seq), self._ticker(interval, action))
+            )
+            self._lock.notify()
+
+    def _ticker(self, interval: float, action: Callable[[], None]) -> Callable[[], None]:
+        def tick() -> None:
+            try:
+                action()
+            finally:
+                with self._lock:
+                    if not self._stopped:
+                        heapq.heappush(self._queue, (time.monotonic() + interval, next(self._seq), tick))
+
+        return tick
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sim-clock", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._lock.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def pending(self) -> int:
+        """Delayed actions not yet run (periodic ticks excluded)."""
+        with self._lock:
+            return len(self._queue) - len(self._ticks) + self._running
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._stopped:
+                    return
+                now = time.monotonic()
+                if not self._queue or self._queue[0][0] > now:
+                    self._lock.wait(self._queue[0][0] - now if self._queue else None)
+                    continue
+                _, _, action = heapq.heappop(self._queue)
+                self._running += 1
+            try:
+                action()
+            except Exception as error:  # a broken simulation step must be visible, not kill the clock
+                logger.exception("simulation step failed")
+                self.errors.append(f"{type(error).__name__}: {error}")
+            finally:
+                with self._lock:
+                    self._running -= 1
+
+
+# -- the cluster -----------------------------------------------------------------------------------
+
+
+def gpus_requested(pod: JSON) -> int:
+    total = 0
+    for container in pod.get("spec", {}).get("containers", []):
+        total += int(container.get("resources", {}).get("requests", {}).get(GPU, 0))
+    return total
+
+
+def _is_ready(node: JSON) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in node.get("status", {}).get("conditions", [])
+    )
+
+
+class SimulatedCluster:
+    """The cluster's objects plus the controllers that keep it alive; see the module docstring."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        aws: LocalAws,
+        timeline: Timeline,
+        *,
+        cluster: str,
+        layout: ClusterLayout,
+        timings: ClusterTimings,
+        region: str = "us-west-2",
+        seed: int = 7,
+    ) -> None:
+        self.store = store
+        self.aws = aws
+        self.timeline = timeline
+        self.cluster = cluster
+        self.layout = layout
+        self.timings = timings
+        self.region = region
+        self.clock = SimClock()
+        self._random = random.Random(seed)
+        self._names: set[str] = set()
+        self._lock = threading.RLock()
+        #: GPU node names in creation order (replacements appended).
+        self.gpu_nodes: list[str] = []
+        self.system_node = ""
+        self.notebook_node = ""
+        #: Faulted node -> the node Karpenter brought up in its place.
+        self.replacements: dict[str, str] = {}
+        self.karpenter = KarpenterStandIn(self)
+        self.agent = NodeAgent(self)
+        self.controllers = WorkloadControllers(self)
+
+    # -- building ----------------------------------------------------------------------------------
+
+    def node_name(self) -> str:
+        """A fresh EC2-style private DNS name (deterministic per seed, never reused)."""
+        while True:
+            third, fourth = self._random.randint(16, 191), self._random.randint(4, 250)
+            name = f"ip-10-0-{third}-{fourth}.{self.region}.compute.internal"
+            if name not in self._names:
+                self._names.add(name)
+                return name
+
+    def suffix(self) -> str:
+        return "".join(self._random.choice(_SUFFIX_ALPHABET) for _ in range(5))
+
+    def build(self) -> None:
+        layout = self.layout
+        self.system_node = self.add_node(
+            pool="system", instance_type="m6i.2xlarge", zone=f"{self.region}a", gpus=0
+        )
+        for _ in range(layout.gpu_nodes):
+            self.gpu_nodes.append(self.add_node())
+        self.store.add(
+            *[
+                make_pod(
+                    f"coredns-787cb67946-{self.suffix()}",
+                    "kube-system",
+                    self.system_node,
+                    owner_kind="ReplicaSet",
+                    owner_name="coredns-787cb67946",
+                    labels={"k8s-app": "kube-dns"},
+                )
+                for _ in range(2)
+            ],
+            make_pod(
+                f"karpenter-5d9b8f8c7b-{self.suffix()}",
+                "kube-system",
+                self.system_node,
+                owner_kind="ReplicaSet",
+                owner_name="karpenter-5d9b8f8c7b",
+                labels={"app.kubernetes.io/name": "karpenter"},
+            ),
+            make_pod(
+                f"nodeheal-exporter-6c8d5b9f4-{self.suffix()}",
+                "nodeheal",
+                self.system_node,
+                owner_kind="ReplicaSet",
+                owner_name="nodeheal-exporter-6c8d5b9f4",
+                labels={"app.kubernetes.io/name": "nodeheal-exporter"},
+            ),
+        )
+        workers = layout.workers
+        for index in range(workers):
+            self.store.add(self._training_pod(index, self.gpu_nodes[index % len(self.gpu_nodes)]))
+        self.store.set_scale(TRAINING_NAMESPACE, "Job", TRAINING_JOB, workers)
+        # One worker may be disrupted at a time: the job checkpoints and restarts the lost rank.
+        self.store.add(
+            make_pdb(TRAINING_JOB, TRAINING_NAMESPACE, {"job-name": TRAINING_JOB}, max_unavailable=1)
+        )
+        if layout.notebook_gpus:
+            self.notebook_node = self.gpu_nodes[-1]
+            self.store.add(self._notebook_pod(self.notebook_node))
+
+    def add_node(
+        self,
+        *,
+        pool: str | None = None,
+        instance_type: str | None = None,
+        zone: str | None = None,
+        gpus: int | None = None,
+        instance_id: str | None = None,
+    ) -> str:
+        """An EC2 instance tagged as Karpenter tags it, its Node, and the node's DaemonSet pods."""
+        pool = pool or self.layout.node_pool
+        instance_type = instance_type or self.layout.instance_type
+        zone = zone or self.layout.zone
+        gpus = self.layout.gpus_per_node if gpus is None else gpus
+        instance_id = instance_id or self.aws.run_instance(
+            cluster=self.cluster, node_pool=pool, instance_type=instance_type, zone=zone
+        )
+        name = self.node_name()
+        self.store.add(
+            make_node(
+                name,
+                instance_id=instance_id,
+                zone=zone,
+                instance_type=instance_type,
+                node_pool=pool,
+                gpus=gpus,
+                cluster=self.cluster,
+                extra_labels={"nvidia.com/gpu.present": "true" if gpus else "false"},
+                # The EKS node monitoring agent reports this on accelerated nodes from the start.
+                extra_conditions=[
+                    {
+                        "type": "AcceleratedHardwareReady",
+                        "status": "True",
+                        "reason": "NvidiaAcceleratedHardwareIsReady",
+                        "message": "NVIDIA accelerated hardware is ready",
+                    }
+                ]
+                if gpus
+                else None,
+            )
+        )
+        self.controllers.add_daemon_pods(name, gpu=bool(gpus))
+        return name
+
+    def _training_pod(self, index: int, node: str | None) -> JSON:
+        return make_pod(
+            f"{TRAINING_JOB}-{index}-{self.suffix()}",
+            TRAINING_NAMESPACE,
+            node,
+            owner_kind="Job",
+            owner_name=TRAINING_JOB,
+            labels={
+                "job-name": TRAINING_JOB,
+                "batch.kubernetes.io/job-name": TRAINING_JOB,
+                "batch.kubernetes.io/job-completion-index": str(index),
+            },
+            annotations={"batch.kubernetes.io/job-completion-index": str(index)},
+            gpus=self.layout.gpus_per_node,
+            phase="Running" if node else "Pending",
+        )
+
+    def _notebook_pod(self, node: str | None) -> JSON:
+        return make_pod(
+            f"{NOTEBOOK_SET}-0",
+            NOTEBOOK_NAMESPACE,
+            node,
+            owner_kind="StatefulSet",
+            owner_name=NOTEBOOK_SET,
+            labels={"app": NOTEBOOK_SET, "statefulset.kubernetes.io/pod-name": f"{NOTEBOOK_SET}-0"},
+            # Someone's interactive session: Karpenter's consolidation must not take it away.
+            annotations={DO_NOT_DISRUPT: "true"},
+            gpus=self.layout.notebook_gpus,
+            phase="Running" if node else "Pending",
+        )
+
+    def start(self) -> None:
+        self.aws.on_instances_terminated.append(self.karpenter.instances_terminated)
+        self.aws.on_instances_rebooted.append(self.agent.instances_rebooted)
+        self.store.on("pod_deleted", self.controllers.pod_deleted)
+        self.store.on("node_deleted", self.controllers.node_deleted)
+        self.clock.every(0.05, self.controllers.schedule_pending)
+        self.clock.start()
+
+    def stop(self) -> None:
+        self.controllers.stopping = True
+        self.clock.stop()
+        for hooks, callback in (
+            (self.aws.on_instances_terminated, self.karpenter.instances_terminated),
+            (self.aws.on_instances_rebooted, self.agent.instances_rebooted),
+        ):
+            with contextlib.suppress(ValueError):
+                hooks.remove(callback)
+
+    # -- what detectors and people do --------------------------------------------------------------
+
+    def inject(self, node: str, fault: Fault) -> None:
+        """Set the condition as node-problem-detector (or the node monitoring agent) would."""
+        self.store.set_node_condition(node, fault.condition_type, fault.status, fault.reason, fault.message)
+        self.timeline.emit(
+            "fault",
+            "fault",
+            f"{fault.label} on {short_node(node)}: {fault.condition_type}={fault.status} ({fault.reason})",
+            node=node,
+        )
+
+    def clear(self, node: str, condition_type: str) -> None:
+        """The detector reports the condition healthy again."""
+        status = "True" if is_positive_condition(condition_type) else "False"
+        reason, message = _HEALTHY.get(condition_type, (f"{condition_type}Healthy", "healthy"))
+        self.store.set_node_condition(node, condition_type, status, reason, message)
+        self.timeline.emit(
+            "fault", "fault-cleared", f"{condition_type} healthy again on {short_node(node)}", node=node
+        )
+
+    def block_drains(self) -> None:
+        """Make the training PDB refuse every eviction (all workers must stay up)."""
+
+        def change(pdb: JSON) -> None:
+            pdb["spec"].pop("maxUnavailable", None)
+            pdb["spec"]["minAvailable"] = self.layout.workers
+
+        self.store.mutate("poddisruptionbudgets", TRAINING_JOB, change, TRAINING_NAMESPACE)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def node(self, name: str) -> JSON | None:
+        try:
+            return self.store.get("nodes", name)
+        except ApiError:
+            return None
+
+    def nodes(self) -> list[JSON]:
+        return self.store.list_objects("nodes")[0]
+
+    def pods(self, namespace: str | None = None) -> list[JSON]:
+        return self.store.list_objects("pods", namespace)[0]
+
+    def pods_on(self, node: str) -> list[JSON]:
+        return [p for p in self.pods() if p.get("spec", {}).get("nodeName") == node]
+
+    def instance_of(self, node: str) -> str:
+        obj = self.node(node)
+        provider = (obj or {}).get("spec", {}).get("providerID", "")
+        return instance_id_from_provider_id(provider) or ""
+
+    def node_for_instance(self, instance_id: str) -> JSON | None:
+        for node in self.nodes():
+            if instance_id_from_provider_id(node.get("spec", {}).get("providerID", "")) == instance_id:
+                return node
+        return None
+
+    def training_pods(self) -> list[JSON]:
+        return [
+            p
+            for p in self.pods(TRAINING_NAMESPACE)
+            if p["metadata"].get("labels", {}).get("job-name") == TRAINING_JOB
+        ]
+
+    def running_workers(self) -> int:
+        return sum(1 for p in self.training_pods() if _running(p))
+
+    def workload_healthy(self) -> bool:
+        """Every training worker (and the notebook) Running on a Ready node."""
+        if self.running_workers() != self.layout.workers:
+            return False
+        if self.layout.notebook_gpus:
+            notebooks = [p for p in self.pods(NOTEBOOK_NAMESPACE) if _running(p)]
+            return len(notebooks) == 1
+        return True
+
+
+def _running(pod: JSON) -> bool:
+    return pod.get("status", {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+
+
+# -- Karpenter -------------------------------------------------------------------------------------
+
+
+class KarpenterStandIn:
+    """Replaces terminated instances: deletes the Node, launches a new instance, registers it."""
+
+    def __init__(self, cluster: SimulatedCluster) -> None:
+        self._cluster = cluster
+        self._lock = threading.Lock()
+        self._handled: set[str] = set()
+        self._paused = False
+        self._backlog: list[tuple[str, JSON]] = []
+
+    def instances_terminated(self, instance_ids: list[str]) -> None:
+        """moto's TerminateInstances hook (runs in the caller's thread: only schedules work)."""
+        for instance_id in instance_ids:
+            node = self._cluster.node_for_instance(instance_id)
+            with self._lock:
+                if node is None or instance_id in self._handled:
+                    continue
+                self._handled.add(instance_id)
+                if self._paused:
+                    self._backlog.append((instance_id, node))
+                    continue
+            self._replace(instance_id, node)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Karpenter has not noticed yet: terminations queue up and are handled on exit."""
+        with self._lock:
+            self._paused = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused = False
+                backlog, self._backlog = self._backlog, []
+            for instance_id, node in backlog:
+                self._replace(instance_id, node)
+
+    def _replace(self, instance_id: str, node: JSON) -> None:
+        cluster = self._cluster
+        timings = cluster.timings
+        name = node["metadata"]["name"]
+        labels = node["metadata"].get("labels", {})
+        pool = labels.get("karpenter.sh/nodepool", cluster.layout.node_pool)
+        instance_type = labels.get("node.kubernetes.io/instance-type", cluster.layout.instance_type)
+        zone = labels.get("topology.kubernetes.io/zone", cluster.layout.zone)
+        gpus = int(node.get("status", {}).get("capacity", {}).get(GPU, 0))
+        uid = node["metadata"]["uid"]
+
+        def remove_node() -> None:
+            current = cluster.node(name)
+            if current is None or current["metadata"]["uid"] != uid:
+                return
+            cluster.store.remove("nodes", name)
+            cluster.timeline.emit(
+                "karpenter",
+                "node-deleted",
+                f"Node {short_node(name)} deleted: its instance {instance_id} is terminated",
+                node=name,
+            )
+
+        def launch() -> None:
+            new_instance = cluster.aws.run_instance(
+                cluster=cluster.cluster, node_pool=pool, instance_type=instance_type, zone=zone
+            )
+            cluster.timeline.emit(
+                "karpenter",
+                "instance-launched",
+                f"launched {new_instance} ({instance_type}, {zone}) for the pending pods",
+                node=name,
+            )
+            cluster.clock.after(timings.node_ready_seconds, lambda: register(new_instance))
+
+        def register(new_instance: str) -> None:
+            new_name = cluster.add_node(
+                pool=pool, instance_type=instance_type, zone=zone, gpus=gpus, instance_id=new_instance
+            )
+            with cluster._lock:
+                cluster.replacements[name] = new_name
+                if pool == cluster.layout.node_pool:
+                    cluster.gpu_nodes.append(new_name)
+            cluster.timeline.emit(
+                "karpenter",
+                "node-ready",
+                f"replacement Node {short_node(new_name)} Ready ({new_instance}, {gpus} GPUs)",
+                node=new_name,
+            )
+
+        cluster.clock.after(timings.node_removal_seconds, remove_node)
+        cluster.clock.after(timings.instance_launch_seconds, launch)
+
+
+# -- the kubelet after an EC2 reboot ---------------------------------------------------------------
+
+
+class NodeAgent:
+    """An EC2 reboot brings the node back with a new boot ID and detectors that start clean."""
+
+    def __init__(self, cluster: SimulatedCluster) -> None:
+        self._cluster = cluster
+
+    def instances_rebooted(self, instance_ids: list[str]) -> None:
+        for instance_id in instance_ids:
+            node = self._cluster.node_for_instance(instance_id)
+            if node is not None:
+                name = node["metadata"]["name"]
+                self._cluster.clock.after(
+                    self._cluster.timings.reboot_seconds, functools.partial(self._back, name)
+                )
+
+    def _back(self, name: str) -> None:
+        cluster = self._cluster
+        if cluster.node(name) is None:
+            return
+        # Ready is not flipped: NodeHeal's recovery check keys on the new boot ID, and whether a real
+        # reboot shows as NotReady depends on the node controller's grace period, not on NodeHeal.
+        cluster.store.reboot_node(name)
+        node = cluster.node(name) or {}
+        cleared = []
+        for condition in node.get("status", {}).get("conditions", []):
+            kind = condition["type"]
+            if kind in _HEALTHY and is_bad_status(kind, condition.get("status", "")):
+                reason, message = _HEALTHY[kind]
+                cluster.store.set_node_condition(
+                    name, kind, "True" if is_positive_condition(kind) else "False", reason, message
+                )
+                cleared.append(kind)
+        what = f", {', '.join(cleared)} healthy" if cleared else ""
+        cluster.timeline.emit(
+            "node", "node-rebooted", f"{short_node(name)} back from the reboot: new boot ID{what}", node=name
+        )
+
+
+# -- controllers and the scheduler -----------------------------------------------------------------
+
+
+@dataclass
+class _Disruption:
+    """A workload lost a pod; reported when it is whole again."""
+
+    workload: str
+    pods: set[str] = field(default_factory=set)
+
+
+class WorkloadControllers:
+    """Job/StatefulSet/ReplicaSet controllers, DaemonSets, pod GC and the scheduler, minimally."""
+
+    def __init__(self, cluster: SimulatedCluster) -> None:
+        self._cluster = cluster
+        self.stopping = False
+        self._disrupted: dict[str, _Disruption] = {}
+        self._lock = threading.Lock()
+
+    # Hooks run in whichever thread changed the store (an API request, the pod reaper).
+
+    def pod_deleted(self, pod: JSON) -> None:
+        if self.stopping:
+            return
+        owner = controller_of(pod) or {}
+        kind = owner.get("kind")
+        if kind not in ("Job", "StatefulSet", "ReplicaSet"):
+            return  # DaemonSet pods follow their node; bare pods are gone for good
+        cluster = self._cluster
+        meta = pod["metadata"]
+        labels = dict(meta.get("labels") or {})
+        if kind == "Job":
+            index = labels.get("batch.kubernetes.io/job-completion-index", "0")
+            name = f"{owner['name']}-{index}-{cluster.suffix()}"
+        elif kind == "StatefulSet":
+            name = meta["name"]
+        else:
+            name = f"{owner['name']}-{cluster.suffix()}"
+        replacement = make_pod(
+            name,
+            meta["namespace"],
+            None,
+            owner_kind=kind,
+            owner_name=owner["name"],
+            labels=labels,
+            annotations=dict(meta.get("annotations") or {}),
+            gpus=gpus_requested(pod),
+            grace_seconds=int(pod["spec"].get("terminationGracePeriodSeconds", 30)),
+            phase="Pending",
+        )
+        cluster.store.add(replacement)
+        with self._lock:
+            self._disrupted.setdefault(owner["name"], _Disruption(owner["name"])).pods.add(name)
+        need = gpus_requested(pod)
+        needs = f", needs {need} GPUs" if need else ""
+        cluster.timeline.emit(
+            "scheduler",
+            "pod-pending",
+            f"{meta['name']} gone from {short_node(pod['spec'].get('nodeName', '?'))}; "
+            f"{kind} {owner['name']} recreated it as {name} (Pending{needs})",
+            node=str(pod["spec"].get("nodeName", "")),
+        )
+
+    def node_deleted(self, node: JSON) -> None:
+        """Pod garbage collection: pods bound to a Node that no longer exists are deleted."""
+        if self.stopping:
+            return
+        name = node["metadata"]["name"]
+        for pod in self._cluster.pods_on(name):
+            with contextlib.suppress(ApiError):
+                self._cluster.store.remove("pods", pod["metadata"]["name"], pod["metadata"]["namespace"])
+
+    def add_daemon_pods(self, node: str, *, gpu: bool) -> None:
+        cluster = self._cluster
+        daemonsets = [("aws-node", "k8s-app"), ("kube-proxy", "k8s-app")]
+        if gpu:
+            daemonsets += [
+                ("nvidia-device-plugin-daemonset", "name"),
+                ("dcgm-exporter", "app.kubernetes.io/name"),
+            ]
+        cluster.store.add(
+            *[
+                make_pod(
+                    f"{ds}-{cluster.suffix()}",
+                    "kube-system",
+                    node,
+                    owner_kind="DaemonSet",
+                    owner_name=ds,
+                    labels={key: ds},
+                )
+                for ds, key in daemonsets
+            ]
+        )
+
+    def schedule_pending(self) -> None:
+        """Bind each Pending pod to a Ready, schedulable, untainted node with room (best fit)."""
+        if self.stopping:
+            return
+        cluster = self._cluster
+        pods = cluster.pods()
+        pending = [
+            p
+            for p in pods
+            if not p["spec"].get("nodeName")
+            and p.get("status", {}).get("phase") == "Pending"
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        if not pending:
+            return
+        free: dict[str, int] = {}
+        for node in cluster.nodes():
+            spec = node.get("spec", {})
+            if spec.get("unschedulable") or not _is_ready(node) or node["metadata"].get("deletionTimestamp"):
+                continue
+            if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
+                continue
+            capacity = int(node.get("status", {}).get("allocatable", {}).get(GPU, 0))
+            free[node["metadata"]["name"]] = capacity
+        for pod in pods:
+            node_name = pod["spec"].get("nodeName")
+            if node_name in free and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+                free[node_name] -= gpus_requested(pod)
+        for pod in sorted(
+            pending, key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"])
+        ):
+            need = gpus_requested(pod)
+            fits = sorted((room, name) for name, room in free.items() if room >= need)
+            if not fits:
+                continue
+            _, target = fits[0]
+            free[target] -= need
+            self._bind(pod, target)
+
+    def _bind(self, pod: JSON, node: str) -> None:
+        cluster = self._cluster
+        meta = pod["metadata"]
+        uid = meta["uid"]
+
+        def status_for(phase: str) -> JSON:
+            template = make_pod(meta["name"], meta["namespace"], node, gpus=gpus_requested(pod), phase=phase)
+            return copy.deepcopy(template["status"])
+
+        def bind(obj: JSON) -> None:
+            obj["spec"]["nodeName"] = node
+            obj["status"] = {
+                **status_for("Pending"),
+                "qosClass": obj.get("status", {}).get("qosClass", "Burstable"),
+            }
+
+        try:
+            cluster.store.mutate("pods", meta["name"], bind, meta["namespace"])
+        except ApiError:
+            return
+        cluster.timeline.emit(
+            "scheduler", "pod-bound", f"{meta['name']} bound to {short_node(node)}", node=node
+        )
+        cluster.clock.after(
+            cluster.timings.pod_start_seconds,
+            lambda: self._started(meta["namespace"], meta["name"], uid, node),
+        )
+
+    def _started(self, namespace: str, name: str, uid: str, node: str) -> None:
+        cluster = self._cluster
+        try:
+            current = cluster.store.get("pods", name, namespace)
+        except ApiError:
+            return
+        if current["metadata"]["uid"] != uid or current["metadata"].get("deletionTimestamp"):
+            return
+        running = make_pod(name, namespace, node, gpus=gpus_requested(current), phase="Running")["status"]
+
+        def start(obj: JSON) -> None:
+            obj["status"] = {**running, "qosClass": obj.get("status", {}).get("qosClass", "Burstable")}
+
+        cluster.store.mutate("pods", name, start, namespace)
+        cluster.timeline.emit("scheduler", "pod-running", f"{name} Running on {short_node(node)}", node=node)
+        self._report_whole()
+
+    def _report_whole(self) -> None:
+        cluster = self._cluster
+        with self._lock:
+            disrupted = list(self._disrupted.values())
+        for disruption in disrupted:
+            if disruption.workload == TRAINING_JOB:
+                running, wanted = cluster.running_workers(), cluster.layout.workers
+            else:
+                running = sum(
+                    1
+                    for p in cluster.pods()
+                    if _running(p) and (controller_of(p) or {}).get("name") == disruption.workload
+                )
+                wanted = len(disruption.pods)
+            if running >= wanted:
+                with self._lock:
+                    self._disrupted.pop(disruption.workload, None)
+                cluster.timeline.emit(
+                    "scheduler",
+                    "workload-running",
+                    f"{disruption.workload} running again: {running}/{wanted} pods Running",
+                )

@@ -1,0 +1,542 @@
+"""The whole NodeHeal pipeline on one machine, for the demo, the end-to-end tests and benchmarks.
+
+A fault set on a simulated Node travels the real path: the real exporter watches the fake API
+server and calls ``events:PutEvents`` on the moto bus; the rule synthesized from the CDK stack
+matches it with its real pattern and hands it (through an SQS probe, see
+:class:`~nodeheal.sim.local_aws.RuleTargetPump`) to the real ingest handler, which starts the
+state machine moto executes with the real task handlers. The simulated cluster (Karpenter, the
+scheduler, the kubelet after a reboot) reacts to what the workflow does.
+
+Timings: the workflow's waits come from the cdk context the template was synthesized with
+(:data:`FAST_CONTEXT` for tests, :func:`demo_context` for the demo); the cluster's own delays
+(pod shutdown, node boot, ...) are real-world durations divided by ``speed``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from nodeheal.aws.ledger import Ledger
+from nodeheal.conditions import Condition
+from nodeheal.config import RemediationSettings
+from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, PreviousState
+from nodeheal.exporter.app import Exporter
+from nodeheal.exporter.settings import ExporterSettings
+from nodeheal.exporter.transitions import node_identity
+from nodeheal.kube.client import StaticClientProvider
+from nodeheal.sim.apiserver import FakeKubeApiServer
+from nodeheal.sim.cluster import ClusterLayout, ClusterTimings, SimulatedCluster
+from nodeheal.sim.local_aws import Delivery, Invocation, LocalAws, RuleTargetPump, SynthesizedApp
+from nodeheal.sim.store import ClusterStore
+from nodeheal.sim.timeline import Timeline, describe_task, short_node
+from nodeheal.timeutil import parse_timestamp, utc_now
+from nodeheal.workflow.records import DroppedEvent, RemediationRecord
+
+CLUSTER = "training-on-eks"
+
+#: Tiny waits so the real definition runs in seconds: moto sleeps for real in Wait states and
+#: Retry intervals. The workflow tests and the end-to-end scenarios share it (and so the template).
+FAST_CONTEXT: dict[str, Any] = {
+    "clusters": [CLUSTER],
+    "drain": {"timeoutSeconds": 4, "pollSeconds": 1, "doNotDisruptWaitSeconds": 0, "forceGraceSeconds": 0},
+    "reboot": {"pollSeconds": 1, "recoveryTimeoutSeconds": 5},
+    "retry": {"intervalSeconds": 1, "maxAttempts": 2, "backoffRate": 1.0},
+    "lockTtlSeconds": 600,
+    "workflow": {"timeoutMinutes": 15},
+    "notifications": {"emails": ["oncall@example.com"]},
+}
+
+#: The simulated cluster's delays in tests: 300x real time (a 30 s pod shutdown takes 0.1 s).
+FAST_SPEED = 300.0
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def demo_context(speed: float) -> dict[str, Any]:
+    """cdk.json's production timings divided by ``speed`` (whole seconds, as ASL needs), so the
+    demo shows the deployed shape of every wait, only faster."""
+
+    def scaled(seconds: float, minimum: int) -> int:
+        return max(minimum, round(seconds / speed))
+
+    drain_timeout = scaled(900, 4)
+    recovery_timeout = scaled(900, 5)
+    return {
+        "clusters": [CLUSTER],
+        "drain": {
+            "timeoutSeconds": drain_timeout,
+            "pollSeconds": scaled(10, 1),
+            "forceGraceSeconds": scaled(30, 0),
+            "doNotDisruptWaitSeconds": scaled(300, 0),
+        },
+        "reboot": {"pollSeconds": scaled(30, 1), "recoveryTimeoutSeconds": recovery_timeout},
+        "retry": {"intervalSeconds": scaled(2, 1), "maxAttempts": 4, "backoffRate": 2.0},
+        "lockTtlSeconds": max(60, drain_timeout + recovery_timeout, round(7200 / speed)),
+        "workflow": {"timeoutMinutes": max(15, round(180 / speed))},
+        "notifications": {"emails": ["oncall@example.com"]},
+    }
+
+
+class TemplateCache:
+    """Synthesize once per distinct cdk context (synthesis takes seconds); thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._templates: dict[str, SynthesizedApp] = {}
+
+    def get(self, context: Mapping[str, Any]) -> SynthesizedApp:
+        key = json.dumps(context, sort_keys=True)
+        with self._lock:
+            if key not in self._templates:
+                self._templates[key] = SynthesizedApp.synthesize(context)
+            return self._templates[key]
+
+
+TEMPLATES = TemplateCache()
+
+
+def synthesized(
+    overrides: Mapping[str, Any] | None = None, *, base: Mapping[str, Any] = FAST_CONTEXT
+) -> SynthesizedApp:
+    """The template for ``base`` with ``overrides`` merged in, from the process-wide cache."""
+    return TEMPLATES.get(deep_merge(base, overrides or {}))
+
+
+def wait_until(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not reached within {timeout:g}s")
+        time.sleep(interval)
+
+
+def align_to_second() -> None:
+    """Sleep to just past the next whole second. Condition timestamps have one-second resolution
+    and the ledger measures every stage from the fault's lastTransitionTime; a fault set right
+    after a second boundary makes those durations exact (and gives a flapping condition a new
+    transition time)."""
+    now = time.time()
+    time.sleep(1.0 - (now % 1.0) + 0.005)
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """An entry the exporter's PutEvents call got accepted, as it was sent."""
+
+    entry: Mapping[str, Any]
+    event_id: str
+    at: float  # time.monotonic()
+
+    @property
+    def detail(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.entry["Detail"])
+        return value
+
+
+class ObservedEvents:
+    """The exporter's EventBridge client: moto's, noting each accepted entry on the way."""
+
+    def __init__(self, client: Any, on_published: Callable[[Publication], None]) -> None:
+        self._client = client
+        self._on_published = on_published
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803 - boto3's name
+        response: dict[str, Any] = self._client.put_events(Entries=Entries)
+        now = time.monotonic()
+        for entry, result in zip(Entries, response.get("Entries", []), strict=False):
+            if result.get("EventId"):
+                self._on_published(Publication(entry=entry, event_id=result["EventId"], at=now))
+        return response
+
+
+class LocalPipeline:
+    """Fake API server + simulated cluster + moto stack + rule target + real exporter.
+
+    Use as a context manager; on exit it stops the exporter, waits (bounded) for running
+    executions so moto is not torn down under them, and stops everything else.
+    """
+
+    def __init__(
+        self,
+        app: SynthesizedApp,
+        *,
+        layout: ClusterLayout | None = None,
+        timings: ClusterTimings | None = None,
+        speed: float = FAST_SPEED,
+        timeline: Timeline | None = None,
+        exporter_overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.app = app
+        self.layout = layout or ClusterLayout()
+        self.speed = speed
+        self.timings = (timings or ClusterTimings()).scaled(speed)
+        self.timeline = timeline or Timeline()
+        self._exporter_overrides = dict(exporter_overrides or {})
+        # Graceful pod deletion (a pod's terminationGracePeriodSeconds) runs at the same speed.
+        self.store = ClusterStore(time_scale=1.0 / speed)
+        self.server = FakeKubeApiServer(self.store)
+        self._aws: LocalAws | None = None
+        self._cluster: SimulatedCluster | None = None
+        self._pump: RuleTargetPump | None = None
+        self._exporter: Exporter | None = None
+        self._publications: list[Publication] = []
+        self._lock = threading.Lock()
+        self.cluster_name = CLUSTER
+        self.event_source = ""
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalPipeline:
+        self.server.start()
+        try:
+            aws = LocalAws(self.app, kube_provider_factory=lambda: StaticClientProvider(self.server.url))
+            self._aws = aws.__enter__()
+            ingest = aws.runtime_for(aws.function_logical_id("lambdas.ingest.handler")).ingest_settings
+            self.cluster_name = sorted(ingest.clusters)[0]
+            self.event_source = ingest.event_source
+            aws.on_invocation.append(self._on_invocation)
+            self._cluster = SimulatedCluster(
+                self.store,
+                aws,
+                self.timeline,
+                cluster=self.cluster_name,
+                layout=self.layout,
+                timings=self.timings,
+            )
+            self._cluster.build()
+            self._cluster.start()
+            self._pump = aws.start_rule_targets()
+            self._pump.on_matched.append(self._on_matched)
+            self._pump.on_delivery.append(self._on_delivery)
+            self.start_exporter()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop_exporter()
+        if self._aws is not None:
+            try:
+                self._wait_for_executions(timeout=30.0)
+            finally:
+                if self._cluster is not None:
+                    self._cluster.stop()
+                self._aws.__exit__(None, None, None)
+                self._aws = None
+        self.server.stop()
+
+    @property
+    def aws(self) -> LocalAws:
+        if self._aws is None:
+            raise RuntimeError("the pipeline is not running")
+        return self._aws
+
+    @property
+    def cluster(self) -> SimulatedCluster:
+        if self._cluster is None:
+            raise RuntimeError("the pipeline is not running")
+        return self._cluster
+
+    @property
+    def pump(self) -> RuleTargetPump:
+        if self._pump is None:
+            raise RuntimeError("the pipeline is not running")
+        return self._pump
+
+    @property
+    def exporter(self) -> Exporter | None:
+        return self._exporter
+
+    def exporter_settings(self) -> ExporterSettings:
+        values: dict[str, Any] = {
+            "cluster_name": self.cluster_name,
+            "event_bus": self.aws.event_bus_name,
+            "source": self.event_source,
+            "watch_timeout_seconds": 60,
+            "watch_client_margin_seconds": 5.0,
+            "request_timeout_seconds": 5.0,
+            "backoff_initial_seconds": 0.05,
+            "backoff_max_seconds": 0.5,
+            "publish_backoff_initial_seconds": 0.02,
+            "publish_backoff_max_seconds": 0.2,
+            "liveness_max_api_silence_seconds": 120.0,
+            "resync_seconds": 0.0,
+            "http_host": "127.0.0.1",
+            "http_port": 0,
+            "identity": "nodeheal-exporter-sim",
+        }
+        values.update(self._exporter_overrides)
+        return ExporterSettings(**values)
+
+    def start_exporter(self) -> Exporter:
+        if self._exporter is not None:
+            return self._exporter
+        events = ObservedEvents(self.aws.client("events"), self._on_published)
+        exporter = Exporter(self.exporter_settings(), self.server.api_client(), events)
+        exporter.start(serve_http=False)
+        self._exporter = exporter
+        # Faults injected before the first list would reach the bus as resyncs, not transitions.
+        wait_until(lambda: exporter.health.ready or exporter.failed, timeout=30, what="exporter's first list")
+        return exporter
+
+    def stop_exporter(self) -> None:
+        exporter, self._exporter = self._exporter, None
+        if exporter is not None:
+            exporter.stop()
+
+    def restart_exporter(self) -> Exporter:
+        """A new exporter process: it re-lists every Node and re-emits what is bad (``resync``)."""
+        self.stop_exporter()
+        self.timeline.emit("exporter", "restarted", "exporter restarted (new process: re-lists every Node)")
+        return self.start_exporter()
+
+    # -- the timeline --------------------------------------------------------------------------------
+
+    def _on_published(self, publication: Publication) -> None:
+        with self._lock:
+            self._publications.append(publication)
+        if publication.entry.get("DetailType") != DETAIL_TYPE_CONDITION_CHANGED:
+            return
+        detail = publication.detail
+        node = str(detail.get("node", {}).get("name", ""))
+        condition = detail.get("condition", {})
+        previous = detail.get("previous") or {}
+        before = previous.get("status", "?") if previous else "(first seen)"
+        resync = " [resync]" if detail.get("resync") else ""
+        observed = detail.get("observedAt")
+        seen_at = self.timeline.monotonic_of(parse_timestamp(observed, "observedAt")) if observed else None
+        self.timeline.emit(
+            "exporter",
+            "transition",
+            f"saw {condition.get('type')} {before} -> {condition.get('status')} "
+            f"on {short_node(node)}{resync}",
+            node=node,
+            at=seen_at,
+        )
+        self.timeline.emit(
+            "exporter",
+            "published",
+            f"PutEvents to bus {self.aws.event_bus_name}: event {publication.event_id[:8]}",
+            node=node,
+        )
+
+    def _on_matched(self, rule: str, envelope: Mapping[str, Any]) -> None:
+        if envelope.get("detail-type") != DETAIL_TYPE_CONDITION_CHANGED:
+            return  # exporter heartbeats: counted by ingest, not part of any remediation
+        node = str((envelope.get("detail") or {}).get("node", {}).get("name", ""))
+        self.timeline.emit(
+            "eventbridge",
+            "matched",
+            f"rule {rule} matched event {str(envelope.get('id', ''))[:8]} -> ingest function",
+            node=node,
+        )
+
+    def _on_delivery(self, delivery: Delivery) -> None:
+        node = str((delivery.envelope.get("detail") or {}).get("node", {}).get("name", ""))
+        result = delivery.result
+        status = result.get("status", "")
+        execution = str(result.get("execution", ""))
+        if delivery.envelope.get("detail-type") != DETAIL_TYPE_CONDITION_CHANGED and not delivery.error:
+            return
+        if delivery.error:
+            self.timeline.emit(
+                "ingest", "ingest-failed", f"ingest failed {delivery.attempts}x: {delivery.error}", node=node
+            )
+        elif status == "started":
+            self.timeline.emit(
+                "ingest", "started", f"started execution {execution}", node=node, execution=execution
+            )
+        elif status == "duplicate":
+            self.timeline.emit(
+                "ingest",
+                "duplicate",
+                f"duplicate: execution {execution} already handles it",
+                node=node,
+                execution=execution,
+            )
+        else:
+            self.timeline.emit(
+                "ingest", "dropped", f"dropped ({result.get('category')}): {result.get('reason')}", node=node
+            )
+
+    def _on_invocation(self, invocation: Invocation) -> None:
+        payload = invocation.payload if isinstance(invocation.payload, Mapping) else {}
+        execution = str((payload.get("execution") or {}).get("name", ""))
+        node = str(((payload.get("event") or {}).get("node") or {}).get("name", ""))
+        task = invocation.handler.removeprefix("lambdas.").removesuffix(".handler")
+        if invocation.error:
+            self.timeline.emit(
+                "workflow",
+                "task-failed",
+                f"{task} failed: {invocation.error}: {invocation.error_message[:140]}",
+                node=node,
+                execution=execution,
+            )
+            return
+        described = describe_task(
+            invocation.handler, invocation.result if isinstance(invocation.result, Mapping) else {}
+        )
+        if described is not None:
+            kind, text = described
+            self.timeline.emit("workflow", kind, text, node=node, execution=execution)
+
+    # -- faults and events ---------------------------------------------------------------------------
+
+    def condition_deliveries(self) -> list[Delivery]:
+        """What the rules handed to ingest, heartbeats left out."""
+        return [
+            d for d in self.pump.deliveries if d.envelope.get("detail-type") == DETAIL_TYPE_CONDITION_CHANGED
+        ]
+
+    @property
+    def publications(self) -> list[Publication]:
+        with self._lock:
+            return list(self._publications)
+
+    def event_detail(
+        self,
+        node: str,
+        condition_type: str,
+        *,
+        cluster: str | None = None,
+        observed_at: datetime | None = None,
+        previous: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A contract-v1 detail for the node's live condition, as the exporter would build it."""
+        obj = self.cluster.node(node)
+        if obj is None:
+            raise LookupError(f"no node {node}")
+        raw = next(c for c in obj["status"]["conditions"] if c["type"] == condition_type)
+        event = NodeConditionEvent(
+            cluster=cluster or self.cluster_name,
+            node=node_identity(obj),
+            condition=Condition.from_api(raw),
+            observed_at=observed_at or utc_now(),
+            previous=PreviousState(previous["status"], previous.get("reason", "")) if previous else None,
+        )
+        return event.to_detail()
+
+    def publish(
+        self,
+        detail: Mapping[str, Any] | str,
+        *,
+        source: str | None = None,
+        detail_type: str = DETAIL_TYPE_CONDITION_CHANGED,
+    ) -> list[dict[str, Any]]:
+        """PutEvents on the NodeHeal bus as any other publisher (a person, a forger) would."""
+        text = detail if isinstance(detail, str) else json.dumps(detail)
+        return self.aws.put_events(
+            {"Source": source or self.event_source, "DetailType": detail_type, "Detail": text}
+        )
+
+    # -- state ---------------------------------------------------------------------------------------
+
+    @property
+    def remediation_settings(self) -> RemediationSettings:
+        """The settings the deployed state machine hands every execution (its Load settings state)."""
+        sfn = self.aws.client("stepfunctions")
+        definition = json.loads(
+            sfn.describe_state_machine(stateMachineArn=self.aws.state_machine_arn)["definition"]
+        )
+        return RemediationSettings.from_json(definition["States"]["Load settings"]["Parameters"]["settings"])
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.aws.runtime_for(self.aws.function_logical_id("lambdas.record.handler")).ledger
+
+    def records(self, node: str | None = None) -> list[RemediationRecord]:
+        """Ledger records of the cluster (or one node), oldest first."""
+        since = datetime(2000, 1, 1, tzinfo=UTC)
+        if node is not None:
+            records = self.ledger.node_records(self.cluster_name, node, since=since)
+        else:
+            records = self.ledger.cluster_records(self.cluster_name, since=since)
+        return sorted(records, key=lambda r: (r.started_at, r.execution))
+
+    def dropped_events(self) -> list[DroppedEvent]:
+        return self.ledger.dropped_events(since=datetime(2000, 1, 1, tzinfo=UTC))
+
+    def executions(self) -> list[dict[str, Any]]:
+        return self.aws.executions()
+
+    def running_executions(self) -> int:
+        return sum(1 for e in self.executions() if e["status"] == "RUNNING")
+
+    def _wait_for_executions(self, timeout: float) -> None:
+        # Tearing down either way; the caller's own assertions report what did not finish.
+        with contextlib.suppress(TimeoutError):
+            wait_until(
+                lambda: self.running_executions() == 0,
+                timeout=timeout,
+                interval=0.1,
+                what="executions finished",
+            )
+
+    def settled(self) -> bool:
+        """Nothing in flight: no delivery pending, no execution running, no cluster step due."""
+        exporter = self._exporter
+        return (
+            (exporter is None or len(exporter.queue) == 0)
+            and self.pump.idle()
+            and self.running_executions() == 0
+            and self.cluster.clock.pending() == 0
+        )
+
+    def wait_settled(self, timeout: float = 60.0) -> None:
+        """Wait until :meth:`settled` holds twice in a row with no new timeline event between."""
+        deadline = time.monotonic() + timeout
+        while True:
+            before = len(self.timeline.events())
+            if self.settled():
+                time.sleep(0.3)
+                if self.settled() and len(self.timeline.events()) == before:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the pipeline did not settle within {timeout:g}s")
+            time.sleep(0.05)
+
+    def wait_for(self, kind: str, *, node: str | None = None, count: int = 1, timeout: float = 30.0) -> None:
+        wait_until(
+            lambda: len(self.timeline.events(kind, node=node)) >= count,
+            timeout=timeout,
+            what=f"{count} timeline event(s) {kind!r}" + (f" for {short_node(node)}" if node else ""),
+        )
+
+    def wait_for_records(
+        self, count: int, *, node: str | None = None, timeout: float = 30.0
+    ) -> list[RemediationRecord]:
+        wait_until(
+            lambda: len(self.records(node)) >= count,
+            timeout=timeout,
+            interval=0.1,
+            what=f"{count} ledger record(s)",
+        )
+        return self.records(node)
+
+    def state_names(self, execution_name: str) -> list[str]:
+        for execution in self.executions():
+            if execution["name"] == execution_name:
+                return self.aws.state_names(execution["executionArn"])
+        raise LookupError(f"no execution {execution_name}")
+
+    def timeline_texts(self, kind: str | None = None) -> Iterator[str]:
+        return (event.text for event in self.timeline.events(kind))

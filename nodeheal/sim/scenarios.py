@@ -1,0 +1,913 @@
+"""Scenarios of the local pipeline: a stimulus, and the outcome that must follow.
+
+``nodeheal demo --scenario NAME`` plays one and exits non-zero when its expectations fail; the
+end-to-end tests play the same ones and add their own assertions. Each scenario:
+
+* ``play`` injects faults (or events) the way the real world would and waits for the pipeline to
+  react; the runner then waits until nothing is in flight;
+* ``check`` compares the final cluster, EC2, ledger and execution state with what must be true,
+  adding one readable problem per mismatch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from nodeheal.kube.model import UNHEALTHY_TAINT_KEY
+from nodeheal.sim.cluster import (
+    DCGM_ERROR,
+    NOTEBOOK_NAMESPACE,
+    XID_13,
+    XID_48,
+    XID_79,
+    ClusterLayout,
+    Fault,
+)
+from nodeheal.sim.local_aws import Invocation, iter_task_results
+from nodeheal.sim.pipeline import LocalPipeline, align_to_second, wait_until
+from nodeheal.sim.timeline import short_node
+from nodeheal.timeutil import utc_now
+from nodeheal.workflow.budget import BreakerState
+from nodeheal.workflow.records import Outcome, RemediationRecord
+
+GONE_STATES = ("shutting-down", "terminated")
+
+
+class ScenarioTimeoutError(Exception):
+    """The pipeline did not get where the scenario needs it (a wait timed out)."""
+
+
+@dataclass
+class ScenarioRun:
+    """One play of a scenario: the pipeline, what it is about, and what went wrong."""
+
+    pipeline: LocalPipeline
+    #: The node the story is about (the demo's summary line describes its last record).
+    subject: str = ""
+    problems: list[str] = field(default_factory=list)
+    #: Facts ``play`` captured for ``check`` (instance ids before replacement, counts...).
+    facts: dict[str, Any] = field(default_factory=dict)
+    #: Multiplies every wait: a demo at low speed takes longer in wall-clock time.
+    patience: float = 1.0
+    _faulted: bool = False
+
+    def seconds(self, timeout: float) -> float:
+        return timeout * self.patience
+
+    # -- stimulus ----------------------------------------------------------------------------------
+
+    def inject(self, node: str, fault: Fault, *, align: bool = True) -> None:
+        """Set the fault just after a whole second (see :func:`align_to_second`)."""
+        if align:
+            align_to_second()
+        if not self._faulted:
+            self.pipeline.timeline.mark_origin()
+            self._faulted = True
+        self.pipeline.cluster.inject(node, fault)
+
+    def await_records(
+        self, count: int, node: str | None = None, timeout: float = 60.0
+    ) -> list[RemediationRecord]:
+        try:
+            return self.pipeline.wait_for_records(count, node=node, timeout=self.seconds(timeout))
+        except TimeoutError as exc:
+            where = f" for {short_node(node)}" if node else ""
+            raise ScenarioTimeoutError(f"expected {count} remediation record(s){where}: {exc}") from exc
+
+    def await_event(
+        self, kind: str, *, node: str | None = None, count: int = 1, timeout: float = 60.0
+    ) -> None:
+        try:
+            self.pipeline.wait_for(kind, node=node, count=count, timeout=self.seconds(timeout))
+        except TimeoutError as exc:
+            raise ScenarioTimeoutError(str(exc)) from exc
+
+    # -- expectations ------------------------------------------------------------------------------
+
+    def expect(self, ok: bool, problem: str) -> bool:
+        if not ok:
+            self.problems.append(problem)
+        return ok
+
+    def only_record(self, node: str) -> RemediationRecord | None:
+        records = self.pipeline.records(node)
+        if not self.expect(
+            len(records) == 1,
+            f"{short_node(node)}: expected one record, found {[r.outcome.value for r in records]}",
+        ):
+            return None
+        return records[0]
+
+    def expect_outcome(self, record: RemediationRecord | None, outcome: Outcome) -> None:
+        if record is not None:
+            self.expect(
+                record.outcome is outcome,
+                f"{short_node(record.node)}: outcome {record.outcome.value}, expected {outcome.value} "
+                f"({record.summary})",
+            )
+
+    def expect_instance(self, instance_id: str, *, gone: bool) -> None:
+        state = self.pipeline.aws.instance_state(instance_id)
+        if gone:
+            self.expect(state in GONE_STATES, f"instance {instance_id} is {state}, expected terminated")
+        else:
+            self.expect(
+                state == "running", f"instance {instance_id} is {state}, expected running (untouched)"
+            )
+
+    def expect_untouched(self, node: str, instance_id: str) -> None:
+        obj = self.pipeline.cluster.node(node)
+        if not self.expect(obj is not None, f"{short_node(node)} was deleted"):
+            return
+        assert obj is not None
+        self.expect(not obj["spec"].get("unschedulable"), f"{short_node(node)} is cordoned")
+        self.expect(
+            UNHEALTHY_TAINT_KEY not in taint_keys(obj), f"{short_node(node)} carries {UNHEALTHY_TAINT_KEY}"
+        )
+        self.expect_instance(instance_id, gone=False)
+
+    def expect_cordoned(self, node: str) -> None:
+        obj = self.pipeline.cluster.node(node)
+        self.expect(
+            obj is not None and bool(obj["spec"].get("unschedulable")),
+            f"{short_node(node)} should be left cordoned",
+        )
+
+    def expect_replaced(self, node: str, instance_id: str) -> None:
+        cluster = self.pipeline.cluster
+        self.expect_instance(instance_id, gone=True)
+        self.expect(
+            cluster.node(node) is None, f"{short_node(node)} still exists after its instance was terminated"
+        )
+        replacement = cluster.replacements.get(node)
+        if self.expect(replacement is not None, f"no replacement Node for {short_node(node)}"):
+            assert replacement is not None
+            obj = cluster.node(replacement)
+            self.expect(
+                obj is not None and not obj["spec"].get("unschedulable"),
+                f"replacement {replacement} is not schedulable",
+            )
+
+    def expect_workload_running(self) -> None:
+        cluster = self.pipeline.cluster
+        self.expect(
+            cluster.workload_healthy(),
+            f"workload not running again: {cluster.running_workers()}/{cluster.layout.workers} "
+            "training workers Running",
+        )
+
+    def expect_lock_free(self, node: str) -> None:
+        holder = self.pipeline.ledger.lock_holder(self.pipeline.cluster_name, node)
+        self.expect(holder is None, f"{short_node(node)} is still locked by {holder}")
+
+    def expect_executions(self, count: int) -> None:
+        executions = self.pipeline.executions()
+        self.expect(
+            len(executions) == count,
+            f"{len(executions)} executions, expected {count}: {[e['name'] for e in executions]}",
+        )
+        running = [e["name"] for e in executions if e["status"] == "RUNNING"]
+        self.expect(not running, f"executions still running: {running}")
+
+    def expect_notifications(self, severities: list[str]) -> list[dict[str, Any]]:
+        messages = self.pipeline.aws.notifications()
+        found = sorted(m["attributes"].get("severity", "") for m in messages)
+        self.expect(found == sorted(severities), f"notifications {found}, expected {sorted(severities)}")
+        return messages
+
+    def terminate_calls(self) -> int:
+        """EC2 terminations the workflow performed (not counting "already gone")."""
+        return sum(
+            1
+            for e in self.pipeline.timeline.events("terminated")
+            if e.text.startswith("EC2 TerminateInstances")
+        )
+
+
+def taint_keys(node: Mapping[str, Any]) -> set[str]:
+    return {t["key"] for t in node.get("spec", {}).get("taints") or []}
+
+
+def task_outputs(run: ScenarioRun, execution: str, state: str) -> list[Any]:
+    """Outputs of every ``state`` the execution exited, in order (from its history)."""
+    for summary in run.pipeline.executions():
+        if summary["name"] == execution:
+            history = run.pipeline.aws.history(summary["executionArn"])
+            return [output for name, output in iter_task_results(history) if name == state]
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    title: str
+    play: Callable[[ScenarioRun], None]
+    check: Callable[[ScenarioRun], None]
+    #: cdk context overrides this scenario needs (merged over the base context).
+    context: Mapping[str, Any] = field(default_factory=dict)
+    layout: ClusterLayout = field(default_factory=ClusterLayout)
+
+    def run(
+        self, pipeline: LocalPipeline, *, settle_timeout: float = 60.0, patience: float = 1.0
+    ) -> ScenarioRun:
+        """Play, wait until nothing is in flight, check. Problems are in ``run.problems``."""
+        run = ScenarioRun(pipeline, patience=patience)
+        try:
+            self.play(run)
+            pipeline.wait_settled(timeout=settle_timeout)
+        except (ScenarioTimeoutError, TimeoutError) as exc:
+            run.problems.append(str(exc))
+            return run
+        self.check(run)
+        errors = pipeline.cluster.clock.errors
+        run.expect(not errors, f"simulation steps failed: {errors}")
+        return run
+
+
+# -- the scenarios ----------------------------------------------------------------------------------
+
+
+def _replace_play(fault: Fault) -> Callable[[ScenarioRun], None]:
+    def play(run: ScenarioRun) -> None:
+        node = run.subject = run.pipeline.cluster.gpu_nodes[0]
+        run.facts["instance"] = run.pipeline.cluster.instance_of(node)
+        run.inject(node, fault)
+        run.await_records(1, node)
+        run.await_event("workload-running")
+
+    return play
+
+
+def _xid79_check(run: ScenarioRun) -> None:
+    node, instance = run.subject, run.facts["instance"]
+    record = run.only_record(node)
+    run.expect_outcome(record, Outcome.REPLACED)
+    if record is not None:
+        run.expect(record.xid == 79, f"record has xid {record.xid}")
+        run.expect(
+            record.pods_evicted == 1, f"{record.pods_evicted} pods evicted, expected the training worker"
+        )
+    run.expect_replaced(node, instance)
+    run.expect_workload_running()
+    run.expect_executions(1)
+    run.expect_notifications(["info"])
+
+
+def _no_action_play(fault: Fault) -> Callable[[ScenarioRun], None]:
+    def play(run: ScenarioRun) -> None:
+        node = run.subject = run.pipeline.cluster.gpu_nodes[0]
+        run.facts["instance"] = run.pipeline.cluster.instance_of(node)
+        run.facts["pods"] = sorted(p["metadata"]["name"] for p in run.pipeline.cluster.pods_on(node))
+        run.inject(node, fault)
+        run.await_records(1, node)
+
+    return play
+
+
+def _untouched_check(outcome: Outcome, severities: list[str]) -> Callable[[ScenarioRun], None]:
+    def check(run: ScenarioRun) -> None:
+        node = run.subject
+        run.expect_outcome(run.only_record(node), outcome)
+        run.expect_untouched(node, run.facts["instance"])
+        pods = sorted(p["metadata"]["name"] for p in run.pipeline.cluster.pods_on(node))
+        run.expect(
+            pods == run.facts["pods"], f"pods on {short_node(node)} changed: {run.facts['pods']} -> {pods}"
+        )
+        run.expect_workload_running()
+        run.expect_executions(1)
+        run.expect_notifications(severities)
+
+    return check
+
+
+def _xid48_play(run: ScenarioRun) -> None:
+    cluster = run.pipeline.cluster
+    node = run.subject = cluster.gpu_nodes[0]
+    run.facts["instance"] = cluster.instance_of(node)
+    run.facts["boot"] = (cluster.node(node) or {})["status"]["nodeInfo"]["bootID"]
+    run.inject(node, XID_48)
+    run.await_records(1, node)
+    run.await_event("workload-running")
+
+
+def _xid48_check(run: ScenarioRun) -> None:
+    node = run.subject
+    run.expect_outcome(run.only_record(node), Outcome.REBOOTED)
+    run.expect_untouched(node, run.facts["instance"])
+    obj = run.pipeline.cluster.node(node) or {}
+    run.expect(
+        obj.get("status", {}).get("nodeInfo", {}).get("bootID") != run.facts["boot"],
+        "the node was not rebooted (same boot ID)",
+    )
+    run.expect_workload_running()
+    run.expect_lock_free(node)
+    run.expect_executions(1)
+
+
+def _xid48_repeat_play(run: ScenarioRun) -> None:
+    _xid48_play(run)
+    run.pipeline.wait_settled(timeout=run.seconds(60))
+    run.inject(run.subject, XID_48)
+    run.await_records(2, run.subject)
+    run.await_event("workload-running", count=2)
+
+
+def _xid48_repeat_check(run: ScenarioRun) -> None:
+    node = run.subject
+    records = run.pipeline.records(node)
+    run.expect(
+        [r.outcome for r in records] == [Outcome.REBOOTED, Outcome.REPLACED],
+        f"outcomes {[r.outcome.value for r in records]}, expected rebooted then replaced",
+    )
+    if len(records) == 2:
+        second = records[1]
+        run.expect(
+            second.escalated and second.planned_action.value == "reboot",
+            f"second remediation was not an escalation: {second.reason}",
+        )
+    run.expect_replaced(node, run.facts["instance"])
+    run.expect_workload_running()
+    run.expect_executions(2)
+
+
+def _pdb_play(run: ScenarioRun) -> None:
+    run.pipeline.cluster.block_drains()
+    _replace_play(XID_79)(run)
+
+
+def _pdb_play_abort(run: ScenarioRun) -> None:
+    run.pipeline.cluster.block_drains()
+    _no_action_play(XID_79)(run)
+
+
+def _pdb_force_check(run: ScenarioRun) -> None:
+    node = run.subject
+    record = run.only_record(node)
+    run.expect_outcome(record, Outcome.REPLACED)
+    settings = run.pipeline.remediation_settings.drain
+    if record is not None:
+        run.expect(
+            record.pdb_blocked >= 1 and record.pods_forced == 1 and record.pods_evicted == 0,
+            f"drain: {record.pdb_blocked} PDB refusals, {record.pods_forced} forced, "
+            f"{record.pods_evicted} evicted",
+        )
+        waited = record.stage_seconds.get("drained", 0.0)
+        run.expect(
+            waited >= settings.timeout_seconds,
+            f"drain gave up after {waited:.1f}s, before its {settings.timeout_seconds}s timeout",
+        )
+        run.expect(
+            "Force-delete remaining pods" in run.pipeline.state_names(record.execution),
+            "no forced deletion in the execution history",
+        )
+    run.expect_replaced(node, run.facts["instance"])
+    run.expect_workload_running()
+
+
+def _pdb_abort_check(run: ScenarioRun) -> None:
+    node = run.subject
+    record = run.only_record(node)
+    run.expect_outcome(record, Outcome.DRAIN_ABORTED)
+    run.expect_cordoned(node)
+    run.expect_instance(run.facts["instance"], gone=False)
+    pods = sorted(p["metadata"]["name"] for p in run.pipeline.cluster.pods_on(node))
+    run.expect(
+        pods == run.facts["pods"], f"pods moved although the drain was aborted: {run.facts['pods']} -> {pods}"
+    )
+    run.expect_lock_free(node)
+    executions = run.pipeline.executions()
+    run.expect(
+        [e["status"] for e in executions] == ["FAILED"],
+        f"execution statuses {[e['status'] for e in executions]}, expected one FAILED",
+    )
+    run.expect_notifications(["action-required"])
+
+
+def _do_not_disrupt_play(run: ScenarioRun) -> None:
+    cluster = run.pipeline.cluster
+    node = run.subject = cluster.notebook_node
+    run.facts["instance"] = cluster.instance_of(node)
+    run.inject(node, XID_79)
+    run.await_records(1, node)
+    run.await_event("workload-running")
+
+
+def _do_not_disrupt_check(run: ScenarioRun) -> None:
+    node = run.subject
+    record = run.only_record(node)
+    run.expect_outcome(record, Outcome.REPLACED)
+    wait = run.pipeline.remediation_settings.drain.do_not_disrupt_wait_seconds
+    if record is not None:
+        drained = record.stage_seconds.get("drained", 0.0)
+        run.expect(
+            drained >= wait,
+            f"the do-not-disrupt pod was evicted after {drained:.1f}s, before its {wait}s wait",
+        )
+        rounds = task_outputs(run, record.execution, "Evict pods")
+        held = [r["drain"].get("heldBackDoNotDisrupt", 0) for r in rounds]
+        run.expect(
+            bool(held) and held[0] == 1,
+            f"first eviction round held back {held[:1]} pods, expected the notebook",
+        )
+        run.expect(record.pods_evicted == 1, f"{record.pods_evicted} pods evicted, expected the notebook")
+    run.expect_replaced(node, run.facts["instance"])
+    notebooks = [
+        p
+        for p in run.pipeline.cluster.pods(NOTEBOOK_NAMESPACE)
+        if p.get("status", {}).get("phase") == "Running"
+    ]
+    run.expect(len(notebooks) == 1, "the notebook is not running again")
+
+
+def _flapping_play(run: ScenarioRun) -> None:
+    cluster = run.pipeline.cluster
+    cleared, flapping = cluster.gpu_nodes[0], cluster.gpu_nodes[1]
+    run.subject = flapping
+    run.facts.update(
+        cleared=cleared,
+        flapping=flapping,
+        cleared_instance=cluster.instance_of(cleared),
+        instance=cluster.instance_of(flapping),
+    )
+    # Bad and good again within milliseconds: gone before any admit can look.
+    run.inject(cleared, XID_79)
+    cluster.clear(cleared, XID_79.condition_type)
+    # Bad, good, bad again a second later: two transitions, one remediation.
+    run.inject(flapping, XID_79, align=False)
+    cluster.clear(flapping, XID_79.condition_type)
+    run.inject(flapping, XID_79)
+    run.await_records(2, flapping)
+    run.await_event("workload-running")
+
+
+def _flapping_check(run: ScenarioRun) -> None:
+    cleared, flapping = run.facts["cleared"], run.facts["flapping"]
+    cleared_records = run.pipeline.records(cleared)
+    run.expect(
+        all(r.outcome is Outcome.SKIPPED for r in cleared_records),
+        f"{short_node(cleared)} cleared before admit but got {[r.outcome.value for r in cleared_records]}",
+    )
+    run.expect_untouched(cleared, run.facts["cleared_instance"])
+    outcomes = Counter(r.outcome for r in run.pipeline.records(flapping))
+    run.expect(
+        outcomes[Outcome.REPLACED] == 1
+        and sum(outcomes.values()) == outcomes[Outcome.REPLACED] + outcomes[Outcome.SKIPPED],
+        f"{short_node(flapping)} outcomes {dict(outcomes)}, expected one replaced, the rest skipped",
+    )
+    run.expect_replaced(flapping, run.facts["instance"])
+    run.expect(run.terminate_calls() == 1, f"{run.terminate_calls()} EC2 terminations, expected 1")
+
+
+STORM_SHARE = 0.4
+
+
+def _storm_play(run: ScenarioRun) -> None:
+    pipeline = run.pipeline
+    cluster = pipeline.cluster
+    faulted = cluster.gpu_nodes[: round(len(cluster.gpu_nodes) * STORM_SHARE)]
+    run.facts["faulted"] = faulted
+    run.facts["instances"] = {node: cluster.instance_of(node) for node in faulted}
+    run.subject = faulted[0]
+    align_to_second()
+    for node in faulted:
+        run.inject(node, XID_79, align=False)
+    run.await_records(len(faulted), timeout=90)
+    pipeline.wait_settled(timeout=run.seconds(60))
+    run.facts["breaker"] = pipeline.ledger.read_admission_state(pipeline.cluster_name).breaker
+    run.facts["executions"] = len(pipeline.executions())
+    run.facts["notifications"] = pipeline.aws.notifications()
+    # A person resets the breaker (the ledger item, as `nodeheal breaker reset` writes it), then the
+    # exporter restarts and re-sends every condition still bad: nothing may be replayed.
+    ledger = pipeline.ledger
+    state = ledger.read_admission_state(pipeline.cluster_name)
+    ledger.write_admission_state(replace(state, breaker=BreakerState(), recent_refusals=()))
+    pipeline.timeline.emit(
+        "operator", "breaker-reset", "circuit breaker reset by a person (ledger admission state)"
+    )
+    still_bad = [node for node in faulted if cluster.node(node) is not None]
+    run.facts["deliveries_before_restart"] = before = len(pipeline.condition_deliveries())
+    pipeline.restart_exporter()
+    wait_until(
+        lambda: len(pipeline.condition_deliveries()) >= before + len(still_bad),
+        timeout=run.seconds(30),
+        what="the restarted exporter's resync",
+    )
+
+
+def _storm_check(run: ScenarioRun) -> None:
+    pipeline = run.pipeline
+    faulted: list[str] = run.facts["faulted"]
+    budgets = pipeline.remediation_settings.budgets
+    allowed = min(budgets.max_in_flight, budgets.max_per_hour)
+    records = pipeline.records()
+    outcomes = Counter(r.outcome for r in records)
+    run.expect(
+        outcomes[Outcome.REPLACED] == allowed,
+        f"{outcomes[Outcome.REPLACED]} replaced, expected exactly {allowed} (budgets)",
+    )
+    run.expect(
+        outcomes[Outcome.REFUSED] == len(faulted) - allowed,
+        f"{outcomes[Outcome.REFUSED]} refused, expected {len(faulted) - allowed}",
+    )
+    run.expect(len(records) == len(faulted), f"{len(records)} records for {len(faulted)} faults")
+    breaker: BreakerState = run.facts["breaker"]
+    run.expect(breaker.open, "the circuit breaker did not open")
+    severities = Counter(m["attributes"].get("severity") for m in run.facts["notifications"])
+    run.expect(
+        severities["action-required"] == len(faulted) - allowed,
+        f"alerts {dict(severities)}: every refused node must be alerted",
+    )
+    for record in records:
+        if record.outcome is Outcome.REFUSED:
+            run.expect(
+                record.planned_action.value == "replace" and record.action.value == "alert",
+                f"{short_node(record.node)} refused as {record.action.value}",
+            )
+            run.expect_untouched(record.node, run.facts["instances"][record.node])
+        elif record.outcome is Outcome.REPLACED:
+            run.expect_replaced(record.node, run.facts["instances"][record.node])
+    # After the reset and the exporter's resync: no new execution, every resync a duplicate.
+    run.expect(
+        len(pipeline.executions()) == run.facts["executions"],
+        f"executions grew from {run.facts['executions']} to {len(pipeline.executions())} after the "
+        "reset: an event was replayed",
+    )
+    late = pipeline.condition_deliveries()[run.facts["deliveries_before_restart"] :]
+    run.expect(
+        all(d.result.get("status") == "duplicate" for d in late),
+        f"after the reset: {[d.result.get('status') for d in late]}",
+    )
+    run.expect(len(pipeline.records()) == len(faulted), "new ledger records after the reset")
+    run.expect_workload_running()
+
+
+def _duplicates_play(run: ScenarioRun) -> None:
+    pipeline = run.pipeline
+    node = run.subject = pipeline.cluster.gpu_nodes[0]
+    run.facts["instance"] = pipeline.cluster.instance_of(node)
+    run.inject(node, XID_79)
+    run.await_event("started", node=node)
+    run.facts["running_at_restart"] = pipeline.running_executions()
+    pipeline.restart_exporter()
+    original = next(
+        p for p in pipeline.publications if p.detail["node"]["name"] == node and not p.detail.get("resync")
+    )
+    for _ in range(20):
+        pipeline.aws.put_events(original.entry)
+    pipeline.timeline.emit(
+        "sim", "redelivered", f"the exporter's event for {short_node(node)} put on the bus 20 more times"
+    )
+    run.await_records(1, node)
+    run.await_event("workload-running")
+
+
+def _duplicates_check(run: ScenarioRun) -> None:
+    pipeline, node = run.pipeline, run.subject
+    run.expect(run.facts["running_at_restart"] == 1, "the exporter was not restarted while the execution ran")
+    run.expect_outcome(run.only_record(node), Outcome.REPLACED)
+    run.expect_executions(1)
+    statuses = Counter(d.result.get("status") for d in pipeline.condition_deliveries())
+    run.expect(
+        statuses["started"] == 1 and statuses["duplicate"] >= 21,
+        f"deliveries {dict(statuses)}: expected 1 started and >= 21 duplicates",
+    )
+    run.expect(run.terminate_calls() == 1, f"{run.terminate_calls()} EC2 terminations, expected 1")
+    run.expect_replaced(node, run.facts["instance"])
+
+
+def _forged_play(run: ScenarioRun) -> None:
+    pipeline = run.pipeline
+    node = run.subject = pipeline.cluster.gpu_nodes[1]
+    run.facts["instance"] = pipeline.cluster.instance_of(node)
+    detail = pipeline.event_detail(node, XID_79.condition_type)
+    detail["condition"].update(status=XID_79.status, reason=XID_79.reason, message=XID_79.message)
+    pipeline.timeline.mark_origin()
+    pipeline.timeline.emit(
+        "sim", "forged", f"a forged Xid 79 event for healthy {short_node(node)} put on the bus"
+    )
+    pipeline.publish(detail)
+    run.await_records(1, node)
+
+
+def _forged_check(run: ScenarioRun) -> None:
+    node = run.subject
+    record = run.only_record(node)
+    run.expect_outcome(record, Outcome.SKIPPED)
+    if record is not None:
+        run.expect("no longer bad" in record.summary, f"record does not say why: {record.summary}")
+    run.expect_untouched(node, run.facts["instance"])
+    run.expect_executions(1)
+
+
+def _bad_events_play(run: ScenarioRun) -> None:
+    pipeline = run.pipeline
+    node = run.subject = pipeline.cluster.gpu_nodes[0]
+    run.facts["instance"] = pipeline.cluster.instance_of(node)
+    timeline = pipeline.timeline
+    timeline.mark_origin()
+
+    def bad(**kwargs: Any) -> dict[str, Any]:
+        detail = pipeline.event_detail(node, XID_79.condition_type, **kwargs)
+        detail["condition"].update(status=XID_79.status, reason=XID_79.reason, message=XID_79.message)
+        return detail
+
+    foreign = bad(cluster="someone-elses-cluster")
+    timeline.emit("sim", "published", "an event for cluster someone-elses-cluster put on the bus")
+    pipeline.publish(foreign)
+    stale = bad(observed_at=utc_now() - timedelta(hours=2))
+    timeline.emit("sim", "published", "an event observed 2 hours ago put on the bus")
+    pipeline.publish(stale)
+    malformed = {"cluster": pipeline.cluster_name, "condition": {"type": "GPUProblem", "status": "True"}}
+    timeline.emit("sim", "published", "a malformed event (no node, no schemaVersion) put on the bus")
+    pipeline.publish(malformed)
+    wait_until(
+        lambda: len(pipeline.condition_deliveries()) >= 2 and pipeline.pump.idle(),
+        timeout=run.seconds(30),
+        what="the rule's deliveries",
+    )
+    run.facts["matched"] = [d.envelope["detail"].get("cluster") for d in pipeline.condition_deliveries()]
+    if pipeline.cluster_name in run.facts["matched"] and "someone-elses-cluster" not in run.facts["matched"]:
+        timeline.emit(
+            "eventbridge",
+            "not-matched",
+            "rule did not match the foreign cluster's event (its pattern lists this deployment's clusters)",
+        )
+    # An archive replay through a broader rule, or a rule edited by hand, would still hand it to
+    # ingest: the function must refuse it on its own.
+    timeline.emit("sim", "replayed", "the foreign event delivered straight to ingest (as a replay would)")
+    pipeline.aws.deliver(pipeline.aws.event_envelope(foreign, source=pipeline.event_source))
+    wait_until(
+        lambda: len(pipeline.dropped_events()) >= 3, timeout=run.seconds(30), what="3 dropped-event records"
+    )
+
+
+def _bad_events_check(run: ScenarioRun) -> None:
+    pipeline = run.pipeline
+    run.expect(
+        "someone-elses-cluster" not in run.facts["matched"], "the rule forwarded an event for another cluster"
+    )
+    dropped = pipeline.dropped_events()
+    categories = sorted(d.category for d in dropped)
+    run.expect(categories == ["foreign-cluster", "malformed", "stale"], f"dropped categories {categories}")
+    for record in dropped:
+        run.expect(
+            bool(record.reason) and bool(record.excerpt),
+            f"dropped {record.category} record lacks a reason or excerpt",
+        )
+    run.expect_executions(0)
+    run.expect(pipeline.records() == [], "a remediation was recorded for a dropped event")
+    run.expect_untouched(run.subject, run.facts["instance"])
+
+
+def _node_deleted_play(run: ScenarioRun) -> None:
+    pipeline = run.pipeline
+    node = run.subject = pipeline.cluster.gpu_nodes[0]
+    run.facts["instance"] = pipeline.cluster.instance_of(node)
+    deleted: list[str] = []
+
+    def delete_node(pod: Mapping[str, Any]) -> None:
+        if not deleted and pod.get("spec", {}).get("nodeName") == node:
+            deleted.append(node)
+            pipeline.store.remove("nodes", node)
+            pipeline.timeline.emit(
+                "sim",
+                "node-deleted",
+                f"someone deleted Node {short_node(node)} mid-drain (kubectl delete node)",
+                node=node,
+            )
+
+    pipeline.store.on("pod_evicted", delete_node)
+    run.inject(node, XID_79)
+    run.await_records(1, node)
+
+
+def _node_deleted_check(run: ScenarioRun) -> None:
+    node = run.subject
+    record = run.only_record(node)
+    run.expect_outcome(record, Outcome.SKIPPED)
+    if record is not None:
+        run.expect("deleted" in record.summary, f"record does not say the node was deleted: {record.summary}")
+    # Never terminate an instance the live cluster can no longer vouch for.
+    run.expect_instance(run.facts["instance"], gone=False)
+    run.expect(run.terminate_calls() == 0, "an instance was terminated for a deleted node")
+    run.expect_lock_free(node)
+    run.expect_executions(1)
+
+
+def _instance_gone_play(run: ScenarioRun) -> None:
+    pipeline = run.pipeline
+    node = run.subject = pipeline.cluster.gpu_nodes[0]
+    instance = run.facts["instance"] = pipeline.cluster.instance_of(node)
+    with pipeline.cluster.karpenter.paused():
+        pipeline.timeline.mark_origin()
+        pipeline.aws.client("ec2").terminate_instances(InstanceIds=[instance])
+        pipeline.timeline.emit(
+            "sim",
+            "terminated",
+            f"{instance} terminated outside NodeHeal (Karpenter has not reacted yet)",
+            node=node,
+        )
+        run.inject(node, XID_79)
+        run.await_records(1, node)
+    run.await_event("workload-running")
+
+
+def _instance_gone_check(run: ScenarioRun) -> None:
+    node = run.subject
+    record = run.only_record(node)
+    run.expect_outcome(record, Outcome.REPLACED)
+    if record is not None:
+        run.expect(
+            "already gone" in record.summary, f"record does not say the instance was gone: {record.summary}"
+        )
+    run.expect_replaced(node, run.facts["instance"])
+    run.expect_lock_free(node)
+    run.expect_workload_running()
+
+
+def _outage_seconds(run: ScenarioRun) -> float:
+    """Longer than every retry the deployed state machine makes of a transient API error."""
+    retry = run.pipeline.remediation_settings.retry
+    return sum(retry.interval_seconds * retry.backoff_rate**i for i in range(retry.max_attempts)) + 3.0
+
+
+def _api_outage_play(run: ScenarioRun) -> None:
+    pipeline = run.pipeline
+    cluster = pipeline.cluster
+    faults = pipeline.server.faults
+    first, second = cluster.gpu_nodes[0], cluster.gpu_nodes[1]
+    run.subject = first
+    run.facts.update(
+        first=first,
+        second=second,
+        first_instance=cluster.instance_of(first),
+        second_instance=cluster.instance_of(second),
+    )
+    # 1. The API server answers 500 to everyone for a while and the exporter's watch breaks; the
+    #    fault lands meanwhile. The exporter must catch up once the server is back.
+    align_to_second()
+    pipeline.timeline.mark_origin()
+    faults.fail_for(1.5, status=500)
+    faults.drop_watches()
+    pipeline.timeline.emit(
+        "sim", "outage", "API server answers 500 to every request for 1.5s; open watches dropped"
+    )
+    run.inject(first, XID_79, align=False)
+    run.await_records(1, first)
+    run.await_event("workload-running")
+    pipeline.wait_settled(timeout=run.seconds(60))
+    # 2. The API server fails again right after the cordon, longer than the workflow retries:
+    #    the remediation must end recorded, the node cordoned, the lock released.
+    outage = _outage_seconds(run)
+
+    def outage_after_cordon(invocation: Invocation) -> None:
+        payload = invocation.payload if isinstance(invocation.payload, Mapping) else {}
+        target = ((payload.get("event") or {}).get("node") or {}).get("name")
+        if (
+            invocation.handler == "lambdas.cordon.handler"
+            and target == second
+            and not run.facts.get("outage")
+        ):
+            run.facts["outage"] = True
+            faults.fail_for(outage, status=500, path="/pods")
+            pipeline.timeline.emit(
+                "sim", "outage", f"API server answers 500 to every pod request for {outage:.0f}s", node=second
+            )
+
+    pipeline.aws.on_invocation.append(outage_after_cordon)
+    run.inject(second, XID_79)
+    run.await_records(1, second, timeout=outage + 60)
+    faults.clear()
+
+
+def _api_outage_check(run: ScenarioRun) -> None:
+    first, second = run.facts["first"], run.facts["second"]
+    run.expect_outcome(run.only_record(first), Outcome.REPLACED)
+    run.expect_replaced(first, run.facts["first_instance"])
+    record = run.only_record(second)
+    run.expect_outcome(record, Outcome.FAILED)
+    if record is not None:
+        run.expect(record.error == "KubernetesApiUnavailableError", f"failure recorded as {record.error}")
+    run.expect_cordoned(second)
+    run.expect_instance(run.facts["second_instance"], gone=False)
+    run.expect_lock_free(second)
+    run.expect_notifications(["action-required", "info"])
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "xid79",
+            "Xid 79 (GPU fallen off the bus) -> cordon, drain, terminate, Karpenter replaces",
+            _replace_play(XID_79),
+            _xid79_check,
+        ),
+        Scenario(
+            "xid13",
+            "Xid 13 (application error) -> recorded, nothing touched",
+            _no_action_play(XID_13),
+            _untouched_check(Outcome.RECORDED, []),
+        ),
+        Scenario(
+            "dcgm",
+            "DCGMError (the monitor failed, not the GPU) -> alert only",
+            _no_action_play(DCGM_ERROR),
+            _untouched_check(Outcome.ALERTED, ["action-required"]),
+        ),
+        Scenario(
+            "xid48", "Xid 48 (double-bit ECC) -> reboot, recovers, uncordoned", _xid48_play, _xid48_check
+        ),
+        Scenario(
+            "xid48-repeat",
+            "Xid 48, rebooted, faults again within 24h -> escalated to replace",
+            _xid48_repeat_play,
+            _xid48_repeat_check,
+        ),
+        Scenario(
+            "pdb-force",
+            "a PDB blocks the drain -> bounded wait, then force (drain.onTimeout=force)",
+            _pdb_play,
+            _pdb_force_check,
+        ),
+        Scenario(
+            "pdb-abort",
+            "a PDB blocks the drain -> bounded wait, then abort: node stays cordoned, alert",
+            _pdb_play_abort,
+            _pdb_abort_check,
+            context={"drain": {"onTimeout": "abort"}},
+        ),
+        Scenario(
+            "do-not-disrupt",
+            "a karpenter.sh/do-not-disrupt notebook -> held back as configured, then evicted",
+            _do_not_disrupt_play,
+            _do_not_disrupt_check,
+            context={"drain": {"doNotDisruptWaitSeconds": 2}},
+        ),
+        Scenario(
+            "flapping",
+            "bad/good/bad within a second -> one remediation; bad/good -> none",
+            _flapping_play,
+            _flapping_check,
+        ),
+        Scenario(
+            "storm",
+            "40% of GPU nodes fault at once -> budgets hold, breaker opens, no replay after reset",
+            _storm_play,
+            _storm_check,
+            context={"budgets": {"maxPerHour": 2}},
+            layout=ClusterLayout(gpu_nodes=15),
+        ),
+        Scenario(
+            "duplicates",
+            "the same event 20 more times and an exporter restart mid-flow -> one remediation",
+            _duplicates_play,
+            _duplicates_check,
+        ),
+        Scenario(
+            "forged",
+            "a forged event for a healthy node -> refused by the live re-check, recorded",
+            _forged_play,
+            _forged_check,
+        ),
+        Scenario(
+            "bad-events",
+            "events for another cluster, stale, malformed -> dropped with a record",
+            _bad_events_play,
+            _bad_events_check,
+        ),
+        Scenario(
+            "node-deleted",
+            "the Node is deleted mid-drain -> skipped, instance left alone",
+            _node_deleted_play,
+            _node_deleted_check,
+        ),
+        Scenario(
+            "instance-gone",
+            "the instance is already terminated -> success, Karpenter replaces",
+            _instance_gone_play,
+            _instance_gone_check,
+        ),
+        Scenario(
+            "api-outage",
+            "API server 500s: the exporter catches up; mid-drain the workflow fails cleanly",
+            _api_outage_play,
+            _api_outage_check,
+        ),
+    )
+}
+
+DEFAULT_SCENARIO = "xid79"
+
+
+def describe(records: list[RemediationRecord]) -> str:
+    """``replaced x2, refused x4`` for a summary line."""
+    counts = Counter(r.outcome.value for r in records)
+    return (
+        ", ".join(f"{outcome} x{n}" if n > 1 else outcome for outcome, n in sorted(counts.items()))
+        or "no remediation records"
+    )

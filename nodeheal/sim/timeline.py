@@ -1,0 +1,286 @@
+"""The local pipeline's timeline: what happened where, in order, with elapsed times.
+
+Every part of the simulation (fault injection, the exporter's publications, the rule target,
+each Lambda task, the simulated Karpenter and scheduler) emits one :class:`TimelineEvent`; the
+demo prints them live and the tests read them to know *that* something happened. How long each
+remediation stage took is the ledger's business (``stage_seconds``), never the timeline's.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TextIO
+
+from nodeheal.timeutil import format_timestamp
+from nodeheal.workflow.records import RemediationRecord
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEvent:
+    at: float  # time.monotonic()
+    #: Who did it: fault, exporter, eventbridge, ingest, workflow, ec2, karpenter, scheduler, node.
+    source: str
+    #: What happened, for code: fault, published, matched, started, duplicate, dropped, decision,
+    #: cordoned, drain-round, drained, forced, terminated, rebooted, recovered, uncordoned, recorded,
+    #: task-failed, node-deleted, instance-launched, node-ready, pod-bound, pod-running, workload-running.
+    kind: str
+    text: str
+    node: str = ""
+    execution: str = ""
+
+
+class Timeline:
+    """Thread-safe, append-only list of events with live subscribers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: list[TimelineEvent] = []
+        self._listeners: list[Callable[[TimelineEvent], None]] = []
+        self.origin = time.monotonic()
+        self._origin_wall = time.time()
+
+    def mark_origin(self) -> None:
+        """Elapsed times count from now (the demo marks the fault injection)."""
+        with self._lock:
+            self.origin = time.monotonic()
+            self._origin_wall = time.time()
+
+    def monotonic_of(self, moment: datetime) -> float:
+        """A wall-clock timestamp (an event's observedAt) on the timeline's monotonic scale."""
+        return self.origin + (moment.timestamp() - self._origin_wall)
+
+    def subscribe(self, listener: Callable[[TimelineEvent], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    def emit(
+        self,
+        source: str,
+        kind: str,
+        text: str,
+        *,
+        node: str = "",
+        execution: str = "",
+        at: float | None = None,
+    ) -> TimelineEvent:
+        event = TimelineEvent(
+            at=time.monotonic() if at is None else at,
+            source=source,
+            kind=kind,
+            text=text,
+            node=node,
+            execution=execution,
+        )
+        # Listeners run under the lock so printed lines never interleave across threads.
+        with self._lock:
+            self._events.append(event)
+            for listener in self._listeners:
+                listener(event)
+        return event
+
+    def events(self, kind: str | None = None, *, node: str | None = None) -> list[TimelineEvent]:
+        with self._lock:
+            return [
+                e
+                for e in self._events
+                if (kind is None or e.kind == kind) and (node is None or e.node == node)
+            ]
+
+    def elapsed(self, event: TimelineEvent) -> float:
+        return event.at - self.origin
+
+
+def short_node(name: str) -> str:
+    """``ip-10-0-1-2.us-west-2.compute.internal`` -> ``ip-10-0-1-2`` (the suffix is the same for all)."""
+    return name.split(".", 1)[0]
+
+
+class TimelinePrinter:
+    """Prints each event as one line: elapsed seconds, who, what."""
+
+    def __init__(
+        self, timeline: Timeline, stream: TextIO | None = None, *, color: bool | None = None
+    ) -> None:
+        self._timeline = timeline
+        self._stream = stream or sys.stdout
+        self._color = self._stream.isatty() if color is None else color
+
+    _COLORS: Mapping[str, str] = {
+        "fault": "31",
+        "decision": "1",
+        "terminated": "33",
+        "rebooted": "33",
+        "recorded": "32",
+        "workload-running": "32",
+        "task-failed": "31",
+        "dropped": "35",
+    }
+
+    def __call__(self, event: TimelineEvent) -> None:
+        elapsed = self._timeline.elapsed(event)
+        text = event.text
+        code = self._COLORS.get(event.kind)
+        if self._color and code:
+            text = f"\033[{code}m{text}\033[0m"
+        self._stream.write(f"  {elapsed:+7.2f}s  {event.source:<11} {text}\n")
+        self._stream.flush()
+
+
+# -- describing what the workflow did --------------------------------------------------------------
+
+
+def brief_reason(reason: str, limit: int = 150) -> str:
+    """The policy's reason in one readable line: the signal, and NodeHeal's own verdict on it."""
+    head = re.sub(r"\s*\([^)]*\)", "", reason.split(". ", 1)[0]).strip()
+    verdict = re.search(r"NodeHeal: [A-Z_]+: ([^;]+)", reason)
+    text = f"{head}; {verdict.group(1).strip()}" if verdict else head
+    not_acted = re.search(r"Not acted on: (.+)", reason)
+    if not_acted and not_acted.group(0) not in text:
+        text = f"{text}. {not_acted.group(0)}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, text) for a Lambda task's result, or None when it is not worth a line."""
+    task = handler.removeprefix("lambdas.").removesuffix(".handler")
+    if task == "admit":
+        return _describe_admission(result)
+    if task == "cordon":
+        if result.get("performed"):
+            return "cordoned", "cordoned and tainted nodeheal.io/unhealthy:NoSchedule"
+        return "cordoned", f"cordon skipped: {result.get('skipped')}"
+    if task == "drain":
+        return _describe_drain(result)
+    if task == "force_drain":
+        return "forced", f"drain timed out: force-deleted {result.get('forced', 0)} pod(s)"
+    if task == "terminate":
+        return _describe_instance_action(result, "TerminateInstances", "terminated")
+    if task == "reboot":
+        return _describe_instance_action(result, "RebootInstances", "rebooted")
+    if task == "check_recovery":
+        status = result.get("status")
+        if status == "pending":
+            return None  # one line per poll would drown the timeline; the outcome follows
+        return (
+            "recovered" if status == "recovered" else "recovery-failed",
+            f"recovery {status}: {result.get('detail', '')}",
+        )
+    if task == "uncordon":
+        return "uncordoned", "uncordoned: back in service"
+    if task in ("record", "record_failure"):
+        outcome = result.get("outcome", "")
+        return "recorded", f"recorded in the ledger: {outcome} - {result.get('summary', '')}"
+    return None
+
+
+def _describe_admission(result: Mapping[str, Any]) -> tuple[str, str]:
+    verdict = result.get("verdict")
+    decision = result.get("decision") or {}
+    note = str(result.get("note", ""))
+    if verdict == "stop":
+        return "decision", f"stop: {note}"
+    if verdict == "confirm":
+        return "decision", f"confirming: {note}"
+    action = str(decision.get("action", "?"))
+    reason = brief_reason(str(decision.get("reason", "")))
+    if result.get("refused"):
+        planned = decision.get("plannedAction", action)
+        breaker = " [circuit breaker OPENED]" if result.get("breakerOpened") else ""
+        return "decision", f"decision: {action} instead of {planned}{breaker} - {note}"
+    escalated = " (escalated)" if decision.get("escalated") else ""
+    return "decision", f"decision: {action.upper()}{escalated} - {reason}"
+
+
+def _describe_drain(result: Mapping[str, Any]) -> tuple[str, str]:
+    evicted = int(result.get("evicted", 0))
+    blocked = int(result.get("pdbBlocked", 0))
+    held = int(result.get("heldBackDoNotDisrupt", 0))
+    if result.get("done"):
+        return "drained", f"drained: {evicted} pod(s) evicted, {blocked} eviction(s) refused by a PDB"
+    parts = [f"eviction round {result.get('rounds', 1)}: {evicted} evicted"]
+    if result.get("terminating"):
+        parts.append(f"{result['terminating']} terminating")
+    if result.get("lastBlocked"):
+        parts.append(f"{len(result['lastBlocked'])} refused by a PDB (429), retried next round")
+    if held:
+        parts.append(f"{held} karpenter.sh/do-not-disrupt held back")
+    return "drain-round", ", ".join(parts)
+
+
+def _describe_instance_action(result: Mapping[str, Any], call: str, kind: str) -> tuple[str, str]:
+    if not result.get("performed"):
+        return kind, f"{call} not called: {result.get('skipped')}"
+    instance = result.get("instanceId", "")
+    if result.get("alreadyGone"):
+        return kind, f"{call} {instance}: already gone ({result.get('previousState')})"
+    escalation = " (reboot did not heal it)" if result.get("escalation") else ""
+    return kind, f"EC2 {call} {instance}{escalation}"
+
+
+# -- the remediation history table -----------------------------------------------------------------
+
+
+def _duration(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s"
+
+
+def history_table(records: Sequence[RemediationRecord]) -> str:
+    """The ledger's remediation history as the console shows it, oldest first."""
+    header = ("started", "node", "signal", "action", "outcome", "pods", "fault->action", "execution")
+    rows: list[tuple[str, ...]] = [header]
+    for record in sorted(records, key=lambda r: (r.started_at, r.execution)):
+        signal = (
+            f"Xid {record.xid}"
+            if record.xid is not None
+            else (record.signal or record.condition.get("type", ""))
+        )
+        action = record.action.value
+        if record.planned_action is not record.action:
+            action = f"{action} (wanted {record.planned_action.value})"
+        pods = (
+            str(record.pods_evicted + record.pods_forced)
+            if record.pods_evicted or record.pods_forced
+            else "-"
+        )
+        seconds = record.stage_seconds.get("faultToInstanceAction", record.stage_seconds.get("faultToCordon"))
+        rows.append(
+            (
+                format_timestamp(record.started_at)[11:19],
+                short_node(record.node),
+                signal,
+                action,
+                record.outcome.value,
+                pods,
+                _duration(seconds),
+                record.execution,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def stage_breakdown(record: RemediationRecord, stages: Iterable[str] | None = None) -> str:
+    """``detected 0.1s, published 0.0s, ...`` from the record's ledger stage durations."""
+    names = stages or (
+        "detected",
+        "published",
+        "ingested",
+        "started",
+        "admitted",
+        "cordoned",
+        "drained",
+        "instanceAction",
+        "recovered",
+        "uncordoned",
+    )
+    return ", ".join(
+        f"{name} {record.stage_seconds[name]:.1f}s" for name in names if name in record.stage_seconds
+    )

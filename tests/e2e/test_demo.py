@@ -1,0 +1,81 @@
+"""``nodeheal demo``: the command a newcomer runs first. It must show every hop and exit 0, and
+exit non-zero with a clear message when the scenario's outcome did not happen."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from nodeheal.cli import main
+from nodeheal.sim import scenarios
+from nodeheal.workflow.records import Outcome
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def restore_environment() -> Iterator[None]:
+    # The demo quiets Powertools through the process environment; give later tests theirs back.
+    names = ("POWERTOOLS_LOG_LEVEL", "POWERTOOLS_METRICS_DISABLED")
+    saved = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == list(scenarios.SCENARIOS)
+
+
+def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--scenario", "xid999"]) == 2
+    assert "unknown scenario 'xid999'" in capsys.readouterr().err
+
+
+def test_default_demo_shows_the_whole_path_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+
+    out = capsys.readouterr().out
+    steps = [
+        "Xid 79 (GPU has fallen off the bus) on ",
+        "exporter    saw GPUProblem False -> True",
+        "exporter    PutEvents to bus nodeheal",
+        "eventbridge rule ",
+        "ingest      started execution training-on-eks-ip-",
+        "decision: REPLACE - Xid 79",
+        "cordoned and tainted",
+        "drained: 1 pod(s) evicted",
+        "EC2 TerminateInstances i-",
+        "replacement Node ip-",
+        "llm-pretrain running again: 3/3 pods Running",
+        "remediation history (ledger):",
+        "summary: replaced in 1 execution(s)",
+    ]
+    positions = [out.find(step) for step in steps]
+    assert -1 not in positions, [s for s, p in zip(steps, positions, strict=True) if p == -1]
+    assert positions == sorted(positions)
+    assert '"_aws"' not in out and '"level"' not in out  # handler metrics and logs stay out of the way
+
+
+def test_demo_exits_1_with_the_reason_when_the_outcome_did_not_happen(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def expect_replaced(run: scenarios.ScenarioRun) -> None:
+        run.expect_outcome(run.only_record(run.subject), Outcome.REPLACED)
+
+    wrong = dataclasses.replace(scenarios.SCENARIOS["xid13"], check=expect_replaced)
+    monkeypatch.setitem(scenarios.SCENARIOS, "xid13", wrong)
+
+    assert main(["demo", "--scenario", "xid13"]) == 1
+
+    err = capsys.readouterr().err
+    assert "scenario xid13 did not end as expected" in err
+    assert "outcome recorded, expected replaced" in err

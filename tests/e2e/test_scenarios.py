@@ -1,0 +1,217 @@
+"""The issue's scenario list, each a full run: fault on a simulated Node -> real exporter -> moto bus
+and rule -> ingest -> state machine -> cluster, EC2, ledger. ``run.problems`` holds every mismatch
+the scenario's own check found; the assertions below add what each test is specifically about."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from nodeheal.kube.model import ANNOTATION_EXECUTION
+from nodeheal.sim.scenarios import ScenarioRun, task_outputs
+from nodeheal.sim.timeline import short_node
+from nodeheal.workflow.records import Outcome
+
+pytestmark = pytest.mark.slow
+
+
+def kinds_in_order(run: ScenarioRun) -> list[str]:
+    return [event.kind for event in run.pipeline.timeline.events()]
+
+
+def test_xid_79_travels_the_whole_pipeline_and_the_node_is_replaced(play) -> None:
+    run = play("xid79")
+
+    assert run.problems == []
+    kinds = kinds_in_order(run)
+    path = [
+        "fault",
+        "transition",
+        "published",
+        "matched",
+        "started",
+        "decision",
+        "cordoned",
+        "drained",
+        "terminated",
+        "recorded",
+        "node-ready",
+        "workload-running",
+    ]
+    positions = [kinds.index(kind) for kind in path]
+    assert positions == sorted(positions), kinds
+    record = run.pipeline.records(run.subject)[0]
+    assert record.execution.startswith(f"training-on-eks-{short_node(run.subject)}-GPUProblem-")
+    for stage in ("published", "ingested", "started", "admitted", "cordoned", "drained", "instanceAction"):
+        assert stage in record.stage_seconds, stage
+    assert record.stage_seconds["faultToCordon"] <= record.stage_seconds["faultToInstanceAction"] < 30
+    states = run.pipeline.state_names(record.execution)
+    assert states[:3] == ["Load settings", "Admit", "Admitted?"]
+    assert "Terminate instance" in states and "Reboot instance" not in states
+    # The event that started it came through the rule, not a direct call.
+    deliveries = run.pipeline.condition_deliveries()
+    assert [d.result["status"] for d in deliveries] == ["started"]
+    assert deliveries[0].envelope["source"] == run.pipeline.event_source
+
+
+def test_xid_13_touches_nothing(play) -> None:
+    run = play("xid13")
+
+    assert run.problems == []
+    record = run.pipeline.records(run.subject)[0]
+    assert record.outcome is Outcome.RECORDED and record.xid == 13 and record.action.value == "none"
+    assert "Cordon" not in run.pipeline.state_names(record.execution)
+
+
+def test_dcgm_error_alerts_and_touches_nothing(play) -> None:
+    run = play("dcgm")
+
+    assert run.problems == []
+    record = run.pipeline.records(run.subject)[0]
+    assert record.action.value == "alert" and record.condition["reason"] == "DCGMError"
+
+
+def test_xid_48_reboots_recovers_and_uncordons(play) -> None:
+    run = play("xid48")
+
+    assert run.problems == []
+    record = run.pipeline.records(run.subject)[0]
+    assert record.outcome is Outcome.REBOOTED
+    assert {"instanceAction", "recovered", "uncordoned"} <= set(record.stage_seconds)
+    states = run.pipeline.state_names(record.execution)
+    assert "Reboot instance" in states and "Uncordon" in states and "Terminate instance" not in states
+    node = run.pipeline.cluster.node(run.subject)
+    assert node is not None and ANNOTATION_EXECUTION not in node["metadata"].get("annotations", {})
+    # The evicted worker came back onto the same, healed node.
+    assert any(p["metadata"]["namespace"] == "training" for p in run.pipeline.cluster.pods_on(run.subject))
+
+
+def test_xid_48_again_after_the_reboot_escalates_to_replace(play) -> None:
+    run = play("xid48-repeat")
+
+    assert run.problems == []
+    first, second = run.pipeline.records(run.subject)
+    assert first.execution != second.execution
+    assert second.planned_action.value == "reboot" and second.action.value == "replace" and second.escalated
+
+
+def test_pdb_blocked_drain_waits_its_bound_then_forces(play) -> None:
+    run = play("pdb-force")
+
+    assert run.problems == []
+    record = run.pipeline.records(run.subject)[0]
+    rounds = task_outputs(run, record.execution, "Evict pods")
+    assert len(rounds) >= 2 and all(r["drain"]["lastBlocked"] for r in rounds[:-1])
+    assert rounds[-1]["drain"]["timedOut"] is True
+
+
+def test_pdb_blocked_drain_aborts_when_configured(play) -> None:
+    run = play("pdb-abort")
+
+    assert run.problems == []
+    record = run.pipeline.records(run.subject)[0]
+    assert record.error == "DrainAbortedError"
+    states = run.pipeline.state_names(record.execution)
+    assert (
+        "Drain aborted" in states
+        and "Terminate instance" not in states
+        and states[-1] == "Remediation failed"
+    )
+
+
+def test_do_not_disrupt_pod_is_held_back_for_the_configured_wait(play) -> None:
+    run = play("do-not-disrupt")
+
+    assert run.problems == []
+    record = run.pipeline.records(run.subject)[0]
+    held = [r["drain"]["heldBackDoNotDisrupt"] for r in task_outputs(run, record.execution, "Evict pods")]
+    assert held[0] == 1 and held[-1] == 0  # held while waiting, then let go
+
+
+def test_flapping_condition_remediates_at_most_once(play) -> None:
+    run = play("flapping")
+
+    assert run.problems == []
+    cleared = run.pipeline.records(run.facts["cleared"])
+    assert cleared and all("no longer bad" in r.summary for r in cleared)
+    flapping = run.pipeline.records(run.facts["flapping"])
+    assert Counter(r.outcome for r in flapping) == {Outcome.SKIPPED: 1, Outcome.REPLACED: 1}
+    assert len({r.execution for r in flapping}) == 2  # two transitions, two names, one remediation
+
+
+def test_storm_budgets_hold_breaker_opens_and_nothing_is_replayed_after_reset(play) -> None:
+    run = play("storm")
+
+    assert run.problems == []
+    refused = [r for r in run.pipeline.records() if r.outcome is Outcome.REFUSED]
+    assert any("circuit breaker is open" in r.reason for r in refused)
+    assert any("budget:" in r.reason for r in refused)
+    assert len(run.facts["faulted"]) == 6  # 40% of the 15 GPU nodes
+
+
+def test_same_event_twenty_times_and_exporter_restart_make_one_remediation(play) -> None:
+    run = play("duplicates")
+
+    assert run.problems == []
+    duplicates = [d for d in run.pipeline.condition_deliveries() if d.result.get("status") == "duplicate"]
+    assert {d.result["execution"] for d in duplicates} == {run.pipeline.records(run.subject)[0].execution}
+    assert any(p.detail.get("resync") for p in run.pipeline.publications), (
+        "the restarted exporter re-sent nothing"
+    )
+
+
+def test_forged_event_for_a_healthy_node_is_refused_by_the_live_check(play) -> None:
+    run = play("forged")
+
+    assert run.problems == []
+    record = run.pipeline.records(run.subject)[0]
+    assert record.stage_seconds.get("admitted") is not None
+    assert run.pipeline.state_names(record.execution)[-2:] == ["Record outcome", "Done"]
+
+
+def test_foreign_stale_and_malformed_events_are_dropped_with_a_record(play) -> None:
+    run = play("bad-events")
+
+    assert run.problems == []
+    by_category = {d.category: d for d in run.pipeline.dropped_events()}
+    assert "someone-elses-cluster" in by_category["foreign-cluster"].reason
+    assert "older than" in by_category["stale"].reason
+    assert "invalid event" in by_category["malformed"].reason
+
+
+def test_node_deleted_mid_flow_leaves_nothing_half_done(play) -> None:
+    run = play("node-deleted")
+
+    assert run.problems == []
+    record = run.pipeline.records(run.subject)[0]
+    instance_steps = task_outputs(run, record.execution, "Terminate instance")
+    assert instance_steps and instance_steps[0]["instance"]["skipped"] == "node-gone"
+
+
+def test_instance_already_gone_counts_as_replaced(play) -> None:
+    run = play("instance-gone")
+
+    assert run.problems == []
+    record = run.pipeline.records(run.subject)[0]
+    assert record.stage_seconds.get("instanceAction") is not None
+
+
+def test_api_server_outage_is_ridden_out_by_the_exporter_and_fails_the_workflow_cleanly(play) -> None:
+    run = play("api-outage")
+
+    assert run.problems == []
+    failed = run.pipeline.records(run.facts["second"])[0]
+    states = run.pipeline.state_names(failed.execution)
+    assert states[-2:] == ["Record failure", "Remediation failed"]
+    arn = next(e["executionArn"] for e in run.pipeline.executions() if e["name"] == failed.execution)
+    failures = [e for e in run.pipeline.aws.history(arn) if e["type"] == "LambdaFunctionFailed"]
+    retry = run.pipeline.remediation_settings.retry
+    assert len(failures) == retry.max_attempts + 1  # the first try and every retry, then caught
+    assert "node left cordoned for a person" in failed.summary
+    # The first fault landed while the API server was down; the exporter still published it.
+    first = run.facts["first"]
+    assert any(
+        p.detail["node"]["name"] == first and p.detail["condition"]["status"] == "True"
+        for p in run.pipeline.publications
+    )
