@@ -114,6 +114,10 @@ def test_non_objects_are_rejected(payload: str | bytes) -> None:
 
 
 def test_the_eventbridge_envelope_is_unwrapped() -> None:
-    envelope = {"detail-type": "Node Condition Changed", "source": "nodeheal.exporter", "detail": DESIGN_EXAMPLE}
+    envelope = {
+        "detail-type": "Node Condition Changed",
+        "source": "nodeheal.exporter",
+        "detail": DESIGN_EXAMPLE,
+    }
     assert unwrap_eventbridge_envelope(envelope) is DESIGN_EXAMPLE
     assert unwrap_eventbridge_envelope(DESIGN_EXAMPLE) is DESIGN_EXAMPLE

@@ -9,8 +9,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Objects documented as one row (free-form maps or a group of keys given together).
-DOCUMENTED_AS_A_WHOLE = {"rule.nodeLabels", "policy.xidActions", "policy.reasonActions",
-                         "policy.conditionRules", "policy.nodePools", "lambdaNetwork"}
+DOCUMENTED_AS_A_WHOLE = {
+    "rule.nodeLabels",
+    "policy.xidActions",
+    "policy.reasonActions",
+    "policy.conditionRules",
+    "policy.nodePools",
+    "lambdaNetwork",
+}
 
 
 def key_paths(node: dict[str, Any], prefix: str = "") -> list[str]:
