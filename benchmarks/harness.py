@@ -26,9 +26,10 @@ from nodeheal.events import NodeConditionEvent, PreviousState
 from nodeheal.exporter.transitions import node_identity
 from nodeheal.kube.client import StaticClientProvider
 from nodeheal.sim.apiserver import FakeKubeApiServer
-from nodeheal.sim.local_aws import LocalAws, SynthesizedApp
+from nodeheal.sim.local_aws import LocalAws
 from nodeheal.sim.objects import make_node, make_pod
 from nodeheal.sim.store import ClusterStore
+from nodeheal.sim.template import SynthesizedApp
 from nodeheal.timeutil import utc_now
 
 # Set before any handler module is imported (Powertools reads them then): what the stack and the

@@ -226,7 +226,7 @@ def synthesize_template(config_path: str) -> Mapping[str, Any]:
             f"synthesizing needs the NodeHeal CDK app and aws-cdk-lib next to {config_path} ({exc}); "
             "pass --template cdk.out/NodeHeal.template.json instead"
         ) from None
-    from nodeheal.sim.local_aws import SynthesizedApp
+    from nodeheal.sim.template import SynthesizedApp
 
     return SynthesizedApp.synthesize(nodeheal).template
 

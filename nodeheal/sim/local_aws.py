@@ -32,17 +32,14 @@ import boto3
 
 from nodeheal.kube.client import KubeClientProvider
 from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
+from nodeheal.sim.rule_targets import RuleTargetPump
+from nodeheal.sim.template import ACCOUNT_ID, Resolver, SynthesizedApp, TemplateError
 from nodeheal.timeutil import format_timestamp, utc_now
 
-ACCOUNT_ID = "123456789012"
 MOTO_CONFIG: Any = {
     "stepfunctions": {"execute_state_machine": True},
     "lambda": {"use_docker": False},
 }
-
-
-class TemplateError(Exception):
-    """The synthesized template lacks something the local pipeline needs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,117 +54,6 @@ class Invocation:
     error: str
     error_message: str
     at: float  # time.monotonic()
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One event a rule matched and its target handed to the ingest function."""
-
-    rule: str
-    envelope: Mapping[str, Any]
-    #: What ingest answered; empty when it raised on every attempt.
-    result: Mapping[str, Any]
-    error: str
-    attempts: int
-    at: float  # time.monotonic() when the target received it
-
-
-@dataclass(frozen=True, slots=True)
-class FunctionSpec:
-    logical_id: str
-    handler: str
-    environment: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class SynthesizedApp:
-    """The parts of a synthesized NodeHeal template the local pipeline reads."""
-
-    template: Mapping[str, Any]
-
-    def resources(self, resource_type: str) -> dict[str, Mapping[str, Any]]:
-        return {
-            logical: resource
-            for logical, resource in self.template.get("Resources", {}).items()
-            if resource.get("Type") == resource_type
-        }
-
-    def single(self, resource_type: str) -> tuple[str, Mapping[str, Any]]:
-        found = self.resources(resource_type)
-        if len(found) != 1:
-            raise TemplateError(f"expected exactly one {resource_type} in the template, found {len(found)}")
-        return next(iter(found.items()))
-
-    def functions(self) -> dict[str, FunctionSpec]:
-        specs = {}
-        for logical, resource in self.resources("AWS::Lambda::Function").items():
-            properties = resource.get("Properties", {})
-            handler = properties.get("Handler", "")
-            if not isinstance(handler, str) or not handler.startswith("lambdas."):
-                continue  # CDK's own helper functions (log retention, custom resources)
-            specs[logical] = FunctionSpec(
-                logical_id=logical,
-                handler=handler,
-                environment=properties.get("Environment", {}).get("Variables", {}),
-            )
-        return specs
-
-    @classmethod
-    def synthesize(cls, nodeheal_context: Mapping[str, Any]) -> SynthesizedApp:
-        """Synthesize NodeHeal's stack in-process (no asset bundling, no network, no Docker)."""
-        from aws_cdk import App
-
-        from stacks.config import NodeHealConfig
-        from stacks.nodeheal_stack import NodeHealStack
-
-        config = NodeHealConfig.from_cdk_context(nodeheal_context)
-        app = App(context={"aws:cdk:bundling-stacks": [], "nodeheal": dict(nodeheal_context)})
-        stack = NodeHealStack(app, config.stack_name, config=config)
-        assembly = app.synth()
-        return cls(template=assembly.get_stack_by_name(stack.stack_name).template)
-
-
-class _Resolver:
-    """Resolves the CloudFormation intrinsics CDK emits to the moto resources' identifiers."""
-
-    def __init__(self, region: str) -> None:
-        self.region = region
-        self.refs: dict[str, str] = {}
-        self.attributes: dict[tuple[str, str], str] = {}
-
-    def resolve(self, value: Any) -> Any:
-        if isinstance(value, list):
-            return [self.resolve(item) for item in value]
-        if not isinstance(value, Mapping):
-            return value
-        if len(value) == 1:
-            ((key, argument),) = value.items()
-            if key == "Ref":
-                return self._ref(str(argument))
-            if key == "Fn::GetAtt":
-                logical, attribute = argument if isinstance(argument, list) else str(argument).split(".", 1)
-                try:
-                    return self.attributes[(logical, attribute)]
-                except KeyError:
-                    raise TemplateError(f"cannot resolve Fn::GetAtt {logical}.{attribute}") from None
-            if key == "Fn::Join":
-                separator, parts = argument
-                return str(separator).join(str(self.resolve(part)) for part in parts)
-        return {key: self.resolve(item) for key, item in value.items()}
-
-    def _ref(self, name: str) -> str:
-        pseudo = {
-            "AWS::Partition": "aws",
-            "AWS::Region": self.region,
-            "AWS::AccountId": ACCOUNT_ID,
-            "AWS::URLSuffix": "amazonaws.com",
-        }
-        if name in pseudo:
-            return pseudo[name]
-        try:
-            return self.refs[name]
-        except KeyError:
-            raise TemplateError(f"cannot resolve Ref {name}") from None
 
 
 @dataclass
@@ -200,7 +86,7 @@ class LocalAws:
         self.region = region
         self._kube_provider_factory = kube_provider_factory
         self._clock = clock
-        self._resolver = _Resolver(region)
+        self._resolver = Resolver(region)
         self._functions = app.functions()
         self._runtimes: dict[str, Runtime] = {}
         self._runtime_lock = threading.Lock()
@@ -685,105 +571,6 @@ class LocalAws:
             "resources": [],
             "detail": dict(detail),
         }
-
-
-class RuleTargetPump:
-    """Plays the rules' Lambda targets: reads each rule's probe queue and invokes the function the
-    rule targets in the template.
-
-    EventBridge invokes its Lambda target asynchronously and Lambda retries a failed invocation
-    twice before giving up (to the function's failure destination); the pump does the same, and
-    keeps every delivery for the timeline and the tests.
-    """
-
-    #: Lambda's own retries of a failed asynchronous invocation (the stack sets its maximum).
-    ATTEMPTS = 3
-
-    def __init__(self, local: LocalAws, *, poll_seconds: float = 0.01) -> None:
-        self._local = local
-        self._sqs = local.client("sqs")
-        self._poll_seconds = poll_seconds
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._deliveries: list[Delivery] = []
-        self._busy = False
-        #: Called in the pump's thread with each delivery, after ingest answered.
-        self.on_delivery: list[Callable[[Delivery], None]] = []
-        #: Called in the pump's thread when a matched event arrives, before ingest runs.
-        self.on_matched: list[Callable[[str, Mapping[str, Any]], None]] = []
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="rule-target", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    @property
-    def deliveries(self) -> list[Delivery]:
-        with self._lock:
-            return list(self._deliveries)
-
-    def idle(self) -> bool:
-        """Nothing queued in any probe and nothing being delivered right now."""
-        with self._lock:
-            if self._busy:
-                return False
-        for url in self._local.rule_probes.values():
-            attributes = self._sqs.get_queue_attributes(
-                QueueUrl=url,
-                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-            )["Attributes"]
-            if int(attributes["ApproximateNumberOfMessages"]) or int(
-                attributes["ApproximateNumberOfMessagesNotVisible"]
-            ):
-                return False
-        return True
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            delivered = 0
-            for rule, url in self._local.rule_probes.items():
-                delivered += self._drain(rule, url)
-            if not delivered:
-                self._stop.wait(self._poll_seconds)
-
-    def _drain(self, rule: str, url: str) -> int:
-        messages = self._sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        if not messages:
-            return 0
-        with self._lock:
-            self._busy = True
-        try:
-            for message in messages:
-                envelope = json.loads(message["Body"])
-                received = time.monotonic()
-                for listener in list(self.on_matched):
-                    listener(rule, envelope)
-                delivery = self._deliver(rule, envelope, received)
-                with self._lock:
-                    self._deliveries.append(delivery)
-                for delivered_listener in list(self.on_delivery):
-                    delivered_listener(delivery)
-                self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-            return len(messages)
-        finally:
-            with self._lock:
-                self._busy = False
-
-    def _deliver(self, rule: str, envelope: Mapping[str, Any], received: float) -> Delivery:
-        error = ""
-        for attempt in range(1, self.ATTEMPTS + 1):
-            try:
-                result = self._local.call_handler(self._local.rule_targets[rule], envelope)
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                continue
-            return Delivery(rule, envelope, dict(result), "", attempt, received)
-        return Delivery(rule, envelope, {}, error, self.ATTEMPTS, received)
 
 
 def iter_task_results(history: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:

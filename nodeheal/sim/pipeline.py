@@ -34,8 +34,10 @@ from nodeheal.exporter.transitions import node_identity
 from nodeheal.kube.client import StaticClientProvider
 from nodeheal.sim.apiserver import FakeKubeApiServer
 from nodeheal.sim.cluster import ClusterLayout, ClusterTimings, SimulatedCluster
-from nodeheal.sim.local_aws import Delivery, Invocation, LocalAws, RuleTargetPump, SynthesizedApp
+from nodeheal.sim.local_aws import Invocation, LocalAws
+from nodeheal.sim.rule_targets import Delivery, RuleTargetPump
 from nodeheal.sim.store import ClusterStore
+from nodeheal.sim.template import SynthesizedApp
 from nodeheal.sim.timeline import Timeline, describe_task, short_node
 from nodeheal.timeutil import parse_timestamp, utc_now
 from nodeheal.workflow.records import DroppedEvent, RemediationRecord

@@ -1,0 +1,112 @@
+"""The parts of NodeHeal's synthesized CloudFormation template the local pipeline reads, and a
+resolver for the intrinsics CDK emits (Ref, Fn::GetAtt, Fn::Join) against local resources."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ACCOUNT_ID = "123456789012"
+
+
+class TemplateError(Exception):
+    """The synthesized template lacks something the local pipeline needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    logical_id: str
+    handler: str
+    environment: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SynthesizedApp:
+    """The parts of a synthesized NodeHeal template the local pipeline reads."""
+
+    template: Mapping[str, Any]
+
+    def resources(self, resource_type: str) -> dict[str, Mapping[str, Any]]:
+        return {
+            logical: resource
+            for logical, resource in self.template.get("Resources", {}).items()
+            if resource.get("Type") == resource_type
+        }
+
+    def single(self, resource_type: str) -> tuple[str, Mapping[str, Any]]:
+        found = self.resources(resource_type)
+        if len(found) != 1:
+            raise TemplateError(f"expected exactly one {resource_type} in the template, found {len(found)}")
+        return next(iter(found.items()))
+
+    def functions(self) -> dict[str, FunctionSpec]:
+        specs = {}
+        for logical, resource in self.resources("AWS::Lambda::Function").items():
+            properties = resource.get("Properties", {})
+            handler = properties.get("Handler", "")
+            if not isinstance(handler, str) or not handler.startswith("lambdas."):
+                continue  # CDK's own helper functions (log retention, custom resources)
+            specs[logical] = FunctionSpec(
+                logical_id=logical,
+                handler=handler,
+                environment=properties.get("Environment", {}).get("Variables", {}),
+            )
+        return specs
+
+    @classmethod
+    def synthesize(cls, nodeheal_context: Mapping[str, Any]) -> SynthesizedApp:
+        """Synthesize NodeHeal's stack in-process (no asset bundling, no network, no Docker)."""
+        from aws_cdk import App
+
+        from stacks.config import NodeHealConfig
+        from stacks.nodeheal_stack import NodeHealStack
+
+        config = NodeHealConfig.from_cdk_context(nodeheal_context)
+        app = App(context={"aws:cdk:bundling-stacks": [], "nodeheal": dict(nodeheal_context)})
+        stack = NodeHealStack(app, config.stack_name, config=config)
+        assembly = app.synth()
+        return cls(template=assembly.get_stack_by_name(stack.stack_name).template)
+
+
+class Resolver:
+    """Resolves the CloudFormation intrinsics CDK emits to the moto resources' identifiers."""
+
+    def __init__(self, region: str) -> None:
+        self.region = region
+        self.refs: dict[str, str] = {}
+        self.attributes: dict[tuple[str, str], str] = {}
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.resolve(item) for item in value]
+        if not isinstance(value, Mapping):
+            return value
+        if len(value) == 1:
+            ((key, argument),) = value.items()
+            if key == "Ref":
+                return self._ref(str(argument))
+            if key == "Fn::GetAtt":
+                logical, attribute = argument if isinstance(argument, list) else str(argument).split(".", 1)
+                try:
+                    return self.attributes[(logical, attribute)]
+                except KeyError:
+                    raise TemplateError(f"cannot resolve Fn::GetAtt {logical}.{attribute}") from None
+            if key == "Fn::Join":
+                separator, parts = argument
+                return str(separator).join(str(self.resolve(part)) for part in parts)
+        return {key: self.resolve(item) for key, item in value.items()}
+
+    def _ref(self, name: str) -> str:
+        pseudo = {
+            "AWS::Partition": "aws",
+            "AWS::Region": self.region,
+            "AWS::AccountId": ACCOUNT_ID,
+            "AWS::URLSuffix": "amazonaws.com",
+        }
+        if name in pseudo:
+            return pseudo[name]
+        try:
+            return self.refs[name]
+        except KeyError:
+            raise TemplateError(f"cannot resolve Ref {name}") from None
