@@ -43,7 +43,7 @@ unit: $(VENV)/.installed
 
 # lambda-deps: the infrastructure tests run the real `cdk synth`, which bundles the Lambda asset.
 test: bootstrap lambda-deps lint typecheck
-	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/pytest -q
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/pytest -q -n auto
 
 # Wheels for the Lambda asset, fetched once for the Lambda platform (manylinux x86_64, Python 3.12);
 # after this `cdk synth` needs no network and no Docker.
