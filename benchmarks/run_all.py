@@ -210,12 +210,12 @@ def table(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 row["ratio"] <= 2.0,
             )
         )
-    kube = cold["kubernetesImport"]
+    transport = cold["transportImport"]
     rows.append(
         _row(
-            "kubernetes transport import",
-            f"package root {kube['packageRootMs']:.0f} ms"
-            f" -> nodeheal.kube.sdk {kube['nodehealSdkMs']:.0f} ms",
+            "Kubernetes transport import",
+            f"generated client {transport['generatedClientMs']:.0f} ms"
+            f" -> nodeheal.kube transport {transport['nodehealTransportMs']:.0f} ms",
         )
     )
     rows += [

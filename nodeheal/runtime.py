@@ -159,8 +159,8 @@ class Runtime:
         from nodeheal.kube.nodes import NodeOperations
         from nodeheal.kube.pods import PodOperations
 
-        api_client = self._kube_provider.api_client(cluster)
-        return KubeAccess(nodes=NodeOperations(api_client), pods=PodOperations(api_client))
+        transport = self._kube_provider.transport(cluster)
+        return KubeAccess(nodes=NodeOperations(transport), pods=PodOperations(transport))
 
     @cached_property
     def _kube_provider(self) -> KubeClientProvider:

@@ -50,10 +50,9 @@ PLATFORM_ARGS: tuple[str, ...] = (
 #: bundles or raises (returning False would hand the job to Docker).
 BUNDLING_IMAGE = "public.ecr.aws/sam/build-python3.12"
 
-#: Installed paths removed from the asset. ``kubernetes/aio`` is the asyncio twin of the client (41 MB,
-#: 40% of the asset) that NodeHeal never imports; ``bin`` holds console scripts whose shebangs name
-#: the build machine's interpreter.
-PRUNED_PATHS: tuple[str, ...] = ("kubernetes/aio", "bin")
+#: Installed paths removed from the asset: ``bin`` holds console scripts whose shebangs name the
+#: build machine's interpreter.
+PRUNED_PATHS: tuple[str, ...] = ("bin",)
 
 _IGNORED_SOURCE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "requirements.txt")
 

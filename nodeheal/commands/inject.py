@@ -18,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nodeheal.commands.output import confirm, print_json
@@ -27,6 +27,9 @@ from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
 from nodeheal.policy.catalog import lookup
 from nodeheal.timeutil import format_timestamp, utc_now
+
+if TYPE_CHECKING:
+    from nodeheal.kube.transport import KubeTransport
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 GPU_CONDITION = "GPUProblem"
@@ -136,7 +139,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _api_client(args: argparse.Namespace) -> Any:
+def _transport(args: argparse.Namespace) -> KubeTransport:
     if args.eks:
         if args.kubeconfig or args.context:
             raise ConfigurationError("--eks reaches the cluster through AWS; drop --kubeconfig/--context")
@@ -148,15 +151,17 @@ def _api_client(args: argparse.Namespace) -> Any:
             provider = EksClientProvider(
                 boto_session.client("eks"), boto_session, region=str(boto_session.region_name)
             )
-            return provider.api_client(args.cluster)
+            return provider.transport(args.cluster)
     from nodeheal.exporter.kubeclient import load_api_client
+    from nodeheal.kube.transport import GeneratedClientTransport
 
-    return load_api_client(args.kubeconfig or "", args.context or "")
+    # A kubeconfig may name exec plugins or client certificates: the kubernetes package reads them.
+    return GeneratedClientTransport(load_api_client(args.kubeconfig or "", args.context or ""))
 
 
 def run(args: argparse.Namespace) -> int:
     injection = injection_for(args)
-    api = _api_client(args)
+    api = _transport(args)
     from nodeheal.kube.client import expect_success, request_json
     from nodeheal.kube.model import LiveNode
 

@@ -1,19 +1,19 @@
 """Kubernetes API clients: where they come from (EKS or a static endpoint) and how NodeHeal calls them.
 
-Providers hand out a configured ``kubernetes.client.ApiClient`` per cluster and keep it for the
-life of the container, so its connection pool (and TLS sessions) survive between invocations.
+Providers hand out one :class:`~nodeheal.kube.transport.HttpTransport` per cluster and keep it for
+the life of the container, so its connection pool (and TLS sessions) survive between invocations.
 
 :func:`request_json` is the one way NodeHeal's adapters talk to the API server: it sends JSON and
-returns the status code with the parsed body, never a generated model. The client's models
-validate every response strictly, and a field they do not know (or an object a controller has only
-partly filled in) must not be able to fail a remediation.
+returns the status code with the parsed body, never a generated model. The ``kubernetes`` client's
+models validate every response strictly, and a field they do not know (or an object a controller
+has only partly filled in) must not be able to fail a remediation.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,7 +28,7 @@ from nodeheal.kube.errors import (
     error_for_status,
     status_from_body,
 )
-from nodeheal.kube.sdk import ApiClient, Configuration
+from nodeheal.kube.transport import JSON, HttpTransport, KubeTransport, RequestTimeout
 from nodeheal.timeutil import utc_now
 
 #: (connect, read) seconds. A Lambda task has a hard deadline; an API server that does not answer
@@ -40,42 +40,49 @@ DEFAULT_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
 #: sized to it so connections are reused instead of opened and thrown away per request.
 CONNECTION_POOL_SIZE = 32
 
-USER_AGENT = "nodeheal (kubernetes-client-python)"
+USER_AGENT = "nodeheal"
 MERGE_PATCH = "application/merge-patch+json"
-JSON = "application/json"
-
-RequestTimeout = float | tuple[float, float]
 
 
 class KubeClientProvider(Protocol):
-    def api_client(self, cluster: str) -> ApiClient: ...
+    def transport(self, cluster: str) -> KubeTransport: ...
 
 
-def _configuration(host: str) -> Configuration:
-    configuration = Configuration()
-    configuration.host = host.rstrip("/")
-    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+def _retries() -> Retry:
     # Backoff-and-retry belongs to the state machine, which records every attempt. urllib3 only
     # retries a connect that never reached the API server; a read that timed out is not repeated
     # (that would double the wait inside a Lambda), and a POST or PATCH whose outcome is unknown is
     # never re-sent. urllib3 already drops pooled connections the peer closed before reusing them.
-    configuration.retries = Retry(total=3, connect=3, read=0, redirect=0, status=0, backoff_factor=0.1)
-    return configuration
+    return Retry(total=3, connect=3, read=0, redirect=0, status=0, backoff_factor=0.1)
 
 
-def _api_client(configuration: Configuration) -> ApiClient:
-    client = ApiClient(configuration)
-    # Named in the API server's audit log, so a person can tell NodeHeal's writes from others'.
-    client.user_agent = USER_AGENT
-    return client
+def http_transport(
+    host: str,
+    *,
+    verify: bool = True,
+    ca_cert_file: str | None = None,
+    ca_cert_data: str | None = None,
+    bearer_token: Callable[[], str | None] | None = None,
+) -> HttpTransport:
+    """A transport with NodeHeal's client settings: retries, pool size, and a user agent that names
+    NodeHeal in the API server's audit log, so a person can tell its writes from others'."""
+    return HttpTransport(
+        host,
+        retries=_retries(),
+        pool_size=CONNECTION_POOL_SIZE,
+        user_agent=USER_AGENT,
+        verify=verify,
+        ca_cert_file=ca_cert_file,
+        ca_cert_data=ca_cert_data,
+        bearer_token=bearer_token,
+    )
 
 
 class EksClientProvider:
-    """ApiClients for EKS clusters: endpoint and CA from ``eks:DescribeCluster``, IAM bearer tokens.
+    """Transports to EKS clusters: endpoint and CA from ``eks:DescribeCluster``, IAM bearer tokens.
 
-    The token is looked up on every request through the client's ``refresh_api_key_hook`` and
-    re-minted a minute before its 15-minute lifetime ends, so a client cached for hours never sends
-    an expired token.
+    The token is looked up on every request and re-minted a minute before its 15-minute lifetime
+    ends, so a transport cached for hours never sends an expired token.
     """
 
     def __init__(
@@ -91,44 +98,38 @@ class EksClientProvider:
             raise ConfigurationError("the EKS client has no region; pass region= explicitly")
         self._directory = ClusterDirectory(eks_client)
         self._tokens = EksTokenSource(signing_session, region=str(region_name), clock=clock)
-        self._clients: dict[str, ApiClient] = {}
+        self._transports: dict[str, HttpTransport] = {}
         self._lock = threading.Lock()
 
     @property
     def tokens(self) -> EksTokenSource:
         return self._tokens
 
-    def api_client(self, cluster: str) -> ApiClient:
+    def transport(self, cluster: str) -> HttpTransport:
         with self._lock:
-            client = self._clients.get(cluster)
-            if client is None:
-                client = self._build(cluster)
-                self._clients[cluster] = client
-            return client
+            transport = self._transports.get(cluster)
+            if transport is None:
+                transport = self._build(cluster)
+                self._transports[cluster] = transport
+            return transport
 
-    def _build(self, cluster: str) -> ApiClient:
+    def _build(self, cluster: str) -> HttpTransport:
         endpoint = self._directory.get(cluster)
-        configuration = _configuration(endpoint.endpoint)
-        # CA as data, not a temporary file: nothing to clean up, nothing for /tmp to lose.
-        configuration.ca_cert_data = endpoint.ca_pem
-        configuration.verify_ssl = True
         tokens = self._tokens
-
-        def refresh(config: Configuration) -> None:
-            config.api_key["BearerToken"] = tokens.token(cluster)
-            config.api_key_prefix["BearerToken"] = "Bearer"
-
-        refresh(configuration)
-        # The generated Configuration annotates the hook as None-only; the client does call it.
-        configuration.refresh_api_key_hook = refresh  # type: ignore[assignment]
-        return _api_client(configuration)
+        # CA as data, not a temporary file: nothing to clean up, nothing for /tmp to lose.
+        return http_transport(
+            endpoint.endpoint,
+            verify=True,
+            ca_cert_data=endpoint.ca_pem,
+            bearer_token=lambda: tokens.token(cluster),
+        )
 
 
 class StaticClientProvider:
-    """One ApiClient for a fixed endpoint: the local simulation, or a kubeconfig-style setup.
+    """One transport for a fixed endpoint: the local simulation, or a kubeconfig-style setup.
 
     ``ca_cert`` is a path to a PEM bundle and ``ca_cert_data`` the PEM text itself; give at most one.
-    Every cluster name maps to the same client.
+    Every cluster name maps to the same transport.
     """
 
     def __init__(
@@ -142,19 +143,16 @@ class StaticClientProvider:
     ) -> None:
         if ca_cert and ca_cert_data:
             raise ConfigurationError("give either ca_cert (a path) or ca_cert_data (PEM text), not both")
-        configuration = _configuration(host)
-        configuration.verify_ssl = verify
-        if ca_cert:
-            configuration.ssl_ca_cert = ca_cert
-        if ca_cert_data:
-            configuration.ca_cert_data = ca_cert_data
-        if token:
-            configuration.api_key["BearerToken"] = token
-            configuration.api_key_prefix["BearerToken"] = "Bearer"
-        self._client = _api_client(configuration)
+        self._transport = http_transport(
+            host,
+            verify=verify,
+            ca_cert_file=ca_cert,
+            ca_cert_data=ca_cert_data,
+            bearer_token=(lambda: token) if token else None,
+        )
 
-    def api_client(self, cluster: str) -> ApiClient:
-        return self._client
+    def transport(self, cluster: str) -> HttpTransport:
+        return self._transport
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +181,7 @@ class JsonResponse:
 
 
 def request_json(
-    api_client: ApiClient,
+    transport: KubeTransport,
     method: str,
     path: str,
     *,
@@ -199,32 +197,19 @@ def request_json(
     :class:`KubernetesApiUnavailableError`; HTTP error statuses are returned for the caller to
     classify, because what a 404 or a 429 means depends on the request.
     """
-    headers = {"Accept": JSON}
-    if body is not None:
-        headers["Content-Type"] = content_type
     try:
-        serialized = api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list(query) or None,
-            header_params=headers,
-            body=dict(body) if body is not None else None,
-            auth_settings=["BearerToken"],
+        response = transport.request(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
         )
-        response = api_client.call_api(*serialized, _request_timeout=timeout)
-        # The urllib3 response was not preloaded: reading ``data`` consumes it and frees the connection.
-        raw = bytes(response.response.data or b"")
     except TRANSPORT_ERRORS as exc:
         raise error_for_exception(exc, action=action) from exc
     parsed: Any = None
-    if raw:
+    if response.data:
         try:
-            parsed = json.loads(raw)
+            parsed = json.loads(response.data)
         except ValueError:
             parsed = None
-    return JsonResponse(
-        status=int(response.status), body=parsed, http_reason=str(response.reason or ""), raw=raw
-    )
+    return JsonResponse(status=response.status, body=parsed, http_reason=response.reason, raw=response.data)
 
 
 def expect_success(response: JsonResponse, *, action: str) -> dict[str, Any]:

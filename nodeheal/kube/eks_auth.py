@@ -118,7 +118,7 @@ class EksTokenSource:
         self._region = region
         self._clock = clock
         self._tokens: dict[str, EksToken] = {}
-        # Eviction runs in a thread pool over one ApiClient; each request asks for the token.
+        # Eviction runs in a thread pool over one transport; each request asks for the token.
         self._lock = threading.Lock()
 
     @property

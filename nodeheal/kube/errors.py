@@ -20,7 +20,7 @@ from typing import Any
 import urllib3.exceptions
 
 from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError, NodeHealError
-from nodeheal.kube.sdk import ApiException
+from nodeheal.kube.transport import ApiServerUnreachableError
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +96,12 @@ def error_for_status(status: ApiStatus, *, action: str) -> NodeHealError:
 def error_for_exception(exc: BaseException, *, action: str) -> NodeHealError:
     """The domain error for an exception raised while talking to the API server.
 
-    Covers the client's ``ApiException`` (including status 0, which the client raises for TLS
-    failures), urllib3's connection, timeout and protocol errors, and OS-level socket errors.
-    Anything else is a programming error and is not passed through here.
+    Covers urllib3's connection, TLS, timeout and protocol errors, OS-level socket errors, and a
+    transport's own report that no HTTP answer came back. Anything else is a programming error and
+    is not passed through here.
     """
-    if isinstance(exc, ApiException):
-        code = int(exc.status or 0)
-        if code == 0:
-            return KubernetesApiUnavailableError(f"{action}: could not talk to the API server: {exc.reason}")
-        return error_for_status(status_from_body(code, exc.body, str(exc.reason or "")), action=action)
+    if isinstance(exc, ApiServerUnreachableError):
+        return KubernetesApiUnavailableError(f"{action}: could not talk to the API server: {exc}")
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
         return KubernetesApiUnavailableError(
             f"{action}: API server unreachable ({type(exc).__name__}: {exc})"
@@ -113,4 +110,8 @@ def error_for_exception(exc: BaseException, *, action: str) -> NodeHealError:
 
 
 #: Exceptions that mean "the request did not get a usable HTTP answer".
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    ApiServerUnreachableError,
+    urllib3.exceptions.HTTPError,
+    OSError,
+)

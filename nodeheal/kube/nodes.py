@@ -25,7 +25,6 @@ from nodeheal.errors import KubernetesApiError, NodeGoneError
 from nodeheal.kube.client import (
     DEFAULT_REQUEST_TIMEOUT,
     MERGE_PATCH,
-    RequestTimeout,
     expect_success,
     request_json,
 )
@@ -38,7 +37,7 @@ from nodeheal.kube.model import (
     UNHEALTHY_TAINT_KEY,
     LiveNode,
 )
-from nodeheal.kube.sdk import ApiClient
+from nodeheal.kube.transport import KubeTransport, RequestTimeout
 from nodeheal.timeutil import format_timestamp
 
 logger = logging.getLogger(__name__)
@@ -94,8 +93,10 @@ def _is_ours(taint: Mapping[str, Any]) -> bool:
 
 
 class NodeOperations:
-    def __init__(self, api_client: ApiClient, *, timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT) -> None:
-        self._api = api_client
+    def __init__(
+        self, transport: KubeTransport, *, timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT
+    ) -> None:
+        self._api = transport
         self._timeout = timeout
 
     # -- reads -----------------------------------------------------------------------------------

@@ -24,13 +24,12 @@ from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError
 from nodeheal.kube.client import (
     DEFAULT_REQUEST_TIMEOUT,
     JsonResponse,
-    RequestTimeout,
     expect_success,
     request_json,
 )
 from nodeheal.kube.errors import is_retryable_status
 from nodeheal.kube.model import PodView
-from nodeheal.kube.sdk import ApiClient
+from nodeheal.kube.transport import KubeTransport, RequestTimeout
 
 LIST_PAGE_SIZE = 500
 
@@ -138,8 +137,10 @@ def _fan_out(
 
 
 class PodOperations:
-    def __init__(self, api_client: ApiClient, *, timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT) -> None:
-        self._api = api_client
+    def __init__(
+        self, transport: KubeTransport, *, timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT
+    ) -> None:
+        self._api = transport
         self._timeout = timeout
 
     def list_on_node(self, node_name: str) -> list[PodView]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import ssl
 import threading
 import time
 from collections import deque
@@ -42,6 +43,8 @@ class Recorded:
     query: dict[str, str]
     headers: dict[str, str]
     body: Any
+    #: The request line's target as sent: a path, or an absolute URI when sent through a proxy.
+    target: str = ""
 
 
 @dataclass
@@ -82,6 +85,7 @@ def _handler(script: Script) -> type[http.server.BaseHTTPRequestHandler]:
                         query=dict(parse_qsl(parts.query)),
                         headers={k.lower(): v for k, v in self.headers.items()},
                         body=json.loads(raw) if raw else None,
+                        target=self.path,
                     )
                 )
                 unscripted = Reply(500, status(500, "", "unscripted"))
@@ -114,14 +118,18 @@ def _handler(script: Script) -> type[http.server.BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def scripted_server() -> Iterator[tuple[str, Script]]:
+def scripted_server(tls: ssl.SSLContext | None = None) -> Iterator[tuple[str, Script]]:
+    """Serve on a loopback port; with ``tls``, HTTPS with that server context."""
     script = Script()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
     server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", script
+        scheme = "https" if tls is not None else "http"
+        yield f"{scheme}://127.0.0.1:{server.server_address[1]}", script
     finally:
         server.shutdown()
         server.server_close()

@@ -271,11 +271,11 @@ def test_eks_provider_sends_a_fresh_bearer_token_and_reuses_the_client(
     credentials = RotatingCredentials()
     provider = EksClientProvider(client, credentials, clock)
 
-    api = provider.api_client("c")
-    assert provider.api_client("c") is api
-    assert api.configuration.host == host
-    assert api.configuration.ca_cert_data == CA_PEM
-    assert api.configuration.verify_ssl is True
+    api = provider.transport("c")
+    assert provider.transport("c") is api
+    assert api.host == host
+    assert api.ca_cert_data == CA_PEM
+    assert api.verify is True
 
     request_json(api, "GET", "/api/v1/nodes", action="list nodes")
     clock.advance(minutes=10)
@@ -299,8 +299,8 @@ def test_static_provider_sends_its_token_and_ignores_the_cluster_name(
 ) -> None:
     host, seen = recorder
     provider = StaticClientProvider(host, token="local-token")
-    assert provider.api_client("a") is provider.api_client("b")
-    response = request_json(provider.api_client("a"), "GET", "/api/v1/nodes", action="list nodes")
+    assert provider.transport("a") is provider.transport("b")
+    response = request_json(provider.transport("a"), "GET", "/api/v1/nodes", action="list nodes")
     assert response.status == 200
     assert response.body["kind"] == "NodeList"
     assert seen == ["Bearer local-token"]
@@ -308,7 +308,7 @@ def test_static_provider_sends_its_token_and_ignores_the_cluster_name(
 
 def test_static_provider_without_token_sends_no_authorization(recorder: tuple[str, list[str | None]]) -> None:
     host, seen = recorder
-    request_json(StaticClientProvider(host).api_client("x"), "GET", "/api/v1/nodes", action="list nodes")
+    request_json(StaticClientProvider(host).transport("x"), "GET", "/api/v1/nodes", action="list nodes")
     assert seen == [None]
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import kubernetes.client
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError, NodeGoneError
 from nodeheal.kube.client import StaticClientProvider
@@ -15,6 +16,7 @@ from nodeheal.kube.errors import error_for_exception, status_from_body
 from nodeheal.kube.model import PodView
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.pods import PodOperations, PodOutcome
+from nodeheal.kube.transport import GeneratedClientTransport
 from tests.unit.adapters.scripted_server import Reply, Script, scripted_server, status
 
 
@@ -25,7 +27,7 @@ def server() -> Iterator[tuple[str, Script]]:
 
 
 def _nodes(host: str, timeout: float | tuple[float, float] = (2.0, 5.0)) -> NodeOperations:
-    return NodeOperations(StaticClientProvider(host).api_client("c"), timeout=timeout)
+    return NodeOperations(StaticClientProvider(host).transport("c"), timeout=timeout)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +107,7 @@ def test_eviction_server_error_fails_that_pod_only(server: tuple[str, Script]) -
         Reply(500, status(500, "InternalError", "Internal error occurred: too many retries")),
     )
     pod = PodView(namespace="ml", name="p0", uid="u0", phase="Running", owner_kinds=("ReplicaSet",))
-    report = PodOperations(StaticClientProvider(host).api_client("c")).evict([pod], parallelism=1)
+    report = PodOperations(StaticClientProvider(host).transport("c")).evict([pod], parallelism=1)
     (result,) = report.results
     assert result.outcome is PodOutcome.FAILED
     assert result.status == 500
@@ -118,7 +120,7 @@ def test_eviction_without_an_answer_is_a_retryable_failure() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     pod = PodView(namespace="ml", name="p0", uid="u0", phase="Running", owner_kinds=())
-    report = PodOperations(StaticClientProvider(f"http://127.0.0.1:{port}").api_client("c")).evict(
+    report = PodOperations(StaticClientProvider(f"http://127.0.0.1:{port}").transport("c")).evict(
         [pod], parallelism=4
     )
     (result,) = report.failed
@@ -134,13 +136,31 @@ def test_status_body_parsing() -> None:
     assert status_from_body(502, "bad gateway\n").message == "bad gateway"
 
 
-def test_client_tls_failure_is_unavailable() -> None:
-    # The REST layer turns urllib3's SSLError into ApiException(status=0).
-    error = error_for_exception(
-        ApiException(status=0, reason="SSLError\ncertificate verify failed"), action="x"
-    )
-    assert isinstance(error, KubernetesApiUnavailableError)
-    assert "certificate verify failed" in str(error)
+def test_tls_handshake_failure_is_unavailable(server: tuple[str, Script]) -> None:
+    # https:// to a plain-HTTP listener: the handshake itself fails, no HTTP answer comes back.
+    host, _ = server
+    with pytest.raises(KubernetesApiUnavailableError, match="get node n: API server unreachable"):
+        _nodes(host.replace("http://", "https://")).get("n")
+
+
+@pytest.mark.parametrize(
+    ("retries", "message"),
+    [
+        # The kubeconfig default: urllib3 retries, then wraps the SSLError in MaxRetryError.
+        (None, "get node n: API server unreachable (MaxRetryError"),
+        # No urllib3 retries: the client's REST layer raises ApiException(status=0) itself.
+        (False, "get node n: could not talk to the API server: SSLError"),
+    ],
+)
+def test_generated_client_tls_failure_is_unavailable(
+    server: tuple[str, Script], retries: bool | None, message: str
+) -> None:
+    host, _ = server
+    configuration = kubernetes.client.Configuration(host=host.replace("http://", "https://"))
+    configuration.retries = retries
+    nodes = NodeOperations(GeneratedClientTransport(kubernetes.client.ApiClient(configuration)))
+    with pytest.raises(KubernetesApiUnavailableError, match=re.escape(message)):
+        nodes.get("n")
 
 
 def test_programming_errors_are_not_translated() -> None:
@@ -206,7 +226,7 @@ def test_eviction_and_deletion_bodies_carry_the_pod_uid(server: tuple[str, Scrip
     pod = PodView(
         namespace="ml", name="trainer-0", uid="pod-uid", phase="Running", owner_kinds=("StatefulSet",)
     )
-    ops = PodOperations(StaticClientProvider(host).api_client("c"))
+    ops = PodOperations(StaticClientProvider(host).transport("c"))
 
     assert ops.evict([pod], parallelism=1).results[0].outcome is PodOutcome.EVICTED
     assert ops.delete([pod], grace_seconds=20, parallelism=1).results[0].outcome is PodOutcome.DELETED
@@ -231,7 +251,7 @@ def test_eviction_and_deletion_bodies_carry_the_pod_uid(server: tuple[str, Scrip
 def test_list_on_node_uses_a_field_selector(server: tuple[str, Script]) -> None:
     host, script = server
     script.add(Reply(200, {"kind": "PodList", "metadata": {}, "items": []}))
-    assert PodOperations(StaticClientProvider(host).api_client("c")).list_on_node("ip-10-0-1-2") == []
+    assert PodOperations(StaticClientProvider(host).transport("c")).list_on_node("ip-10-0-1-2") == []
     (listing,) = script.requests
     assert listing.path == "/api/v1/pods"
     assert listing.query["fieldSelector"] == "spec.nodeName=ip-10-0-1-2"

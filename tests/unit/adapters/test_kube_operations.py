@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient
 
 from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError, NodeGoneError
 from nodeheal.kube.client import StaticClientProvider
@@ -22,6 +21,7 @@ from nodeheal.kube.model import (
 )
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.pods import PodOperations, PodOutcome
+from nodeheal.kube.transport import GeneratedClientTransport, HttpTransport
 from nodeheal.sim.apiserver import FakeKubeApiServer
 from nodeheal.sim.objects import make_node, make_pdb, make_pod
 from nodeheal.sim.status import ApiError
@@ -44,9 +44,9 @@ def kube() -> Iterator[FakeKubeApiServer]:
         server.stop()
 
 
-def _client(kube: FakeKubeApiServer) -> ApiClient:
+def _client(kube: FakeKubeApiServer) -> HttpTransport:
     # NodeHeal's own provider, so its client settings (retries, pool size) are what is exercised.
-    return StaticClientProvider(kube.url, token="sim").api_client("sim")
+    return StaticClientProvider(kube.url, token="sim").transport("sim")
 
 
 @pytest.fixture
@@ -97,9 +97,9 @@ def test_get_missing_node_is_none(nodes: NodeOperations) -> None:
     assert nodes.get("no-such-node") is None
 
 
-def test_operations_work_over_any_configured_api_client(kube: FakeKubeApiServer) -> None:
+def test_operations_work_over_a_kubeconfig_style_generated_client(kube: FakeKubeApiServer) -> None:
     _add_node(kube)
-    node = NodeOperations(kube.api_client()).get(NODE)
+    node = NodeOperations(GeneratedClientTransport(kube.api_client())).get(NODE)
     assert node is not None and node.name == NODE
 
 
