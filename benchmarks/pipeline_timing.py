@@ -77,8 +77,6 @@ def time_to_safety(
         wall = time.monotonic() - started
         pipeline.wait_settled(timeout=120)
         publish_to_rule = _publish_to_rule_seconds(pipeline)
-        transitions = _transitions_per_execution(pipeline)
-        durations = _task_durations(pipeline)
     replaced = [r for r in records if r.outcome is Outcome.REPLACED]
     timings = ClusterTimings()
     return {
@@ -92,8 +90,6 @@ def time_to_safety(
         "stages": _ledger_stage_table(replaced),
         "publishToRule": publish_to_rule,
         "karpenterLaunchAndBootSeconds": timings.instance_launch_seconds + timings.node_ready_seconds,
-        "transitions": transitions,
-        "taskSeconds": durations,
     }
 
 
@@ -106,35 +102,6 @@ def _publish_to_rule_seconds(pipeline: LocalPipeline) -> dict[str, float]:
         if str(d.envelope.get("id")) in published
     ]
     return {"p50": median(hops), "p95": percentile(hops, 0.95), "n": float(len(hops))}
-
-
-def _transitions_per_execution(pipeline: LocalPipeline) -> list[int]:
-    """Billable state transitions of each execution: one per state entered (retries included)."""
-    counts = []
-    for execution in pipeline.executions():
-        history = pipeline.aws.history(execution["executionArn"])
-        counts.append(sum(1 for event in history if event.get("type", "").endswith("StateEntered")))
-    return counts
-
-
-def _task_durations(pipeline: LocalPipeline) -> dict[str, list[float]]:
-    """Seconds each Lambda task ran (scheduled -> succeeded/failed), by state name."""
-    durations: dict[str, list[float]] = {}
-    for execution in pipeline.executions():
-        history = pipeline.aws.history(execution["executionArn"])
-        current = ""
-        scheduled_at: Any = None
-        for event in history:
-            kind = event.get("type", "")
-            if kind == "TaskStateEntered":
-                current = event["stateEnteredEventDetails"]["name"]
-            elif kind == "LambdaFunctionScheduled":
-                scheduled_at = event["timestamp"]
-            elif kind in ("LambdaFunctionSucceeded", "LambdaFunctionFailed") and scheduled_at is not None:
-                seconds = (event["timestamp"] - scheduled_at).total_seconds()
-                durations.setdefault(current, []).append(seconds)
-                scheduled_at = None
-    return durations
 
 
 def drain_hundred_pods(

@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/run_all.py [--runs 20] [--storm-nodes 200] [--out benchmarks/results]
 
 Sections: time to safety and to replacement (local pipeline, production workflow timings), the
-100-pod drain, cold start against a bare boto3 handler, the cost model, the exporter's throughput
-and memory, and the storm. Every number printed is measured in this run except the anchors
+100-pod drain, cold start against a bare boto3 handler, the cost of each remediation path
+(``benchmarks/cost_scenarios.py``) and of an idle fleet, the exporter's throughput and memory, and
+the storm. Every number printed is measured in this run except the anchors
 (documented behaviour of other tools, with their sources) and the public prices (with their date).
 """
 
@@ -21,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import cold_start, pipeline_timing
-from benchmarks.harness import ROOT, median
+from benchmarks import cold_start, cost_scenarios, pipeline_timing
+from benchmarks.harness import ROOT
 
 #: What other remediation paths document for the same fault (checked on the date below).
 ANCHORS: tuple[tuple[str, str, str], ...] = (
@@ -77,54 +78,45 @@ def exporter_benchmark() -> dict[str, dict[str, Any]]:
     return {row["path"]: row for row in rows}
 
 
-def cost_model(timing: dict[str, Any], cold: dict[str, Any], exporter: dict[str, Any]) -> dict[str, Any]:
-    transitions = timing["transitions"]
-    per_remediation_transitions = median([float(t) for t in transitions])
-    memory_by_state = {
-        "Admit": "lambdas.admit.handler",
-        "Cordon": "lambdas.cordon.handler",
-        "Evict pods": "lambdas.drain.handler",
-        "Force-delete remaining pods": "lambdas.force_drain.handler",
-        "Terminate instance": "lambdas.terminate.handler",
-        "Reboot instance": "lambdas.reboot.handler",
-        "Check recovery": "lambdas.check_recovery.handler",
-        "Uncordon": "lambdas.uncordon.handler",
-        "Record outcome": "lambdas.record.handler",
-        "Record failure": "lambdas.record_failure.handler",
-    }
-    executions = max(1, len(transitions))
-    gb_seconds = 0.0
-    invocations = 0
-    for state, durations in timing["taskSeconds"].items():
-        handler = memory_by_state.get(state, "")
-        memory_mb = cold["handlers"].get(handler, {}).get("memoryMb", 256)
-        gb_seconds += sum(durations) * memory_mb / 1024
-        invocations += len(durations)
-    # Ingest runs once per event, for as long as its measured first (cold) invocation: an upper bound.
-    ingest = cold["handlers"]["lambdas.ingest.handler"]
-    gb_seconds_per = gb_seconds / executions + ingest["firstInvokeMs"] / 1000 * ingest["memoryMb"] / 1024
-    invocations_per = invocations / executions + 1
+def _dollars(transitions: float, gb_seconds: float, invocations: float, events: float) -> float:
     price = {key: value for key, (value, _) in PRICES.items()}
-    dollars = (
-        per_remediation_transitions * price["stepFunctionsPerTransition"]
-        + gb_seconds_per * price["lambdaPerGbSecond"]
-        + invocations_per * price["lambdaPerRequest"]
-        + price["eventBridgePerCustomEvent"]
+    return (
+        transitions * price["stepFunctionsPerTransition"]
+        + gb_seconds * price["lambdaPerGbSecond"]
+        + invocations * price["lambdaPerRequest"]
+        + events * price["eventBridgePerCustomEvent"]
     )
+
+
+def cost_model(paths: dict[str, Any], cold: dict[str, Any], exporter: dict[str, Any]) -> dict[str, Any]:
+    """Dollars per execution of each remediation path, and what an idle fleet costs a month."""
+    # Every execution starts with one event and one ingest invocation, billed for as long as ingest's
+    # measured first (cold) invocation took: an upper bound.
+    ingest = cold["handlers"]["lambdas.ingest.handler"]
+    ingest_gb_seconds = ingest["firstInvokeMs"] / 1000 * ingest["memoryMb"] / 1024
+    priced = {
+        key: {
+            **path,
+            "dollars": _dollars(
+                path["transitions"],
+                path["lambdaGbSeconds"] + ingest_gb_seconds,
+                path["lambdaInvocations"] + 1,
+                events=1,
+            ),
+        }
+        for key, path in paths["paths"].items()
+    }
     raw = exporter["raw"]
     # The exporter benchmark flips a GPU condition on 1 of every 100 status updates and publishes
     # only transitions: whatever it publishes beyond the flips is what heartbeats alone would cost.
     flips = raw["updates"] // 100
     heartbeat_events = raw["published"] - flips
     heartbeat_events_per_day = heartbeat_events / raw["updates"] * FLEET_NODES * STATUS_UPDATES_PER_NODE_DAY
-    idle_month = heartbeat_events_per_day * 30 * price["eventBridgePerCustomEvent"]
     return {
-        "transitionsPerRemediation": per_remediation_transitions,
-        "lambdaGbSecondsPerRemediation": gb_seconds_per,
-        "lambdaInvocationsPerRemediation": invocations_per,
-        "dollarsPerRemediation": dollars,
+        "speed": paths["speed"],
+        "paths": priced,
         "heartbeatEventsPerDay5000Nodes": heartbeat_events_per_day,
-        "idleDollarsPerMonth": idle_month,
+        "idleDollarsPerMonth": _dollars(0, 0, 0, events=heartbeat_events_per_day * 30),
         "prices": {key: {"usd": value, "source": source} for key, (value, source) in PRICES.items()},
         "pricesChecked": PRICES_CHECKED,
     }
@@ -133,6 +125,30 @@ def cost_model(timing: dict[str, Any], cold: dict[str, Any], exporter: dict[str,
 def _row(name: str, value: str, target: str = "", met: bool | None = None) -> tuple[str, str, str, str]:
     verdict = "" if met is None else ("met" if met else "NOT met")
     return name, value, target, verdict
+
+
+def cost_rows(cost: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """One row per remediation path (target: under $0.01 each) and the idle fleet (under $1/month)."""
+    rows = [
+        _row(
+            f"cost: {path['title']}",
+            f"{path['transitions']} transitions, {path['lambdaInvocations']} Lambda calls,"
+            f" {path['lambdaGbSeconds']:.2f} GB-s = ${path['dollars']:.5f}",
+            "< $0.01",
+            path["dollars"] < 0.01,
+        )
+        for path in cost["paths"].values()
+    ]
+    return [
+        *rows,
+        _row("EventBridge events/day, 5,000 idle nodes", f"{cost['heartbeatEventsPerDay5000Nodes']:.0f}"),
+        _row(
+            "$ / month idle (AWS side)",
+            f"${cost['idleDollarsPerMonth']:.2f}",
+            "< $1",
+            cost["idleDollarsPerMonth"] < 1.0,
+        ),
+    ]
 
 
 def table(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -218,23 +234,7 @@ def table(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f" -> nodeheal.kube transport {transport['nodehealTransportMs']:.0f} ms",
         )
     )
-    rows += [
-        _row("state transitions / Xid 79 remediation", f"{cost['transitionsPerRemediation']:.0f}"),
-        _row("Lambda GB-s / remediation", f"{cost['lambdaGbSecondsPerRemediation']:.3f}"),
-        _row(
-            "$ / remediation",
-            f"${cost['dollarsPerRemediation']:.5f}",
-            "< $0.01",
-            cost["dollarsPerRemediation"] < 0.01,
-        ),
-        _row("EventBridge events/day, 5,000 idle nodes", f"{cost['heartbeatEventsPerDay5000Nodes']:.0f}"),
-        _row(
-            "$ / month idle (AWS side)",
-            f"${cost['idleDollarsPerMonth']:.2f}",
-            "< $1",
-            cost["idleDollarsPerMonth"] < 1.0,
-        ),
-    ]
+    rows += cost_rows(cost)
     for path, row in exporter.items():
         rows.append(
             _row(
@@ -277,7 +277,8 @@ def main() -> int:
     results["timeToSafety"] = pipeline_timing.time_to_safety(runs=args.runs)
     results["drain"] = pipeline_timing.drain_hundred_pods()
     results["storm"] = pipeline_timing.storm(nodes=args.storm_nodes)
-    results["cost"] = cost_model(results["timeToSafety"], results["coldStart"], results["exporter"])
+    results["costPaths"] = cost_scenarios.measure()
+    results["cost"] = cost_model(results["costPaths"], results["coldStart"], results["exporter"])
     results["elapsedSeconds"] = time.monotonic() - started
     rows = table(results)
     results["table"] = [list(row) for row in rows]
