@@ -31,6 +31,7 @@ from nodeheal.conditions import is_positive_condition
 from nodeheal.events import instance_id_from_provider_id
 from nodeheal.sim.controllers import KarpenterStandIn, NodeAgent, WorkloadControllers
 from nodeheal.sim.local_aws import LocalAws
+from nodeheal.sim.names import PrivateDnsNames, SuffixGenerator
 from nodeheal.sim.objects import make_node, make_pdb, make_pod
 from nodeheal.sim.status import ApiError
 from nodeheal.sim.store import ClusterStore
@@ -43,7 +44,6 @@ DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 TRAINING_NAMESPACE = "training"
 NOTEBOOK_NAMESPACE = "research"
 NOTEBOOK_SET = "jupyter"
-_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes' generateName draws from
 
 
 # -- faults, as node-problem-detector and the EKS node monitoring agent report them ----------------
@@ -249,8 +249,9 @@ class SimulatedCluster:
         self.timings = timings
         self.region = region
         self.clock = SimClock()
-        self._random = random.Random(seed)
-        self._names: set[str] = set()
+        rng = random.Random(seed)
+        self._node_names = PrivateDnsNames(region, rng)
+        self._suffixes = SuffixGenerator(rng)
         self._lock = threading.RLock()
         #: GPU node names in creation order (replacements appended).
         self.gpu_nodes: list[str] = []
@@ -266,15 +267,11 @@ class SimulatedCluster:
 
     def node_name(self) -> str:
         """A fresh EC2-style private DNS name (deterministic per seed, never reused)."""
-        while True:
-            third, fourth = self._random.randint(16, 191), self._random.randint(4, 250)
-            name = f"ip-10-0-{third}-{fourth}.{self.region}.compute.internal"
-            if name not in self._names:
-                self._names.add(name)
-                return name
+        return self._node_names()
 
     def suffix(self) -> str:
-        return "".join(self._random.choice(_SUFFIX_ALPHABET) for _ in range(5))
+        """A generateName-style pod name suffix (deterministic per seed, never reused)."""
+        return self._suffixes()
 
     def build(self) -> None:
         layout = self.layout
