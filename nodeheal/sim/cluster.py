@@ -24,7 +24,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from nodeheal.conditions import is_positive_condition
@@ -58,6 +58,10 @@ class Fault:
     status: str
     reason: str
     message: str
+
+    def describe(self, node: str) -> str:
+        """The timeline's line for this fault set on ``node``."""
+        return f"{self.label} on {short_node(node)}: {self.condition_type}={self.status} ({self.reason})"
 
 
 XID_79 = Fault(
@@ -419,12 +423,20 @@ class SimulatedCluster:
     def inject(self, node: str, fault: Fault) -> None:
         """Set the condition as node-problem-detector (or the node monitoring agent) would."""
         self.store.set_node_condition(node, fault.condition_type, fault.status, fault.reason, fault.message)
-        self.timeline.emit(
-            "fault",
-            "fault",
-            f"{fault.label} on {short_node(node)}: {fault.condition_type}={fault.status} ({fault.reason})",
-            node=node,
-        )
+        self.timeline.emit("fault", "fault", fault.describe(node), node=node)
+
+    def inject_many(self, nodes: Sequence[str], fault: Fault) -> None:
+        """:meth:`inject` on many distinct nodes at once, as a fleet-wide event would set them.
+
+        Each node gets its own write and watch event (a real condition transition the exporter
+        sees), but all are made under one hold of the store's lock, so a thousand faults land
+        within milliseconds instead of queueing behind every other writer and reader one by one.
+        """
+        if len(set(nodes)) != len(nodes):
+            raise ValueError("inject_many faults distinct nodes; inject twice to flap one node")
+        self.store.set_node_conditions(nodes, fault.condition_type, fault.status, fault.reason, fault.message)
+        for node in nodes:
+            self.timeline.emit("fault", "fault", fault.describe(node), node=node)
 
     def clear(self, node: str, condition_type: str) -> None:
         """The detector reports the condition healthy again."""

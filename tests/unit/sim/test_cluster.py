@@ -6,10 +6,14 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
+from kubernetes import client, watch
 
-from nodeheal.sim.cluster import ClusterLayout, ClusterTimings, SimulatedCluster
+from nodeheal.sim import FakeKubeApiServer
+from nodeheal.sim.cluster import XID_79, ClusterLayout, ClusterTimings, SimulatedCluster
+from nodeheal.sim.status import ApiError
 from nodeheal.sim.store import ClusterStore
 from nodeheal.sim.timeline import Timeline
+from nodeheal.sim.workload import JSON
 
 
 class _Ec2:
@@ -61,3 +65,59 @@ def test_the_same_seed_builds_the_same_cluster() -> None:
     assert [p["metadata"]["name"] for p in first.list_objects("pods")[0]] == [
         p["metadata"]["name"] for p in second.list_objects("pods")[0]
     ]
+
+
+def _gpu_problem(node: JSON) -> JSON:
+    return next(c for c in node["status"]["conditions"] if c["type"] == "GPUProblem")
+
+
+def test_inject_many_is_one_real_transition_per_node() -> None:
+    store, timeline = ClusterStore(), Timeline()
+    cluster = _cluster(store, 50, timeline)
+    cluster.build()
+    before = store.resource_version
+    victims = cluster.gpu_nodes[:40]
+    cluster.inject_many(victims, XID_79)
+    events, _ = store.events_after(before, "nodes")
+    # One MODIFIED per node, each its own resourceVersion, False -> True as the exporter sees it.
+    assert [e.object["metadata"]["name"] for e in events] == victims
+    assert [e.type for e in events] == ["MODIFIED"] * 40
+    assert len({e.resource_version for e in events}) == 40
+    for event in events:
+        assert event.previous is not None
+        assert _gpu_problem(event.previous)["status"] == "False"
+        now = _gpu_problem(event.object)
+        assert (now["status"], now["reason"], now["message"]) == ("True", XID_79.reason, XID_79.message)
+        assert now["lastTransitionTime"] == now["lastHeartbeatTime"]
+    assert [e.node for e in timeline.events("fault")] == victims
+    untouched = cluster.node(cluster.gpu_nodes[-1])
+    assert untouched is not None and _gpu_problem(untouched)["status"] == "False"
+
+
+def test_inject_many_refuses_a_node_twice_and_changes_nothing_for_a_missing_node() -> None:
+    store = ClusterStore()
+    cluster = _cluster(store, 3)
+    cluster.build()
+    before = store.resource_version
+    with pytest.raises(ValueError, match="distinct"):
+        cluster.inject_many([cluster.gpu_nodes[0], cluster.gpu_nodes[0]], XID_79)
+    with pytest.raises(ApiError):
+        cluster.inject_many([cluster.gpu_nodes[0], "ip-10-0-0-0.nowhere"], XID_79)
+    assert store.resource_version == before
+
+
+def test_a_thousand_faults_reach_a_watcher_through_the_api_server(fleet: SimulatedCluster) -> None:
+    seen: list[str] = []
+    with FakeKubeApiServer(fleet.store) as server:
+        core = client.CoreV1Api(server.api_client())
+        version = core.list_node().metadata.resource_version
+        victims = fleet.gpu_nodes[:1000]
+        fleet.inject_many(victims, XID_79)
+        for event in watch.Watch().stream(core.list_node, resource_version=version, timeout_seconds=5):
+            if event["type"] == "MODIFIED":
+                conditions = {c.type: c.status for c in event["object"].status.conditions}
+                if conditions["GPUProblem"] == "True":
+                    seen.append(event["object"].metadata.name)
+            if len(seen) == len(victims):
+                break
+    assert seen == victims
