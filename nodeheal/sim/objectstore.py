@@ -199,6 +199,19 @@ class ObjectStore:
             ]
             return items, self._rv
 
+    def select(
+        self, resource: str, predicate: Callable[[JSON], bool], namespace: str | None = None
+    ) -> list[JSON]:
+        """Objects for which ``predicate`` (given the stored object, which it must not change)
+        holds, ordered by namespace/name; only the matches are copied."""
+        rtype = self._rtype(resource)
+        with self._lock:
+            return [
+                self._present(rtype, obj)
+                for (ns, _), obj in sorted(self._objects[resource].items())
+                if (namespace is None or ns == namespace) and predicate(obj)
+            ]
+
     def present(self, resource: str, obj: JSON) -> JSON:
         """An object as the API would serve it (PDBs get their live status)."""
         rtype = self._rtype(resource)

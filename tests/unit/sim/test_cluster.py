@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client, watch
 
-from nodeheal.sim import FakeKubeApiServer
+from nodeheal.sim import FakeKubeApiServer, make_pod
 from nodeheal.sim.cluster import XID_79, ClusterLayout, ClusterTimings, SimulatedCluster
 from nodeheal.sim.status import ApiError
 from nodeheal.sim.store import ClusterStore
@@ -121,3 +122,26 @@ def test_a_thousand_faults_reach_a_watcher_through_the_api_server(fleet: Simulat
             if len(seen) == len(victims):
                 break
     assert seen == victims
+
+
+def test_the_scheduler_binds_pending_pods_and_skips_passes_when_nothing_changed() -> None:
+    store = ClusterStore()
+    cluster = _cluster(store, 2)
+    cluster.build()
+    selects = 0
+    select = store.select
+
+    def counting(*args: Any, **kwargs: Any) -> list[JSON]:
+        nonlocal selects
+        selects += 1
+        return select(*args, **kwargs)
+
+    store.select = counting  # type: ignore[method-assign]
+    cluster.controllers.schedule_pending()
+    cluster.controllers.schedule_pending()
+    assert selects == 1  # the second pass saw the same store and did not look at a pod
+    store.add(make_pod("trainer", "training", None, gpus=8, phase="Pending"))
+    cluster.controllers.schedule_pending()
+    bound = store.get("pods", "trainer", "training")
+    assert bound["spec"]["nodeName"] in cluster.gpu_nodes
+    assert selects == 2
