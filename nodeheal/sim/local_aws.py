@@ -15,6 +15,7 @@ class name, as in AWS, so Retry/Catch on domain error names behaves as deployed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -403,6 +404,18 @@ class LocalAws:
         # take turns here (moto still runs the executions themselves concurrently).
         with self._invocation_lock, using_runtime(self.runtime_for(logical_id)):
             return handler(payload, context)
+
+    @contextlib.contextmanager
+    def between_invocations(self) -> Iterator[None]:
+        """Hold off every Lambda invocation while the block runs.
+
+        moto's backends are not thread-safe: a DynamoDB query iterates the table's items while a
+        handler in another thread may be adding one ("dictionary changed size during iteration").
+        Handlers take turns (see :meth:`call_handler`); a reader outside them, such as a test or
+        benchmark reading the ledger while executions run, takes its turn here.
+        """
+        with self._invocation_lock:
+            yield
 
     def _invoke(self, function_name: str, body: Any, response_headers: dict[str, Any]) -> bytes:
         logical = function_name.rsplit(":", 1)[-1] if function_name.startswith("arn:") else function_name
