@@ -16,6 +16,7 @@ class name, as in AWS, so Retry/Catch on domain error names behaves as deployed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -96,7 +97,7 @@ class LocalAws:
         self._invocation_lock = threading.RLock()
         self._mock: Any = None
         self._invoke_patch: Any = None
-        self._ec2_patches: list[Any] = []
+        self._patches: list[Any] = []  # every patch of moto, stopped on exit
         #: Called (in moto's request thread) with the instance ids after each successful EC2 call:
         #: the simulated cluster hangs its kubelet reboot and Karpenter reactions here.
         self.on_instances_rebooted: list[Callable[[list[str]], None]] = []
@@ -136,6 +137,10 @@ class LocalAws:
         self._invoke_patch.start()
         self._patch_ec2_notifications()
         self._patch_context_start_time()
+        self._patch_definition_parsing()
+        self._patch_jsonpath_parsing()
+        self._patch_task_clients()
+        _warm_moto_routing()
         try:
             self._deploy()
         except BaseException:
@@ -160,7 +165,66 @@ class LocalAws:
 
         patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_environment", environment)
         patcher.start()
-        self._ec2_patches.append(patcher)
+        self._patches.append(patcher)
+
+    def _patch_definition_parsing(self) -> None:
+        """moto parses the state machine's ASL with its ANTLR grammar at the start of every
+        execution (~40 ms of pure Python for NodeHeal's definition, so 40 s of CPU for a
+        1,000-execution storm). The parse tree depends on the definition text alone and is only
+        read afterwards, so it is parsed once per definition; each execution still builds its own
+        evaluation program from it, exactly as moto does."""
+        from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+        def entrypoint(worker: Any) -> Any:
+            tree = _parse_tree(worker._evaluation_details.state_machine_details.definition)
+            return Preprocessor().visit(tree)
+
+        patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint)
+        patcher.start()
+        self._patches.append(patcher)
+
+    def _patch_task_clients(self) -> None:
+        """moto's Lambda task integration creates a new boto3 client for every invocation (a few
+        milliseconds of model loading each, and creating clients is not thread-safe); the same
+        client, built the same way, serves every invocation of a region instead."""
+        from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+        from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+
+        clients: dict[tuple[str, str], Any] = {}
+        lock = threading.Lock()
+
+        def shared_client(region: str, service: str, state_credentials: Any = None) -> Any:
+            with lock:
+                client = clients.get((region, service))
+                if client is None:
+                    client = clients[(region, service)] = boto_client_for(
+                        region=region, service=service, state_credentials=state_credentials
+                    )
+                return client
+
+        patcher = mock.patch.object(lambda_eval_utils, "boto_client_for", shared_client)
+        patcher.start()
+        self._patches.append(patcher)
+
+    def _patch_jsonpath_parsing(self) -> None:
+        """moto evaluates every JSONPath of the state machine (each ``.$`` parameter, Choice
+        variable and ResultPath) and of each rule target by parsing it anew, and jsonpath_ng builds
+        its yacc parser for every parse: a few milliseconds each time, for a handful of distinct
+        paths. Parsed paths are immutable, so each is parsed once."""
+        import jsonpath_ng
+        import jsonpath_ng.ext
+        from moto.stepfunctions.parser.asl.component.common.path import result_path
+        from moto.stepfunctions.parser.asl.utils import json_path
+
+        for owner, name, replacement in (
+            (jsonpath_ng.ext, "parse", _parse_extended_jsonpath),  # imported per call by moto.events
+            (json_path, "parse", _parse_extended_jsonpath),
+            (result_path, "parse", _parse_jsonpath),
+        ):
+            patcher = mock.patch.object(owner, name, replacement)
+            patcher.start()
+            self._patches.append(patcher)
 
     def _patch_ec2_notifications(self) -> None:
         from moto.ec2.models.instances import InstanceBackend
@@ -187,7 +251,7 @@ class LocalAws:
         ):
             patcher = mock.patch.object(InstanceBackend, name, replacement)
             patcher.start()
-            self._ec2_patches.append(patcher)
+            self._patches.append(patcher)
 
     def __exit__(self, *exc_info: object) -> None:
         if self._pump is not None:
@@ -195,9 +259,9 @@ class LocalAws:
             self._pump = None
         with self._clients_lock:
             self._clients.clear()
-        for patcher in self._ec2_patches:
+        for patcher in self._patches:
             patcher.stop()
-        self._ec2_patches.clear()
+        self._patches.clear()
         if self._invoke_patch is not None:
             self._invoke_patch.stop()
             self._invoke_patch = None
@@ -584,6 +648,43 @@ class LocalAws:
             "resources": [],
             "detail": dict(detail),
         }
+
+
+def _warm_moto_routing() -> None:
+    """Load the service models and request routers of every service NodeHeal calls now.
+
+    moto builds them on first use behind ``functools.cache``, which does not hold other threads
+    back while it computes: the first Lambda invocations of a thousand executions starting at
+    once would each load the Lambda service model (~50 ms apiece) instead of the first alone.
+    """
+    from moto.core.routing import get_service_router
+    from moto.core.utils import get_service_model
+
+    for service in ("dynamodb", "ec2", "events", "lambda", "sns", "sqs", "stepfunctions"):
+        get_service_model(service)
+        get_service_router(service)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_extended_jsonpath(path: str) -> Any:
+    import jsonpath_ng.ext
+
+    return jsonpath_ng.ext.parser.parse(path)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_jsonpath(path: str) -> Any:
+    import jsonpath_ng
+
+    return jsonpath_ng.parser.parse(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_tree(definition: str) -> Any:
+    """moto's ANTLR parse tree of an ASL definition (syntax errors raise as in moto)."""
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    return AmazonStateLanguageParser.parse(definition)[1]
 
 
 def iter_task_results(history: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:
