@@ -138,6 +138,7 @@ class LocalAws:
         self._patch_ec2_notifications()
         self._patch_context_start_time()
         self._patch_definition_parsing()
+        self._patch_sqs_message_scans()
         self._patch_jsonpath_parsing()
         self._patch_task_clients()
         _warm_moto_routing()
@@ -221,6 +222,43 @@ class LocalAws:
             (jsonpath_ng.ext, "parse", _parse_extended_jsonpath),  # imported per call by moto.events
             (json_path, "parse", _parse_extended_jsonpath),
             (result_path, "parse", _parse_jsonpath),
+        ):
+            patcher = mock.patch.object(owner, name, replacement)
+            patcher.start()
+            self._patches.append(patcher)
+
+    def _patch_sqs_message_scans(self) -> None:
+        """moto answers "is this message visible / delayed" by reading the clock once per message,
+        computes every attribute of a queue (three such scans) on each SendMessage, and again for
+        every message ReceiveMessage considers (to read its retention period): quadratic in the
+        queue's depth. A storm leaves a thousand messages in the rule's probe queue and in the
+        notification probe, and those scans cost more CPU than the remediations. The same answers
+        come from one clock reading per scan and the queue's retention period read directly."""
+        from moto.core.utils import unix_time, unix_time_millis
+        from moto.sqs.models import Queue, SQSBackend
+
+        def visible_now(queue: Any) -> list[Any]:
+            now = unix_time_millis()
+            return [m for m in queue._messages if now > m.visible_at and not now < m.delayed_until]
+
+        def not_visible(queue: Any) -> int:
+            now = unix_time_millis()
+            return sum(1 for m in queue._messages if not now > m.visible_at)
+
+        def delayed(queue: Any) -> int:
+            now = unix_time_millis()
+            return sum(1 for m in queue._messages if now < m.delayed_until)
+
+        def within_retention(backend: Any, queue_name: str, message: Any) -> bool:
+            retention: Any = backend.get_queue(queue_name).message_retention_period
+            return bool(retention + message.sent_timestamp / 1000 > unix_time())
+
+        for owner, name, replacement in (
+            (Queue, "messages", property(visible_now)),
+            (Queue, "approximate_number_of_messages", property(lambda queue: len(visible_now(queue)))),
+            (Queue, "approximate_number_of_messages_not_visible", property(not_visible)),
+            (Queue, "approximate_number_of_messages_delayed", property(delayed)),
+            (SQSBackend, "is_message_valid_based_on_retention_period", within_retention),
         ):
             patcher = mock.patch.object(owner, name, replacement)
             patcher.start()
