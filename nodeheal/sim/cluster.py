@@ -282,8 +282,19 @@ class SimulatedCluster:
         self.system_node = self.add_node(
             pool="system", instance_type="m6i.2xlarge", zone=f"{self.region}a", gpus=0
         )
-        for _ in range(layout.gpu_nodes):
-            self.gpu_nodes.append(self.add_node())
+        instances = (
+            self.aws.run_instances(
+                layout.gpu_nodes,
+                cluster=self.cluster,
+                node_pool=layout.node_pool,
+                instance_type=layout.instance_type,
+                zone=layout.zone,
+            )
+            if layout.gpu_nodes
+            else []
+        )
+        for instance_id in instances:
+            self.gpu_nodes.append(self.add_node(instance_id=instance_id))
         self.store.add(
             *[
                 make_pod(

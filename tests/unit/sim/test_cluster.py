@@ -26,6 +26,9 @@ class _Ec2:
     def run_instance(self, **_: object) -> str:
         return f"i-{next(self._ids):017x}"
 
+    def run_instances(self, count: int, **_: object) -> list[str]:
+        return [self.run_instance() for _ in range(count)]
+
 
 def _cluster(store: ClusterStore, nodes: int, timeline: Timeline | None = None) -> SimulatedCluster:
     return SimulatedCluster(
