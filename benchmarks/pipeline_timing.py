@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmarks.harness import CLUSTER, deep_merge, median, percentile, production_context, synthesized
+from nodeheal.config import BudgetSettings
 from nodeheal.sim.cluster import XID_79, ClusterLayout, ClusterTimings
 from nodeheal.sim.objects import make_pod
 from nodeheal.sim.pipeline import LocalPipeline, align_to_second
+from nodeheal.workflow.budget import PoolHealth, pool_allowance
 from nodeheal.workflow.records import Outcome
 
 #: Cluster-side speed-up for the time-to-safety runs: a pod's 30 s shutdown takes 0.1 s and
@@ -144,41 +146,81 @@ def drain_hundred_pods(
     }
 
 
+def storm_budget(settings: BudgetSettings, pool_size: int) -> int:
+    """Remediations the admission rules allow when every node of one pool faults at once.
+
+    Admission (``nodeheal.workflow.budget.admit``) grants a slot only while fewer than maxInFlight
+    remediations are in flight, fewer than maxPerHour started in the last hour, and the pool stays
+    within its allowance (maxUnhealthyPoolShare of the pool, never below minPoolAllowance). When
+    every node faults in the same second, the first admissions take slots up to the smallest of
+    the three, every later one is refused, and breakerTripRefusals refused nodes open the breaker,
+    which refuses everything until a person resets it. No slot is freed before that (a
+    remediation drains and terminates for longer than a few refusals take), so no freed slot is
+    handed out again: the storm remediates exactly that smallest limit. Were a slot freed and
+    reused first, the storm would remediate more than this and say so.
+    """
+    pool = PoolHealth(pool="", size=pool_size, unhealthy_nodes=frozenset())
+    return min(settings.max_in_flight, settings.max_per_hour, pool_allowance(pool, settings), pool_size)
+
+
 def storm(nodes: int = 1000, timeout: float = 400.0) -> dict[str, Any]:
-    """``nodes`` nodes fault within one second, with cdk.json's budgets (maxInFlight, maxPerHour)."""
+    """``nodes`` GPU nodes fault within one second, with cdk.json's budgets and breaker.
+
+    The faults are one Xid 79 transition per node, set in one pass over the store
+    (:meth:`SimulatedCluster.inject_many`): each is its own watch event the exporter publishes. Decided
+    means every faulted node has a ledger record (remediated, refused, ...) or a dropped-event record.
+    """
+    called = time.monotonic()
     context = bench_context()
-    budgets = context["budgets"]
     app = synthesized(context)
     layout = ClusterLayout(gpu_nodes=nodes, training_workers=0, notebook_gpus=0)
+    setup_started = time.monotonic()
     with LocalPipeline(app, layout=layout, speed=CLUSTER_SPEED) as pipeline:
+        setup = time.monotonic() - setup_started
+        settings = pipeline.remediation_settings.budgets
+        budget = storm_budget(settings, pool_size=len(pipeline.cluster.gpu_nodes))
         victims = list(pipeline.cluster.gpu_nodes)
         align_to_second()
         started = time.monotonic()
-        for node in victims:
-            pipeline.cluster.inject(node, XID_79)
+        pipeline.cluster.inject_many(victims, XID_79)
         injected = time.monotonic() - started
-        # Decided: every fault has a ledger record (remediated, refused, skipped...) or a dropped event.
-        records = pipeline.wait_for_records(nodes, timeout=timeout)
-        decided = time.monotonic() - started
-        pipeline.wait_settled(timeout=timeout)
-        records = pipeline.records()
-        dropped = pipeline.dropped_events()
+        timed_out = False
+        try:
+            records, dropped = pipeline.wait_until_decided(victims, timeout=timeout)
+            decided = time.monotonic() - started
+        except TimeoutError:
+            # Report what was decided: the nodes left undecided count as lost.
+            timed_out, decided = True, float("nan")
+            records, dropped = pipeline.records(), pipeline.dropped_events()
+        settled = True
+        try:
+            pipeline.wait_settled(timeout=60)
+        except TimeoutError:
+            settled = False
         executions = pipeline.executions()
     by_outcome: dict[str, int] = {}
     for record in records:
         by_outcome[record.outcome.value] = by_outcome.get(record.outcome.value, 0) + 1
-    faulted = set(victims)
-    recorded_nodes = {r.node for r in records}
+    remediated = by_outcome.get(Outcome.REPLACED.value, 0) + by_outcome.get(Outcome.REBOOTED.value, 0)
+    decided_nodes = {r.node for r in records} | {d.node for d in dropped}
     return {
         "nodes": nodes,
+        "setupSeconds": setup,
         "injectSeconds": injected,
         "decidedSeconds": decided,
+        "timedOut": timed_out,
+        "settled": settled,
+        # Template synthesis, cluster build, the storm and the teardown.
+        "wallSeconds": time.monotonic() - called,
         "records": len(records),
         "executions": len(executions),
         "dropped": len(dropped),
         "byOutcome": by_outcome,
-        "remediated": by_outcome.get(Outcome.REPLACED.value, 0),
+        "remediated": remediated,
         "alerted": sum(v for k, v in by_outcome.items() if Outcome(k).needs_person),
-        "budget": {"maxInFlight": budgets["maxInFlight"], "maxPerHour": budgets["maxPerHour"]},
-        "lost": len(faulted - recorded_nodes),
+        "budget": budget,
+        "budgets": settings.to_json(),
+        "remediatedEqualsBudget": remediated == budget,
+        # Faulted nodes whose event left no trace in the ledger: no record and no dropped event.
+        "lost": len(set(victims) - decided_nodes),
     }

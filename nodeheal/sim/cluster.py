@@ -24,13 +24,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from nodeheal.conditions import is_positive_condition
 from nodeheal.events import instance_id_from_provider_id
 from nodeheal.sim.controllers import KarpenterStandIn, NodeAgent, WorkloadControllers
 from nodeheal.sim.local_aws import LocalAws
+from nodeheal.sim.names import PrivateDnsNames, SuffixGenerator
 from nodeheal.sim.objects import make_node, make_pdb, make_pod
 from nodeheal.sim.status import ApiError
 from nodeheal.sim.store import ClusterStore
@@ -43,7 +44,6 @@ DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 TRAINING_NAMESPACE = "training"
 NOTEBOOK_NAMESPACE = "research"
 NOTEBOOK_SET = "jupyter"
-_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes' generateName draws from
 
 
 # -- faults, as node-problem-detector and the EKS node monitoring agent report them ----------------
@@ -58,6 +58,10 @@ class Fault:
     status: str
     reason: str
     message: str
+
+    def describe(self, node: str) -> str:
+        """The timeline's line for this fault set on ``node``."""
+        return f"{self.label} on {short_node(node)}: {self.condition_type}={self.status} ({self.reason})"
 
 
 XID_79 = Fault(
@@ -249,8 +253,9 @@ class SimulatedCluster:
         self.timings = timings
         self.region = region
         self.clock = SimClock()
-        self._random = random.Random(seed)
-        self._names: set[str] = set()
+        rng = random.Random(seed)
+        self._node_names = PrivateDnsNames(region, rng)
+        self._suffixes = SuffixGenerator(rng)
         self._lock = threading.RLock()
         #: GPU node names in creation order (replacements appended).
         self.gpu_nodes: list[str] = []
@@ -266,23 +271,30 @@ class SimulatedCluster:
 
     def node_name(self) -> str:
         """A fresh EC2-style private DNS name (deterministic per seed, never reused)."""
-        while True:
-            third, fourth = self._random.randint(16, 191), self._random.randint(4, 250)
-            name = f"ip-10-0-{third}-{fourth}.{self.region}.compute.internal"
-            if name not in self._names:
-                self._names.add(name)
-                return name
+        return self._node_names()
 
     def suffix(self) -> str:
-        return "".join(self._random.choice(_SUFFIX_ALPHABET) for _ in range(5))
+        """A generateName-style pod name suffix (deterministic per seed, never reused)."""
+        return self._suffixes()
 
     def build(self) -> None:
         layout = self.layout
         self.system_node = self.add_node(
             pool="system", instance_type="m6i.2xlarge", zone=f"{self.region}a", gpus=0
         )
-        for _ in range(layout.gpu_nodes):
-            self.gpu_nodes.append(self.add_node())
+        instances = (
+            self.aws.run_instances(
+                layout.gpu_nodes,
+                cluster=self.cluster,
+                node_pool=layout.node_pool,
+                instance_type=layout.instance_type,
+                zone=layout.zone,
+            )
+            if layout.gpu_nodes
+            else []
+        )
+        for instance_id in instances:
+            self.gpu_nodes.append(self.add_node(instance_id=instance_id))
         self.store.add(
             *[
                 make_pod(
@@ -422,12 +434,20 @@ class SimulatedCluster:
     def inject(self, node: str, fault: Fault) -> None:
         """Set the condition as node-problem-detector (or the node monitoring agent) would."""
         self.store.set_node_condition(node, fault.condition_type, fault.status, fault.reason, fault.message)
-        self.timeline.emit(
-            "fault",
-            "fault",
-            f"{fault.label} on {short_node(node)}: {fault.condition_type}={fault.status} ({fault.reason})",
-            node=node,
-        )
+        self.timeline.emit("fault", "fault", fault.describe(node), node=node)
+
+    def inject_many(self, nodes: Sequence[str], fault: Fault) -> None:
+        """:meth:`inject` on many distinct nodes at once, as a fleet-wide event would set them.
+
+        Each node gets its own write and watch event (a real condition transition the exporter
+        sees), but all are made under one hold of the store's lock, so a thousand faults land
+        within milliseconds instead of queueing behind every other writer and reader one by one.
+        """
+        if len(set(nodes)) != len(nodes):
+            raise ValueError("inject_many faults distinct nodes; inject twice to flap one node")
+        self.store.set_node_conditions(nodes, fault.condition_type, fault.status, fault.reason, fault.message)
+        for node in nodes:
+            self.timeline.emit("fault", "fault", fault.describe(node), node=node)
 
     def clear(self, node: str, condition_type: str) -> None:
         """The detector reports the condition healthy again."""

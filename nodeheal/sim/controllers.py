@@ -168,6 +168,15 @@ class NodeAgent:
 # -- controllers and the scheduler -----------------------------------------------------------------
 
 
+def _waits_for_node(pod: JSON) -> bool:
+    """Pending, unbound and not being deleted: the scheduler's work."""
+    return (
+        not pod["spec"].get("nodeName")
+        and pod.get("status", {}).get("phase") == "Pending"
+        and not pod["metadata"].get("deletionTimestamp")
+    )
+
+
 @dataclass
 class _Disruption:
     """A workload lost a pod; reported when it is whole again."""
@@ -184,6 +193,8 @@ class WorkloadControllers:
         self.stopping = False
         self._disrupted: dict[str, _Disruption] = {}
         self._lock = threading.Lock()
+        #: The store's resourceVersion the scheduler last looked at (0: never).
+        self._scheduled_version = 0
 
     # Hooks run in whichever thread changed the store (an API request, the pod reaper).
 
@@ -261,20 +272,23 @@ class WorkloadControllers:
         )
 
     def schedule_pending(self) -> None:
-        """Bind each Pending pod to a Ready, schedulable, untainted node with room (best fit)."""
+        """Bind each Pending pod to a Ready, schedulable, untainted node with room (best fit).
+
+        Runs on every clock tick, so the common case is cheap: nothing changed in the store since
+        the last pass (the outcome depends on the store alone), or no pod waits for a node (found
+        without copying every pod of a thousand-node cluster twenty times a second).
+        """
         if self.stopping:
             return
         cluster = self._cluster
-        pods = cluster.pods()
-        pending = [
-            p
-            for p in pods
-            if not p["spec"].get("nodeName")
-            and p.get("status", {}).get("phase") == "Pending"
-            and not p["metadata"].get("deletionTimestamp")
-        ]
-        if not pending:
+        version = cluster.store.resource_version
+        if version == self._scheduled_version:
             return
+        if not cluster.store.select("pods", _waits_for_node):
+            self._scheduled_version = version
+            return
+        pods = cluster.pods()
+        pending = [p for p in pods if _waits_for_node(p)]
         free: dict[str, int] = {}
         for node in cluster.nodes():
             spec = node.get("spec", {})
@@ -298,6 +312,9 @@ class WorkloadControllers:
             _, target = fits[0]
             free[target] -= need
             self._bind(pod, target)
+        # Binding wrote to the store, so the next pass runs again; a pod that fit nowhere waits for
+        # the next change (a node registering, a pod leaving).
+        self._scheduled_version = version
 
     def _bind(self, pod: JSON, node: str) -> None:
         cluster = self._cluster

@@ -15,6 +15,8 @@ class name, as in AWS, so Retry/Catch on domain error names behaves as deployed.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import json
 import os
@@ -95,7 +97,7 @@ class LocalAws:
         self._invocation_lock = threading.RLock()
         self._mock: Any = None
         self._invoke_patch: Any = None
-        self._ec2_patches: list[Any] = []
+        self._patches: list[Any] = []  # every patch of moto, stopped on exit
         #: Called (in moto's request thread) with the instance ids after each successful EC2 call:
         #: the simulated cluster hangs its kubelet reboot and Karpenter reactions here.
         self.on_instances_rebooted: list[Callable[[list[str]], None]] = []
@@ -135,6 +137,11 @@ class LocalAws:
         self._invoke_patch.start()
         self._patch_ec2_notifications()
         self._patch_context_start_time()
+        self._patch_definition_parsing()
+        self._patch_sqs_message_scans()
+        self._patch_jsonpath_parsing()
+        self._patch_task_clients()
+        _warm_moto_routing()
         try:
             self._deploy()
         except BaseException:
@@ -159,7 +166,103 @@ class LocalAws:
 
         patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_environment", environment)
         patcher.start()
-        self._ec2_patches.append(patcher)
+        self._patches.append(patcher)
+
+    def _patch_definition_parsing(self) -> None:
+        """moto parses the state machine's ASL with its ANTLR grammar at the start of every
+        execution (~40 ms of pure Python for NodeHeal's definition, so 40 s of CPU for a
+        1,000-execution storm). The parse tree depends on the definition text alone and is only
+        read afterwards, so it is parsed once per definition; each execution still builds its own
+        evaluation program from it, exactly as moto does."""
+        from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+        def entrypoint(worker: Any) -> Any:
+            tree = _parse_tree(worker._evaluation_details.state_machine_details.definition)
+            return Preprocessor().visit(tree)
+
+        patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint)
+        patcher.start()
+        self._patches.append(patcher)
+
+    def _patch_task_clients(self) -> None:
+        """moto's Lambda task integration creates a new boto3 client for every invocation (a few
+        milliseconds of model loading each, and creating clients is not thread-safe); the same
+        client, built the same way, serves every invocation of a region instead."""
+        from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+        from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+
+        clients: dict[tuple[str, str], Any] = {}
+        lock = threading.Lock()
+
+        def shared_client(region: str, service: str, state_credentials: Any = None) -> Any:
+            with lock:
+                client = clients.get((region, service))
+                if client is None:
+                    client = clients[(region, service)] = boto_client_for(
+                        region=region, service=service, state_credentials=state_credentials
+                    )
+                return client
+
+        patcher = mock.patch.object(lambda_eval_utils, "boto_client_for", shared_client)
+        patcher.start()
+        self._patches.append(patcher)
+
+    def _patch_jsonpath_parsing(self) -> None:
+        """moto evaluates every JSONPath of the state machine (each ``.$`` parameter, Choice
+        variable and ResultPath) and of each rule target by parsing it anew, and jsonpath_ng builds
+        its yacc parser for every parse: a few milliseconds each time, for a handful of distinct
+        paths. Parsed paths are immutable, so each is parsed once."""
+        import jsonpath_ng
+        import jsonpath_ng.ext
+        from moto.stepfunctions.parser.asl.component.common.path import result_path
+        from moto.stepfunctions.parser.asl.utils import json_path
+
+        for owner, name, replacement in (
+            (jsonpath_ng.ext, "parse", _parse_extended_jsonpath),  # imported per call by moto.events
+            (json_path, "parse", _parse_extended_jsonpath),
+            (result_path, "parse", _parse_jsonpath),
+        ):
+            patcher = mock.patch.object(owner, name, replacement)
+            patcher.start()
+            self._patches.append(patcher)
+
+    def _patch_sqs_message_scans(self) -> None:
+        """moto answers "is this message visible / delayed" by reading the clock once per message,
+        computes every attribute of a queue (three such scans) on each SendMessage, and again for
+        every message ReceiveMessage considers (to read its retention period): quadratic in the
+        queue's depth. A storm leaves a thousand messages in the rule's probe queue and in the
+        notification probe, and those scans cost more CPU than the remediations. The same answers
+        come from one clock reading per scan and the queue's retention period read directly."""
+        from moto.core.utils import unix_time, unix_time_millis
+        from moto.sqs.models import Queue, SQSBackend
+
+        def visible_now(queue: Any) -> list[Any]:
+            now = unix_time_millis()
+            return [m for m in queue._messages if now > m.visible_at and not now < m.delayed_until]
+
+        def not_visible(queue: Any) -> int:
+            now = unix_time_millis()
+            return sum(1 for m in queue._messages if not now > m.visible_at)
+
+        def delayed(queue: Any) -> int:
+            now = unix_time_millis()
+            return sum(1 for m in queue._messages if now < m.delayed_until)
+
+        def within_retention(backend: Any, queue_name: str, message: Any) -> bool:
+            retention: Any = backend.get_queue(queue_name).message_retention_period
+            return bool(retention + message.sent_timestamp / 1000 > unix_time())
+
+        for owner, name, replacement in (
+            (Queue, "messages", property(visible_now)),
+            (Queue, "approximate_number_of_messages", property(lambda queue: len(visible_now(queue)))),
+            (Queue, "approximate_number_of_messages_not_visible", property(not_visible)),
+            (Queue, "approximate_number_of_messages_delayed", property(delayed)),
+            (SQSBackend, "is_message_valid_based_on_retention_period", within_retention),
+        ):
+            patcher = mock.patch.object(owner, name, replacement)
+            patcher.start()
+            self._patches.append(patcher)
 
     def _patch_ec2_notifications(self) -> None:
         from moto.ec2.models.instances import InstanceBackend
@@ -186,7 +289,7 @@ class LocalAws:
         ):
             patcher = mock.patch.object(InstanceBackend, name, replacement)
             patcher.start()
-            self._ec2_patches.append(patcher)
+            self._patches.append(patcher)
 
     def __exit__(self, *exc_info: object) -> None:
         if self._pump is not None:
@@ -194,9 +297,9 @@ class LocalAws:
             self._pump = None
         with self._clients_lock:
             self._clients.clear()
-        for patcher in self._ec2_patches:
+        for patcher in self._patches:
             patcher.stop()
-        self._ec2_patches.clear()
+        self._patches.clear()
         if self._invoke_patch is not None:
             self._invoke_patch.stop()
             self._invoke_patch = None
@@ -404,6 +507,18 @@ class LocalAws:
         with self._invocation_lock, using_runtime(self.runtime_for(logical_id)):
             return handler(payload, context)
 
+    @contextlib.contextmanager
+    def between_invocations(self) -> Iterator[None]:
+        """Hold off every Lambda invocation while the block runs.
+
+        moto's backends are not thread-safe: a DynamoDB query iterates the table's items while a
+        handler in another thread may be adding one ("dictionary changed size during iteration").
+        Handlers take turns (see :meth:`call_handler`); a reader outside them, such as a test or
+        benchmark reading the ledger while executions run, takes its turn here.
+        """
+        with self._invocation_lock:
+            yield
+
     def _invoke(self, function_name: str, body: Any, response_headers: dict[str, Any]) -> bytes:
         logical = function_name.rsplit(":", 1)[-1] if function_name.startswith("arn:") else function_name
         if logical not in self._functions:
@@ -530,6 +645,23 @@ class LocalAws:
         owned: bool = True,
     ) -> str:
         """An EC2 instance tagged as Karpenter v1 tags the instances it launches."""
+        (instance_id,) = self.run_instances(
+            1, cluster=cluster, node_pool=node_pool, instance_type=instance_type, zone=zone, owned=owned
+        )
+        return instance_id
+
+    def run_instances(
+        self,
+        count: int,
+        *,
+        cluster: str,
+        node_pool: str = "gpu",
+        instance_type: str = "p5.48xlarge",
+        zone: str = "us-west-2b",
+        owned: bool = True,
+    ) -> list[str]:
+        """``count`` such instances in one RunInstances call (a fleet is built in seconds, not
+        one ~15 ms call per node)."""
         tags = [{"Key": "karpenter.sh/nodepool", "Value": node_pool}]
         if owned:
             tags += [
@@ -539,8 +671,8 @@ class LocalAws:
         # moto validates the instance type loosely; the GPU type is kept as a tag for realism.
         response = self.client("ec2").run_instances(
             ImageId="ami-12c6146b",
-            MinCount=1,
-            MaxCount=1,
+            MinCount=count,
+            MaxCount=count,
             InstanceType="t3.micro",
             Placement={"AvailabilityZone": zone},
             TagSpecifications=[
@@ -550,7 +682,7 @@ class LocalAws:
                 }
             ],
         )
-        return str(response["Instances"][0]["InstanceId"])
+        return [str(instance["InstanceId"]) for instance in response["Instances"]]
 
     def instance_state(self, instance_id: str) -> str:
         reservations = self.client("ec2").describe_instances(InstanceIds=[instance_id])["Reservations"]
@@ -571,6 +703,43 @@ class LocalAws:
             "resources": [],
             "detail": dict(detail),
         }
+
+
+def _warm_moto_routing() -> None:
+    """Load the service models and request routers of every service NodeHeal calls now.
+
+    moto builds them on first use behind ``functools.cache``, which does not hold other threads
+    back while it computes: the first Lambda invocations of a thousand executions starting at
+    once would each load the Lambda service model (~50 ms apiece) instead of the first alone.
+    """
+    from moto.core.routing import get_service_router
+    from moto.core.utils import get_service_model
+
+    for service in ("dynamodb", "ec2", "events", "lambda", "sns", "sqs", "stepfunctions"):
+        get_service_model(service)
+        get_service_router(service)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_extended_jsonpath(path: str) -> Any:
+    import jsonpath_ng.ext
+
+    return jsonpath_ng.ext.parser.parse(path)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_jsonpath(path: str) -> Any:
+    import jsonpath_ng
+
+    return jsonpath_ng.parser.parse(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_tree(definition: str) -> Any:
+    """moto's ANTLR parse tree of an ASL definition (syntax errors raise as in moto)."""
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    return AmazonStateLanguageParser.parse(definition)[1]
 
 
 def iter_task_results(history: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:

@@ -16,7 +16,7 @@ import string
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -198,6 +198,19 @@ class ObjectStore:
                 and (field_selector is None or field_selector.matches(obj))
             ]
             return items, self._rv
+
+    def select(
+        self, resource: str, predicate: Callable[[JSON], bool], namespace: str | None = None
+    ) -> list[JSON]:
+        """Objects for which ``predicate`` (given the stored object, which it must not change)
+        holds, ordered by namespace/name; only the matches are copied."""
+        rtype = self._rtype(resource)
+        with self._lock:
+            return [
+                self._present(rtype, obj)
+                for (ns, _), obj in sorted(self._objects[resource].items())
+                if (namespace is None or ns == namespace) and predicate(obj)
+            ]
 
     def present(self, resource: str, obj: JSON) -> JSON:
         """An object as the API would serve it (PDBs get their live status)."""
@@ -419,6 +432,36 @@ class ObjectStore:
                 change(new)
                 result = self._commit_update(rtype, self._key(rtype, namespace, name), old, new)
                 return self._present(rtype, result)
+        finally:
+            self._run_hooks()
+
+    def mutate_many(
+        self,
+        resource: str,
+        changes: Sequence[tuple[str, Callable[[JSON], None]]],
+        namespace: str | None = None,
+    ) -> list[int]:
+        """Apply each ``(name, change)`` as :meth:`mutate` would, all under one hold of the lock.
+
+        Every change is its own write, with its own resourceVersion and watch event, exactly as
+        the same mutations made one by one; only the lock is taken once (so no other writer or
+        reader interleaves) and no copy is made for a caller that does not need one. Every name
+        is checked before anything is written: a missing object changes nothing. Returns the
+        resourceVersion of each write (unchanged objects keep theirs).
+        """
+        rtype = self._rtype(resource)
+        if len({name for name, _ in changes}) != len(changes):
+            raise ValueError("mutate_many changes each object once; merge the changes of one name")
+        try:
+            with self._lock:
+                stored = [(name, self._stored(rtype, name, namespace)) for name, _ in changes]
+                versions: list[int] = []
+                for (name, old), (_, change) in zip(stored, changes, strict=True):
+                    new = copy.deepcopy(old)
+                    change(new)
+                    result = self._commit_update(rtype, self._key(rtype, namespace, name), old, new)
+                    versions.append(int(result["metadata"]["resourceVersion"]))
+                return versions
         finally:
             self._run_hooks()
 

@@ -19,10 +19,11 @@ import copy
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from nodeheal.aws.ledger import Ledger
 from nodeheal.conditions import Condition
@@ -44,6 +45,8 @@ from nodeheal.workflow.records import DroppedEvent, RemediationRecord
 
 CLUSTER = "training-on-eks"
 
+_T = TypeVar("_T")
+
 #: Tiny waits so the real definition runs in seconds: moto sleeps for real in Wait states and
 #: Retry intervals. The workflow tests and the end-to-end scenarios share it (and so the template).
 FAST_CONTEXT: dict[str, Any] = {
@@ -58,6 +61,12 @@ FAST_CONTEXT: dict[str, Any] = {
 
 #: The simulated cluster's delays in tests: 300x real time (a 30 s pod shutdown takes 0.1 s).
 FAST_SPEED = 300.0
+
+#: Handlers whose successful return means the execution's remediation record is in the ledger.
+RECORD_HANDLERS = frozenset({"lambdas.record.handler", "lambdas.record_failure.handler"})
+#: Waits for ledger records re-read the ledger at least this often even when no record task
+#: was seen finishing (the tasks are what wakes them; this only bounds a missed wake-up).
+LEDGER_RECHECK_SECONDS = 30.0
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -201,6 +210,11 @@ class LocalPipeline:
         self._exporter: Exporter | None = None
         self._publications: list[Publication] = []
         self._lock = threading.Lock()
+        # What record tasks and ingest drops reported, per node: wakes the waits for ledger records
+        # so they read the ledger once when it can be complete, not ten times a second.
+        self._decisions = threading.Condition()
+        self._recorded: Counter[str] = Counter()
+        self._dropped: Counter[str] = Counter()
         self.cluster_name = CLUSTER
         self.event_source = ""
 
@@ -352,10 +366,17 @@ class LocalPipeline:
             node=node,
         )
 
+    def _note_decision(self, kind: Counter[str], node: str) -> None:
+        with self._decisions:
+            kind[node] += 1
+            self._decisions.notify_all()
+
     def _on_delivery(self, delivery: Delivery) -> None:
         node = str((delivery.envelope.get("detail") or {}).get("node", {}).get("name", ""))
         result = delivery.result
         status = result.get("status", "")
+        if status == "dropped":
+            self._note_decision(self._dropped, node)
         execution = str(result.get("execution", ""))
         if delivery.envelope.get("detail-type") != DETAIL_TYPE_CONDITION_CHANGED and not delivery.error:
             return
@@ -385,6 +406,8 @@ class LocalPipeline:
         execution = str((payload.get("execution") or {}).get("name", ""))
         node = str(((payload.get("event") or {}).get("node") or {}).get("name", ""))
         task = invocation.handler.removeprefix("lambdas.").removesuffix(".handler")
+        if invocation.handler in RECORD_HANDLERS and not invocation.error:
+            self._note_decision(self._recorded, node)
         if invocation.error:
             self.timeline.emit(
                 "workflow",
@@ -468,14 +491,16 @@ class LocalPipeline:
     def records(self, node: str | None = None) -> list[RemediationRecord]:
         """Ledger records of the cluster (or one node), oldest first."""
         since = datetime(2000, 1, 1, tzinfo=UTC)
-        if node is not None:
-            records = self.ledger.node_records(self.cluster_name, node, since=since)
-        else:
-            records = self.ledger.cluster_records(self.cluster_name, since=since)
+        with self.aws.between_invocations():
+            if node is not None:
+                records = self.ledger.node_records(self.cluster_name, node, since=since)
+            else:
+                records = self.ledger.cluster_records(self.cluster_name, since=since)
         return sorted(records, key=lambda r: (r.started_at, r.execution))
 
     def dropped_events(self) -> list[DroppedEvent]:
-        return self.ledger.dropped_events(since=datetime(2000, 1, 1, tzinfo=UTC))
+        with self.aws.between_invocations():
+            return self.ledger.dropped_events(since=datetime(2000, 1, 1, tzinfo=UTC))
 
     def executions(self) -> list[dict[str, Any]]:
         return self.aws.executions()
@@ -526,13 +551,67 @@ class LocalPipeline:
     def wait_for_records(
         self, count: int, *, node: str | None = None, timeout: float = 30.0
     ) -> list[RemediationRecord]:
-        wait_until(
-            lambda: len(self.records(node)) >= count,
-            timeout=timeout,
-            interval=0.1,
-            what=f"{count} ledger record(s)",
+        """At least ``count`` ledger records of the cluster (or of one node), read from the ledger."""
+
+        def reported() -> int:
+            return self._recorded[node] if node is not None else self._recorded.total()
+
+        def complete() -> list[RemediationRecord] | None:
+            records = self.records(node)
+            return records if len(records) >= count else None
+
+        return self._wait_for_ledger(
+            lambda: reported() >= count, complete, timeout, f"{count} ledger record(s)"
         )
-        return self.records(node)
+
+    def wait_until_decided(
+        self, nodes: Collection[str], *, timeout: float = 60.0
+    ) -> tuple[list[RemediationRecord], list[DroppedEvent]]:
+        """Wait until every node of ``nodes`` has a ledger record or a dropped-event record (its
+        event started nothing), and return the cluster's records and the dropped events."""
+        wanted = set(nodes)
+
+        def reported() -> bool:
+            return all(self._recorded[n] or self._dropped[n] for n in wanted)
+
+        def complete() -> tuple[list[RemediationRecord], list[DroppedEvent]] | None:
+            records, dropped = self.records(), self.dropped_events()
+            decided = {r.node for r in records} | {d.node for d in dropped}
+            return (records, dropped) if wanted <= decided else None
+
+        return self._wait_for_ledger(reported, complete, timeout, f"a decision for {len(wanted)} node(s)")
+
+    def _wait_for_ledger(
+        self,
+        reported: Callable[[], bool],
+        complete: Callable[[], _T | None],
+        timeout: float,
+        what: str,
+    ) -> _T:
+        """Read the ledger (``complete``) each time the record tasks and ingest drops seen so far
+        say it may hold what is waited for (``reported``), and at least every
+        :data:`LEDGER_RECHECK_SECONDS`; the ledger alone decides."""
+        deadline = time.monotonic() + timeout
+        read_at = -1  # how many decisions had been reported when the ledger was last read
+
+        def worth_reading() -> bool:
+            return self._decision_count() != read_at and reported()
+
+        while True:
+            with self._decisions:
+                self._decisions.wait_for(
+                    worth_reading,
+                    timeout=max(0.0, min(LEDGER_RECHECK_SECONDS, deadline - time.monotonic())),
+                )
+                read_at = self._decision_count()
+            found = complete()
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not reached within {timeout:g}s")
+
+    def _decision_count(self) -> int:
+        return self._recorded.total() + self._dropped.total()
 
     def state_names(self, execution_name: str) -> list[str]:
         for execution in self.executions():

@@ -8,6 +8,7 @@ kubelet, node-problem-detector and reboots.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,33 @@ from nodeheal.sim.status import ApiError, bad_request, status_body, success_stat
 JSON = dict[str, Any]
 
 __all__ = ["ClusterStore", "ResourceExpiredError", "WatchEvent"]
+
+
+def _condition_setter(type: str, status: str, reason: str, message: str, now: str) -> Callable[[JSON], None]:
+    """The change a detector makes to one node condition (see ClusterStore.set_node_condition)."""
+
+    def change(node: JSON) -> None:
+        conditions = node.setdefault("status", {}).setdefault("conditions", [])
+        for cond in conditions:
+            if cond["type"] == type:
+                if cond.get("status") != status:
+                    cond["lastTransitionTime"] = now
+                cond.update(
+                    {"status": status, "reason": reason, "message": message, "lastHeartbeatTime": now}
+                )
+                return
+        conditions.append(
+            {
+                "type": type,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        )
+
+    return change
 
 
 class ClusterStore(ObjectStore):
@@ -104,30 +132,15 @@ class ClusterStore(ObjectStore):
     ) -> JSON:
         """Set a node condition the way NPD and the kubelet do: the transition time moves only
         when the status changes; the heartbeat always moves."""
-        now = rfc3339()
+        return self.mutate("nodes", name, _condition_setter(type, status, reason, message, rfc3339()))
 
-        def change(node: JSON) -> None:
-            conditions = node.setdefault("status", {}).setdefault("conditions", [])
-            for cond in conditions:
-                if cond["type"] == type:
-                    if cond.get("status") != status:
-                        cond["lastTransitionTime"] = now
-                    cond.update(
-                        {"status": status, "reason": reason, "message": message, "lastHeartbeatTime": now}
-                    )
-                    return
-            conditions.append(
-                {
-                    "type": type,
-                    "status": status,
-                    "reason": reason,
-                    "message": message,
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            )
-
-        return self.mutate("nodes", name, change)
+    def set_node_conditions(
+        self, names: Sequence[str], type: str, status: str, reason: str = "", message: str = ""
+    ) -> list[int]:
+        """:meth:`set_node_condition` on many nodes at once: one write (and watch event) per node,
+        all under one hold of the store's lock. Returns each write's resourceVersion."""
+        setter = _condition_setter(type, status, reason, message, rfc3339())
+        return self.mutate_many("nodes", [(name, setter) for name in names])
 
     def heartbeat(self, name: str) -> JSON:
         """A kubelet status heartbeat: only lastHeartbeatTime (and the resourceVersion) moves."""

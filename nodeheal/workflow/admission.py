@@ -197,16 +197,20 @@ def _take_budget_slot(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, node: LiveNode, pool: str, now: datetime
 ) -> budget.BudgetVerdict:
     settings = state.settings
-    pool_nodes = kube.nodes.list(f"{settings.policy.node_pool_label}={pool}") if pool else [node]
-    pool_health = budget.PoolHealth(
-        pool=pool,
-        size=len(pool_nodes),
-        unhealthy_nodes=frozenset(
-            n.name
-            for n in pool_nodes
-            if n.name != node.name and any(t.key == UNHEALTHY_TAINT_KEY for t in n.taints)
-        ),
-    )
+
+    def pool_health() -> budget.PoolHealth:
+        # Lists the whole pool: read only when the budget gets that far (see budget.admit).
+        pool_nodes = kube.nodes.list(f"{settings.policy.node_pool_label}={pool}") if pool else [node]
+        return budget.PoolHealth(
+            pool=pool,
+            size=len(pool_nodes),
+            unhealthy_nodes=frozenset(
+                n.name
+                for n in pool_nodes
+                if n.name != node.name and any(t.key == UNHEALTHY_TAINT_KEY for t in n.taints)
+            ),
+        )
+
     current = ledger.read_admission_state(state.cluster)
     verdict = budget.admit(
         current,

@@ -8,7 +8,7 @@ executions: two nodes faulting in the same second cannot both take the last slot
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -150,7 +150,7 @@ def admit(
     *,
     node: str,
     execution: str,
-    pool: PoolHealth,
+    pool: PoolHealth | Callable[[], PoolHealth],
     settings: BudgetSettings,
     lock_ttl: timedelta,
     now: datetime,
@@ -158,6 +158,10 @@ def admit(
     """Admit ``node`` into a remediation slot or refuse it, returning the state to write back.
 
     Idempotent for a retried admit of the same execution: its existing slot is kept, not doubled.
+    ``pool`` may be a function reading the pool's health; it is called only when the verdict
+    depends on it, i.e. after the pause, the breaker, maxInFlight and maxPerHour all let the node
+    through. In a storm almost every admission is refused on those alone, and reading the pool
+    means listing every node of it from the API server.
     """
     state = state.pruned(now, settings)
     existing = state.in_flight.get(node)
@@ -173,14 +177,15 @@ def admit(
             "a person must reset it with `nodeheal breaker reset`",
             state,
         )
-    refusal = _budget_refusal(state, node=node, pool=pool, settings=settings)
+    read_pool = _read_once(pool)
+    refusal = _budget_refusal(state, node=node, pool=read_pool, settings=settings)
     if refusal is None:
         admitted = replace(
             state,
             in_flight={
                 **state.in_flight,
                 node: InFlight(
-                    execution=execution, pool=pool.pool, started_at=now, expires_at=now + lock_ttl
+                    execution=execution, pool=read_pool().pool, started_at=now, expires_at=now + lock_ttl
                 ),
             },
             recent_starts=(*state.recent_starts, NodeStamp(node, now)),
@@ -213,8 +218,21 @@ def pool_allowance(pool: PoolHealth, settings: BudgetSettings) -> int:
     return max(settings.min_pool_allowance, math.floor(pool.size * settings.max_unhealthy_pool_share))
 
 
+def _read_once(pool: PoolHealth | Callable[[], PoolHealth]) -> Callable[[], PoolHealth]:
+    if isinstance(pool, PoolHealth):
+        return lambda: pool
+    read: list[PoolHealth] = []
+
+    def once() -> PoolHealth:
+        if not read:
+            read.append(pool())
+        return read[0]
+
+    return once
+
+
 def _budget_refusal(
-    state: ClusterAdmissionState, *, node: str, pool: PoolHealth, settings: BudgetSettings
+    state: ClusterAdmissionState, *, node: str, pool: Callable[[], PoolHealth], settings: BudgetSettings
 ) -> str | None:
     in_flight = {n for n in state.in_flight if n != node}
     if len(in_flight) >= settings.max_in_flight:
@@ -224,14 +242,16 @@ def _budget_refusal(
     starts = len([s for s in state.recent_starts if s.node != node])
     if starts >= settings.max_per_hour:
         return f"budget: {starts} remediations started in the last hour (maxPerHour {settings.max_per_hour})"
+    health = pool()
     pool_unhealthy = (
-        set(pool.unhealthy_nodes) | {n for n, slot in state.in_flight.items() if slot.pool == pool.pool}
+        set(health.unhealthy_nodes) | {n for n, slot in state.in_flight.items() if slot.pool == health.pool}
     ) - {node}
-    allowance = pool_allowance(pool, settings)
+    allowance = pool_allowance(health, settings)
     if len(pool_unhealthy) + 1 > allowance:
         return (
-            f"budget: pool {pool.pool or '(none)'} has {len(pool_unhealthy)} of {pool.size} nodes unhealthy; "
-            f"allowance is {allowance} (maxUnhealthyPoolShare {settings.max_unhealthy_pool_share:g}, "
+            f"budget: pool {health.pool or '(none)'} has {len(pool_unhealthy)} of {health.size} nodes "
+            f"unhealthy; allowance is {allowance} "
+            f"(maxUnhealthyPoolShare {settings.max_unhealthy_pool_share:g}, "
             f"minPoolAllowance {settings.min_pool_allowance})"
         )
     return None

@@ -6,6 +6,7 @@ from datetime import timedelta
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
 from nodeheal.config import BudgetSettings, RemediationSettings
+from nodeheal.kube.model import LiveNode
 from nodeheal.workflow.admission import CONFIRM, PROCEED, STOP, admit
 from nodeheal.workflow.budget import BreakerState, ClusterAdmissionState
 from tests.unit.workflow.fakes import (
@@ -147,3 +148,24 @@ def test_a_node_that_is_not_ready_yet_is_not_alerted_at_once() -> None:
     nodes.nodes[node.name] = replace(ready, uid=node.uid)  # the same node, Ready now
     later = admit(state, kube(nodes), ledger, NOW + timedelta(seconds=590))
     assert later.verdict == STOP and "no longer bad" in later.note
+
+
+def test_a_storm_refusal_does_not_list_the_pool() -> None:
+    # maxInFlight is full: the refusal needs no pool health, so no node list reaches the API server.
+    nodes, ledger = setup()
+    listed: list[str | None] = []
+    list_nodes = nodes.list
+
+    def counting(label_selector: str | None = None) -> list[LiveNode]:
+        listed.append(label_selector)
+        return list_nodes(label_selector)
+
+    nodes.list = counting  # type: ignore[method-assign]
+    first = admit(workflow_state(nodes.nodes["gpu-a"]), kube(nodes), ledger, NOW)
+    assert first.lock_held and listed == ["karpenter.sh/nodepool=gpu"]
+    settings = RemediationSettings(budgets=BudgetSettings(max_in_flight=1))
+    other = live_node("gpu-b", condition=gpu_problem())
+    nodes.nodes["gpu-b"] = other
+    refused = admit(workflow_state(other, settings=settings, execution="exec-2"), kube(nodes), ledger, NOW)
+    assert refused.refused and "maxInFlight 1" in refused.note
+    assert listed == ["karpenter.sh/nodepool=gpu"]

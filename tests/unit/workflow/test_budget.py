@@ -148,3 +148,49 @@ def test_state_round_trips_through_the_ledger_item() -> None:
     assert again.in_flight == state.in_flight
     assert again.recent_refusals == state.recent_refusals
     assert again.breaker == state.breaker and again.version == 7
+
+
+class PoolReader:
+    """The pool's health as a read that is counted (admission lists the pool's nodes for it)."""
+
+    def __init__(self, health: PoolHealth) -> None:
+        self.health = health
+        self.reads = 0
+
+    def __call__(self) -> PoolHealth:
+        self.reads += 1
+        return self.health
+
+
+def admit_reading(
+    state: ClusterAdmissionState, node: str, settings: BudgetSettings, reader: PoolReader
+) -> budget.BudgetVerdict:
+    return budget.admit(
+        state, node=node, execution=f"exec-{node}", pool=reader, settings=settings, lock_ttl=TTL, now=NOW
+    )
+
+
+def test_the_pool_is_read_once_and_only_when_the_verdict_depends_on_it() -> None:
+    settings = BudgetSettings(max_in_flight=1, breaker_trip_refusals=2)
+    reader = PoolReader(pool(size=20))
+    first = admit_reading(ClusterAdmissionState("c"), "n1", settings, reader)
+    assert first.admitted and first.state.in_flight["n1"].pool == "gpu"
+    assert reader.reads == 1
+    # A storm: refused on maxInFlight, then on the open breaker, without listing the pool again.
+    refused = admit_reading(first.state, "n2", settings, reader)
+    tripped = admit_reading(refused.state, "n3", settings, reader)
+    after = admit_reading(tripped.state, "n4", settings, reader)
+    assert not refused.admitted and tripped.breaker_opened and not after.admitted
+    assert admit_reading(first.state, "n1", settings, reader).admitted  # a retried step
+    paused = ClusterAdmissionState("c", paused=True)
+    assert not admit_reading(paused, "n5", settings, reader).admitted
+    assert reader.reads == 1
+
+
+def test_a_pool_read_refuses_as_a_pool_given_outright() -> None:
+    settings = BudgetSettings(max_unhealthy_pool_share=0.0, min_pool_allowance=1)
+    full = pool(size=10, unhealthy=frozenset({"n9"}))
+    read = admit_reading(ClusterAdmissionState("c"), "n1", settings, PoolReader(full))
+    given = admit(ClusterAdmissionState("c"), "n1", settings, health=full)
+    assert not read.admitted and read.reason == given.reason
+    assert "allowance is 1" in read.reason
