@@ -1,6 +1,6 @@
 """``make bench``: every NodeHeal measurement in one run, one table, and the same as JSON.
 
-    .venv/bin/python benchmarks/run_all.py [--runs 20] [--storm-nodes 200] [--out benchmarks/results]
+    .venv/bin/python benchmarks/run_all.py [--runs 20] [--storm-nodes 1000] [--out benchmarks/results]
 
 Sections: time to safety and to replacement (local pipeline, production workflow timings), the
 100-pod drain, cold start against a bare boto3 handler, the cost of each remediation path
