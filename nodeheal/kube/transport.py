@@ -17,7 +17,6 @@ kubeconfig, whose exec plugins and client certificates only the ``kubernetes`` p
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +65,11 @@ def request_url(host: str, path: str, query: Sequence[tuple[str, str]]) -> str:
     (``spec.nodeName=x`` travels as ``spec.nodeName%3Dx``)."""
     url = host.rstrip("/") + path
     return f"{url}?{urlencode(list(query), safe='/', quote_via=quote)}" if query else url
+
+
+def _headers(body: Mapping[str, Any] | None, content_type: str) -> dict[str, str]:
+    """JSON accepted; the content type only when there is a body to describe."""
+    return {"Accept": JSON, "Content-Type": content_type} if body is not None else {"Accept": JSON}
 
 
 def _urllib3_timeout(timeout: RequestTimeout) -> urllib3.Timeout:
@@ -128,7 +132,6 @@ class HttpTransport:
         self._pool: urllib3.PoolManager = (
             urllib3.ProxyManager(proxy, **pool_args) if proxy else urllib3.PoolManager(**pool_args)
         )
-        self._lock = threading.Lock()
 
     def request(
         self,
@@ -140,11 +143,8 @@ class HttpTransport:
         content_type: str = JSON,
         timeout: RequestTimeout = 30.0,
     ) -> RawResponse:
-        headers = {"Accept": JSON, "User-Agent": self.user_agent}
-        encoded: bytes | None = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            encoded = json.dumps(body, separators=(",", ":")).encode("utf-8")
+        headers = {**_headers(body, content_type), "User-Agent": self.user_agent}
+        encoded = json.dumps(body, separators=(",", ":")).encode("utf-8") if body is not None else None
         token = self._bearer_token() if self._bearer_token is not None else None
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -160,9 +160,6 @@ class HttpTransport:
             preload_content=True,
         )
         return RawResponse(status=int(response.status), reason=str(response.reason or ""), data=response.data)
-
-    def close(self) -> None:
-        self._pool.clear()
 
 
 class GeneratedClientTransport:
@@ -186,9 +183,7 @@ class GeneratedClientTransport:
     ) -> RawResponse:
         from kubernetes.client.exceptions import ApiException
 
-        headers = {"Accept": JSON}
-        if body is not None:
-            headers["Content-Type"] = content_type
+        headers = _headers(body, content_type)
         try:
             serialized = self.api_client.param_serialize(
                 method=method,
