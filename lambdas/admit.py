@@ -11,7 +11,7 @@ from nodeheal.workflow.state import WorkflowState
 
 
 def _admit(state: WorkflowState, rt: Runtime) -> dict[str, Any]:
-    admission = admit(state, rt.kube(state.cluster), rt.ledger, rt.now())
+    admission = admit(state, rt.kube(state.cluster), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode))
     if admission.refused:
         metrics.add_metric(name="AdmissionsRefused", unit=MetricUnit.Count, value=1)
     if admission.breaker_opened:

@@ -4,5 +4,8 @@ from nodeheal.lambda_support import workflow_handler
 from nodeheal.workflow.actions import cordon
 
 handler = workflow_handler(
-    "cordon", lambda state, rt: cordon(state, rt.kube(state.cluster), rt.ledger, rt.now())
+    "cordon",
+    lambda state, rt: cordon(
+        state, rt.kube(state.cluster), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    ),
 )

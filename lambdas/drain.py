@@ -4,5 +4,8 @@ from nodeheal.lambda_support import workflow_handler
 from nodeheal.workflow.actions import drain_round
 
 handler = workflow_handler(
-    "drain", lambda state, rt: drain_round(state, rt.kube(state.cluster), rt.ledger, rt.now())
+    "drain",
+    lambda state, rt: drain_round(
+        state, rt.kube(state.cluster), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    ),
 )

@@ -4,5 +4,8 @@ from nodeheal.lambda_support import workflow_handler
 from nodeheal.workflow.actions import uncordon
 
 handler = workflow_handler(
-    "uncordon", lambda state, rt: uncordon(state, rt.kube(state.cluster), rt.ledger, rt.now())
+    "uncordon",
+    lambda state, rt: uncordon(
+        state, rt.kube(state.cluster), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    ),
 )

@@ -207,6 +207,12 @@ class DrainSettings:
     do_not_disrupt_wait_seconds: int = 300
     #: Evictions sent at once in one round.
     parallelism: int = 32
+    #: What to do when the condition clears while the node is being drained or before its
+    #: instance action: ``keep-cordoned`` (default) stops, leaves NodeHeal's cordon and tells a
+    #: person; ``uncordon`` stops and removes what NodeHeal put on the node. Either way nothing is
+    #: forced past a PodDisruptionBudget on a node that is no longer bad. The default keeps the
+    #: cordon because a detector restart also clears conditions while the GPU stays broken.
+    on_condition_cleared: str = "keep-cordoned"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,6 +222,7 @@ class DrainSettings:
             "forceGraceSeconds": self.force_grace_seconds,
             "doNotDisruptWaitSeconds": self.do_not_disrupt_wait_seconds,
             "parallelism": self.parallelism,
+            "onConditionCleared": self.on_condition_cleared,
         }
 
     @classmethod
@@ -229,6 +236,9 @@ class DrainSettings:
                 "doNotDisruptWaitSeconds", 300, minimum=0, maximum=86_400
             ),
             parallelism=reader.integer("parallelism", 32, minimum=1, maximum=256),
+            on_condition_cleared=reader.choice(
+                "onConditionCleared", ("keep-cordoned", "uncordon"), "keep-cordoned"
+            ),
         )
         reader.finish()
         return settings
@@ -298,6 +308,9 @@ class RemediationSettings:
     #: A per-node lock expires after this many seconds, so a crashed execution cannot wedge a node.
     #: Longer than the longest legitimate remediation (drain timeout + recovery timeout + margins).
     lock_ttl_seconds: int = 7200
+    #: Seconds between re-admissions of an execution waiting behind another one's lock of the
+    #: same node (D2); it waits at most ``lock_ttl_seconds``, then a person is told.
+    lock_wait_poll_seconds: int = 30
     #: Delete the Node object right after the EC2 terminate call instead of waiting for Karpenter
     #: to notice the instance is gone (it does within a minute or two; see the README).
     delete_node_after_terminate: bool = False
@@ -311,6 +324,7 @@ class RemediationSettings:
             "reboot": self.reboot.to_json(),
             "retry": self.retry.to_json(),
             "lockTtlSeconds": self.lock_ttl_seconds,
+            "lockWaitPollSeconds": self.lock_wait_poll_seconds,
             "deleteNodeAfterTerminate": self.delete_node_after_terminate,
         }
 
@@ -333,6 +347,7 @@ class RemediationSettings:
             reboot=RebootSettings.read(reader.child("reboot")),
             retry=RetrySettings.read(reader.child("retry")),
             lock_ttl_seconds=reader.integer("lockTtlSeconds", 7200, minimum=60, maximum=7 * 86_400),
+            lock_wait_poll_seconds=reader.integer("lockWaitPollSeconds", 30, minimum=1, maximum=3600),
             delete_node_after_terminate=reader.boolean("deleteNodeAfterTerminate", False),
         )
         minimum_ttl = settings.drain.timeout_seconds + settings.reboot.recovery_timeout_seconds

@@ -28,8 +28,34 @@ class KubernetesApiError(NodeHealError):
     """The Kubernetes API refused a request in a way a retry cannot fix (401, 403, 422...)."""
 
 
-class NodeGoneError(NodeHealError):
-    """The Node was deleted (or replaced by another object with the same name) mid-remediation."""
+class RemediationStoppedError(NodeHealError):
+    """A step found a reason to stop the remediation that is not a failure: the state machine
+    catches each subclass by name and goes to ``Record outcome`` (not ``Record failure``)."""
+
+
+class NodeGoneError(RemediationStoppedError):
+    """The Node was deleted mid-remediation: nothing of it is left to act on."""
+
+
+class NodeReplacedError(RemediationStoppedError):
+    """The name now belongs to another Node object or instance (EC2 reuses private IPs), or the
+    admitted node no longer carries NodeHeal's taint (a person took it back). Nothing is touched."""
+
+
+class ConditionClearedError(RemediationStoppedError):
+    """The condition is no longer bad on the live node: never drain further, force or act on it."""
+
+
+class RemediationPausedError(RemediationStoppedError):
+    """NodeHeal was paused, or its mode lowered, while this remediation ran: stop before mutating."""
+
+
+class SupersededError(RemediationStoppedError):
+    """Another execution took this node's lock (a more urgent fault, D2): leave the node to it."""
+
+
+class OutOfScopeError(RemediationStoppedError):
+    """The live node or condition is outside what this deployment's rule selects."""
 
 
 class DrainAbortedError(NodeHealError):
@@ -62,3 +88,14 @@ class LockNotHeldError(NodeHealError):
 
 class DuplicateExecutionError(NodeHealError):
     """An execution with this name exists already: the event is a duplicate of one being handled."""
+
+
+#: Errors the state machine catches into ``Record outcome``, in the order the Catch lists them.
+STOP_ERRORS: tuple[type[RemediationStoppedError], ...] = (
+    NodeGoneError,
+    NodeReplacedError,
+    ConditionClearedError,
+    RemediationPausedError,
+    SupersededError,
+    OutOfScopeError,
+)

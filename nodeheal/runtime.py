@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from nodeheal.actions import Mode
 from nodeheal.errors import ConfigurationError, DuplicateExecutionError
 from nodeheal.events import DEFAULT_SOURCE
 from nodeheal.timeutil import utc_now
@@ -44,6 +45,9 @@ class LambdaEnvironment:
     clusters: frozenset[str] = field(default_factory=frozenset)
     stale_event_seconds: int = 900
     event_source: str = DEFAULT_SOURCE
+    #: The deployed mode (``NODEHEAL_MODE``), read by every mutating step (D4): a redeploy in
+    #: dry-run stops executions already in flight. None where the stack sets no mode.
+    mode: Mode | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> LambdaEnvironment:
@@ -55,6 +59,12 @@ class LambdaEnvironment:
             raise ConfigurationError(
                 f"NODEHEAL_STALE_EVENT_SECONDS must be a number of seconds, got {stale_raw!r}"
             )
+        mode_raw = environ.get("NODEHEAL_MODE", "")
+        allowed_modes = [m.value for m in Mode]
+        if mode_raw and mode_raw not in allowed_modes:
+            raise ConfigurationError(
+                f"NODEHEAL_MODE must be one of {', '.join(allowed_modes)}; got {mode_raw!r}"
+            )
         return cls(
             region=region,
             ledger_table=environ.get("NODEHEAL_LEDGER_TABLE", ""),
@@ -65,6 +75,7 @@ class LambdaEnvironment:
             ),
             stale_event_seconds=int(stale_raw),
             event_source=environ.get("NODEHEAL_EVENT_SOURCE", DEFAULT_SOURCE),
+            mode=Mode(mode_raw) if mode_raw else None,
         )
 
     def require(self, name: str, value: str) -> str:
@@ -108,6 +119,10 @@ class Runtime:
 
     def now(self) -> datetime:
         return self._clock()
+
+    def mode(self, started_with: Mode) -> Mode:
+        """The live mode: the function's environment, else the mode the execution started with."""
+        return self.environment.mode or started_with
 
     @cached_property
     def ledger(self) -> Ledger:

@@ -4,6 +4,7 @@ Shape (state names are what a person reads in the console)::
 
     Load settings -> Admit
       confirm  -> Wait for confirmation -> Admit
+      wait     -> Wait for the node's lock -> Admit      (another execution holds the node, D2)
       stop     -> Record outcome
       proceed  -> none/alert: Record outcome | cordon: Cordon -> Record outcome
                   reboot/replace: Cordon -> Evict pods <-> Wait between eviction rounds
@@ -12,6 +13,8 @@ Shape (state names are what a person reads in the console)::
                     reboot  -> Reboot instance -> Wait for reboot <-> Check recovery
                                recovered -> Uncordon -> Record outcome
                                not recovered -> Terminate instance (escalation)
+    any task's stop (node replaced/gone, condition cleared, paused, superseded, out of scope)
+             -> Uncordon after the condition cleared? -> [Uncordon (condition cleared)] -> Record outcome
     any task failure -> Record failure -> Remediation failed
 
 Every Lambda task receives the whole state and writes its result under its own key (``ResultPath``),
@@ -31,6 +34,8 @@ from constructs import Construct
 
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import (
+    STOP_ERRORS,
+    ConditionClearedError,
     Ec2IncorrectStateError,
     Ec2ThrottledError,
     KubernetesApiUnavailableError,
@@ -52,6 +57,8 @@ RECOVERY = "$.recovery"
 UNCORDON = "$.uncordon"
 RECORD = "$.record"
 FAILURE = "$.failure"
+#: A step's stop (nodeheal.errors.STOP_ERRORS): {"Error": class name, "Cause": the Lambda error JSON}.
+STOPPED = "$.stopped"
 
 
 class _DefinitionBuilder:
@@ -64,11 +71,13 @@ class _DefinitionBuilder:
         self._scope = scope
         self._functions = functions
         self._settings = settings
+        self._record = self._task("Record outcome", "record", RECORD, catch=False)
+        self._record.next(sfn.Succeed(self._scope, "Done"))
         self._record_failure = self._build_failure_path()
+        self._stopped = self._build_stop_path()
 
     def build(self) -> sfn.IChainable:
-        record = self._task("Record outcome", "record", RECORD, catch=False)
-        record.next(sfn.Succeed(self._scope, "Done"))
+        record = self._record
 
         uncordon = self._task("Uncordon", "uncordon", UNCORDON).next(record)
         terminate = self._task("Terminate instance", "terminate", INSTANCE).next(record)
@@ -115,9 +124,17 @@ class _DefinitionBuilder:
             comment="The condition must stay bad this long before NodeHeal acts (policy confirmSeconds).",
             time=sfn.WaitTime.seconds_path("$.admission.waitSeconds"),
         ).next(admit)
+        wait_for_lock = sfn.Wait(
+            self._scope,
+            "Wait for the node's lock",
+            comment="Another execution is remediating this node: wait behind it, then admit again "
+            "against the live node (policy lockWaitPollSeconds; at most lockTtlSeconds).",
+            time=sfn.WaitTime.seconds_path("$.admission.waitSeconds"),
+        ).next(admit)
         admit.next(
             sfn.Choice(self._scope, "Admitted?")
             .when(sfn.Condition.string_equals("$.admission.verdict", "confirm"), wait_for_confirmation)
+            .when(sfn.Condition.string_equals("$.admission.verdict", "wait"), wait_for_lock)
             .when(sfn.Condition.string_equals("$.admission.verdict", "proceed"), choose_action)
             .otherwise(record)
         )
@@ -190,6 +207,30 @@ class _DefinitionBuilder:
         )
         return wait
 
+    def _build_stop_path(self) -> sfn.IChainable:
+        """Where a step's stop (node replaced or gone, condition cleared, paused, superseded, out of
+        scope) leads: ``Record outcome``, through an uncordon when the condition cleared after
+        NodeHeal cordoned and the policy says ``drain.onConditionCleared: uncordon``."""
+        stopped = sfn.Choice(
+            self._scope,
+            "Uncordon after the condition cleared?",
+            comment="A stopped remediation leaves the node cordoned for a person, except a cleared "
+            "condition with drain.onConditionCleared=uncordon.",
+        )
+        uncordon = self._task("Uncordon (condition cleared)", "uncordon", UNCORDON, stop_to=stopped).next(
+            self._record
+        )
+        stopped.when(
+            sfn.Condition.and_(
+                sfn.Condition.string_equals("$.stopped.Error", ConditionClearedError.__name__),
+                sfn.Condition.string_equals("$.settings.drain.onConditionCleared", "uncordon"),
+                sfn.Condition.is_present("$.cordon"),
+                sfn.Condition.is_not_present("$.uncordon"),
+            ),
+            uncordon,
+        ).otherwise(self._record)
+        return stopped
+
     def _build_failure_path(self) -> sfn.IChainable:
         record_failure = self._task("Record failure", "record-failure", RECORD, catch=False)
         return record_failure.next(
@@ -202,7 +243,13 @@ class _DefinitionBuilder:
         )
 
     def _task(
-        self, state_name: str, function: str, result_path: str, *, catch: bool = True
+        self,
+        state_name: str,
+        function: str,
+        result_path: str,
+        *,
+        catch: bool = True,
+        stop_to: sfn.IChainable | None = None,
     ) -> tasks.LambdaInvoke:
         retry = self._settings.retry
         task = tasks.LambdaInvoke(
@@ -221,6 +268,12 @@ class _DefinitionBuilder:
         # EC2 refuses a reboot/terminate while the instance is pending or stopping; give it time.
         self._add_retry(task, (Ec2IncorrectStateError.__name__,), max(5, retry.interval_seconds), 3, 2.0)
         if catch:
+            # A stop is not a failure: catch it first (Catchers are matched in order).
+            task.add_catch(
+                stop_to or self._stopped,
+                errors=[error.__name__ for error in STOP_ERRORS],
+                result_path=STOPPED,
+            )
             task.add_catch(self._record_failure, errors=["States.ALL"], result_path=FAILURE)
         return task
 

@@ -3,14 +3,20 @@
 One table, single-table design (``pk``/``sk`` strings, TTL attribute ``expiresAt`` in epoch seconds,
 GSI ``byCluster`` on ``gsi1pk``/``gsi1sk`` for history by cluster and time):
 
-==========================  ===================================  ==========================================
-item                        pk / sk                              why
-==========================  ===================================  ==========================================
-per-node lock               LOCK#<cluster>#<node> / LOCK         one remediation per node (TTL'd)
-cluster admission state     CLUSTER#<cluster> / ADMISSION        budgets, breaker, pause (versioned)
-remediation record          NODE#<cluster>#<node> / REM#<t>#<x>  history per node; GSI: per cluster
-dropped event               DROPPED#<yyyy-mm-dd> / <t>#<id>      why an event started nothing
-==========================  ===================================  ==========================================
+===========================  =======================================  ======================================
+item                         pk / sk                                  why
+===========================  =======================================  ======================================
+per-instance lock            LOCK#<cluster>#<instance> / LOCK         one remediation per node (TTL'd)
+cluster admission state      CLUSTER#<cluster> / ADMISSION            budgets, breaker, pause (versioned)
+remediation record           INSTANCE#<cluster>#<instance> / REM#...  history per instance; GSI: per cluster
+end of an execution          EXECUTION#<cluster>#<name> / END        record + notify exactly once per end
+dropped event                DROPPED#<yyyy-mm-dd> / <t>#<id>          why an event started nothing
+===========================  =======================================  ======================================
+
+Identity is the EC2 instance, never the node name (DESIGN D1): EC2 reuses private IPs, so a new
+Node can take an old name, and it must not inherit the old instance's lock, reboots, attempt cap or
+escalation. Records written by earlier versions under ``NODE#<cluster>#<node>`` keys stay visible
+in the per-cluster index (``nodeheal history``) but are never read as an instance's history.
 
 DynamoDB deletes expired items lazily (up to days later), so every read that cares compares
 ``expiresAt`` with the clock itself instead of trusting the item to be gone.
@@ -27,9 +33,11 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from nodeheal.errors import LedgerContentionError
+from nodeheal.actions import Action
+from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededError
 from nodeheal.timeutil import format_timestamp, utc_now
 from nodeheal.workflow.budget import ClusterAdmissionState
+from nodeheal.workflow.locks import LockClaim, LockView
 from nodeheal.workflow.records import DroppedEvent, RemediationRecord
 
 #: Records are history, not state: kept ~13 months so a year-over-year question has an answer.
@@ -83,6 +91,8 @@ class LockResult:
     acquired: bool
     holder: str
     expires_at: datetime | None
+    #: The holder's lock as read after a refused acquisition (None when acquired, or gone meanwhile).
+    held_by: LockView | None = None
 
 
 class Ledger:
@@ -93,59 +103,261 @@ class Ledger:
         self._table = table_name
         self._clock = clock
 
-    # -- per-node locks -------------------------------------------------------------------------
+    # -- per-instance locks ----------------------------------------------------------------------
+    #
+    # ``subject`` is the identity key of the admitted node (its EC2 instance ID; see
+    # nodeheal.workflow.state.identity_key), never its name.
 
     @staticmethod
-    def _lock_key(cluster: str, node: str) -> dict[str, Any]:
-        return serialize_item({"pk": f"LOCK#{cluster}#{node}", "sk": "LOCK"})
+    def _lock_key(cluster: str, subject: str) -> dict[str, Any]:
+        return serialize_item({"pk": f"LOCK#{cluster}#{subject}", "sk": "LOCK"})
 
-    def acquire_lock(self, cluster: str, node: str, execution: str, ttl: timedelta) -> LockResult:
-        """Take the node's lock, or keep it if this execution holds it already (retried step)."""
+    def _lock_item(
+        self, cluster: str, subject: str, execution: str, ttl: timedelta, claim: LockClaim | None
+    ) -> dict[str, Any]:
         now = self._clock()
-        expires = now + ttl
-        item = {
-            "pk": f"LOCK#{cluster}#{node}",
+        item: dict[str, Any] = {
+            "pk": f"LOCK#{cluster}#{subject}",
             "sk": "LOCK",
             "execution": execution,
             "acquiredAt": format_timestamp(now, millis=True),
-            "expiresAt": _epoch(expires),
+            "expiresAt": _epoch(now + ttl),
+            "mutated": False,
         }
+        if claim is not None:
+            item |= {
+                "node": claim.node,
+                "conditionType": claim.condition_type,
+                "action": claim.action.value,
+                "actsAt": _epoch(claim.acts_at),
+            }
+        return item
+
+    def acquire_lock(
+        self,
+        cluster: str,
+        subject: str,
+        execution: str,
+        ttl: timedelta,
+        claim: LockClaim | None = None,
+    ) -> LockResult:
+        """Take the lock, or renew it if this execution holds it already (a re-run of admit).
+
+        A renewal keeps ``mutated``: an execution that has mutated the node stays un-preemptable
+        by a less severe newcomer however often its admit re-runs.
+        """
+        now = self._clock()
+        holder = self.read_lock(cluster, subject)
+        if holder is not None and holder.execution == execution:
+            return self._renew(cluster, subject, execution, ttl, claim, holder)
+        item = self._lock_item(cluster, subject, execution, ttl, claim)
         try:
             self._client.put_item(
                 TableName=self._table,
                 Item=serialize_item(item),
-                ConditionExpression="attribute_not_exists(pk) OR expiresAt < :now OR execution = :execution",
-                ExpressionAttributeValues=serialize_item({":now": _epoch(now), ":execution": execution}),
+                ConditionExpression="attribute_not_exists(pk) OR expiresAt < :now",
+                ExpressionAttributeValues=serialize_item({":now": _epoch(now)}),
             )
         except ClientError as error:
             if not _is_conditional_failure(error):
                 raise
-            holder, holder_expires = self._read_lock(cluster, node)
-            return LockResult(acquired=False, holder=holder, expires_at=holder_expires)
-        return LockResult(acquired=True, holder=execution, expires_at=expires)
+            held = self.read_lock(cluster, subject)
+            if held is not None and held.execution == execution:
+                return LockResult(acquired=True, holder=execution, expires_at=held.expires_at)
+            return LockResult(
+                acquired=False,
+                holder=held.execution if held else "",
+                expires_at=held.expires_at if held else None,
+                held_by=held,
+            )
+        return LockResult(acquired=True, holder=execution, expires_at=now + ttl)
 
-    def lock_holder(self, cluster: str, node: str) -> str | None:
-        holder, expires = self._read_lock(cluster, node)
-        if not holder or expires is None or expires <= self._clock():
+    def _renew(
+        self,
+        cluster: str,
+        subject: str,
+        execution: str,
+        ttl: timedelta,
+        claim: LockClaim | None,
+        held: LockView,
+    ) -> LockResult:
+        item = self._lock_item(cluster, subject, execution, ttl, claim)
+        item["mutated"] = held.mutated
+        if held.busy_until is not None:
+            item["busyUntil"] = _epoch(held.busy_until)
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=serialize_item(item),
+                ConditionExpression="execution = :execution",
+                ExpressionAttributeValues=serialize_item({":execution": execution}),
+            )
+        except ClientError as error:
+            if not _is_conditional_failure(error):
+                raise
+            # Preempted between the read and the write: report the new holder.
+            taken = self.read_lock(cluster, subject)
+            return LockResult(
+                acquired=False,
+                holder=taken.execution if taken else "",
+                expires_at=taken.expires_at if taken else None,
+                held_by=taken,
+            )
+        return LockResult(acquired=True, holder=execution, expires_at=self._clock() + ttl)
+
+    def preempt_lock(
+        self,
+        cluster: str,
+        subject: str,
+        execution: str,
+        ttl: timedelta,
+        claim: LockClaim,
+        *,
+        holder: LockView,
+        require_unmutated: bool,
+    ) -> bool:
+        """Take the lock from ``holder`` in one conditional write (D2).
+
+        The write succeeds only if the lock is still exactly ``holder``'s (same execution, same
+        expiry: it was not renewed or handed on meanwhile), no mutating step of the holder can
+        still be running, and, when ``require_unmutated``, the holder has not mutated the node.
+        The holder sees the change at its next step's :meth:`claim_mutation` and stops.
+        """
+        now = self._clock()
+        condition = (
+            "execution = :holder AND expiresAt = :holderExpires "
+            "AND (attribute_not_exists(busyUntil) OR busyUntil < :now)"
+        )
+        values: dict[str, Any] = {
+            ":holder": holder.execution,
+            ":holderExpires": _epoch(holder.expires_at),
+            ":now": _epoch(now),
+        }
+        if require_unmutated:
+            condition += " AND mutated = :false"
+            values[":false"] = False
+        item = self._lock_item(cluster, subject, execution, ttl, claim)
+        item["preempted"] = holder.execution
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=serialize_item(item),
+                ConditionExpression=condition,
+                ExpressionAttributeValues=serialize_item(values),
+            )
+        except ClientError as error:
+            if _is_conditional_failure(error):
+                return False
+            raise
+        return True
+
+    def claim_mutation(
+        self, cluster: str, subject: str, execution: str, *, step: str, busy_for: timedelta
+    ) -> None:
+        """Prove this execution still holds the lock and mark it as mutating, in one write (D2).
+
+        Every mutating step calls this first. Raises SupersededError when another execution took
+        the lock (preempted, or the TTL expired and someone else took it) and LockNotHeldError
+        when nobody holds it any more.
+        """
+        now = self._clock()
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=self._lock_key(cluster, subject),
+                UpdateExpression="SET mutated = :true, busyUntil = :busy, lastStep = :step",
+                ConditionExpression="execution = :execution AND expiresAt > :now",
+                ExpressionAttributeValues=serialize_item(
+                    {
+                        ":true": True,
+                        ":busy": _epoch(now + busy_for),
+                        ":step": step,
+                        ":execution": execution,
+                        ":now": _epoch(now),
+                    }
+                ),
+            )
+        except ClientError as error:
+            if not _is_conditional_failure(error):
+                raise
+            held = self.read_lock(cluster, subject)
+            if held is not None and held.execution != execution and held.expires_at > now:
+                raise SupersededError(
+                    f"execution {held.execution} took over the remediation of this node "
+                    f"({held.condition_type or 'another condition'}: {held.action.value}); "
+                    f"{execution} stops before {step} and leaves its cordon to it"
+                ) from error
+            raise LockNotHeldError(
+                f"execution {execution} no longer holds the lock of {subject} (it expired); "
+                f"refusing to {step}"
+            ) from error
+
+    def lock_holder(self, cluster: str, subject: str) -> str | None:
+        held = self.read_lock(cluster, subject)
+        if held is None or held.expires_at <= self._clock():
             return None
-        return holder
+        return held.execution
 
-    def _read_lock(self, cluster: str, node: str) -> tuple[str, datetime | None]:
+    def read_lock(self, cluster: str, subject: str) -> LockView | None:
+        """The lock item as stored (possibly expired: DynamoDB deletes expired items lazily)."""
         response = self._client.get_item(
-            TableName=self._table, Key=self._lock_key(cluster, node), ConsistentRead=True
+            TableName=self._table, Key=self._lock_key(cluster, subject), ConsistentRead=True
         )
         if "Item" not in response:
-            return "", None
+            return None
         item = deserialize_item(response["Item"])
-        expires = datetime.fromtimestamp(int(item.get("expiresAt", 0)), tz=self._clock().tzinfo)
-        return str(item.get("execution", "")), expires
+        tz = self._clock().tzinfo
 
-    def release_lock(self, cluster: str, node: str, execution: str) -> bool:
+        def at(key: str) -> datetime | None:
+            value = item.get(key)
+            return datetime.fromtimestamp(int(value), tz=tz) if value is not None else None
+
+        return LockView(
+            execution=str(item.get("execution", "")),
+            expires_at=at("expiresAt") or datetime.fromtimestamp(0, tz=tz),
+            node=str(item.get("node", "")),
+            condition_type=str(item.get("conditionType", "")),
+            action=Action(str(item.get("action", Action.NONE.value))),
+            acts_at=at("actsAt"),
+            mutated=bool(item.get("mutated", False)),
+            busy_until=at("busyUntil"),
+        )
+
+    def held_locks(self, cluster: str) -> list[tuple[str, LockView]]:
+        """Every unexpired lock of a cluster as (subject, lock), for operator tools and tests.
+
+        A scan of the table: never used by the workflow, which always knows its subject.
+        """
+        now = self._clock()
+        prefix = f"LOCK#{cluster}#"
+        held: list[tuple[str, LockView]] = []
+        paginator = self._client.get_paginator("scan")
+        for page in paginator.paginate(
+            TableName=self._table,
+            ProjectionExpression="pk",
+            FilterExpression="begins_with(pk, :prefix)",
+            ExpressionAttributeValues=serialize_item({":prefix": prefix}),
+        ):
+            for raw in page.get("Items", []):
+                subject = str(deserialize_item(raw)["pk"]).removeprefix(prefix)
+                lock = self.read_lock(cluster, subject)
+                if lock is not None and lock.expires_at > now:
+                    held.append((subject, lock))
+        return held
+
+    def node_lock_holder(self, cluster: str, node: str) -> str | None:
+        """The execution holding a lock on whatever instance carries ``node``'s name (for people)."""
+        for _, lock in self.held_locks(cluster):
+            if lock.node == node:
+                return lock.execution
+        return None
+
+    def release_lock(self, cluster: str, subject: str, execution: str) -> bool:
         """Release the lock if this execution holds it; never release someone else's."""
         try:
             self._client.delete_item(
                 TableName=self._table,
-                Key=self._lock_key(cluster, node),
+                Key=self._lock_key(cluster, subject),
                 ConditionExpression="execution = :execution",
                 ExpressionAttributeValues=serialize_item({":execution": execution}),
             )
@@ -205,7 +417,7 @@ class Ledger:
     def put_record(self, record: RemediationRecord) -> None:
         """Write (or rewrite, for a retried step) the record of one execution."""
         item = {
-            "pk": f"NODE#{record.cluster}#{record.node}",
+            "pk": f"INSTANCE#{record.cluster}#{record.subject}",
             "sk": record.sort_key,
             "gsi1pk": f"CLUSTER#{record.cluster}",
             "gsi1sk": f"{format_timestamp(record.started_at, millis=True)}#{record.node}",
@@ -214,15 +426,75 @@ class Ledger:
         }
         self._client.put_item(TableName=self._table, Item=serialize_item(item))
 
-    def node_records(self, cluster: str, node: str, since: datetime) -> list[RemediationRecord]:
+    def instance_records(self, cluster: str, subject: str, since: datetime) -> list[RemediationRecord]:
+        """The history of one instance: what attempt caps and escalation count (D1)."""
         items = self._query(
             KeyConditionExpression="pk = :pk AND sk >= :since",
             ExpressionAttributeValues=serialize_item(
-                {":pk": f"NODE#{cluster}#{node}", ":since": f"REM#{format_timestamp(since, millis=True)}"}
+                {
+                    ":pk": f"INSTANCE#{cluster}#{subject}",
+                    ":since": f"REM#{format_timestamp(since, millis=True)}",
+                }
             ),
             ConsistentRead=True,
         )
         return [RemediationRecord.from_item(item) for item in items]
+
+    def node_records(self, cluster: str, node: str, since: datetime) -> list[RemediationRecord]:
+        """Every record under a node name, whichever instance it was (for people: ``history``).
+
+        Includes records of earlier versions keyed by name. Never used for decisions: a name may
+        have belonged to several instances.
+        """
+        items = self._query(
+            IndexName=BY_CLUSTER_INDEX,
+            KeyConditionExpression="gsi1pk = :pk AND gsi1sk >= :since",
+            FilterExpression="#node = :node AND recordType = :remediation",
+            ExpressionAttributeNames={"#node": "node"},
+            ExpressionAttributeValues=serialize_item(
+                {
+                    ":pk": f"CLUSTER#{cluster}",
+                    ":since": format_timestamp(since, millis=True),
+                    ":node": node,
+                    ":remediation": "remediation",
+                }
+            ),
+        )
+        return [RemediationRecord.from_item(item) for item in items]
+
+    # -- the end of an execution (Record, Record failure, the finalizer and the sweeper) ---------
+
+    @staticmethod
+    def _end_key(cluster: str, execution: str) -> dict[str, Any]:
+        return serialize_item({"pk": f"EXECUTION#{cluster}#{execution}", "sk": "END"})
+
+    def execution_ended(self, cluster: str, execution: str) -> bool:
+        """Whether an end of this execution was recorded and its notification sent."""
+        response = self._client.get_item(
+            TableName=self._table, Key=self._end_key(cluster, execution), ConsistentRead=True
+        )
+        return "Item" in response
+
+    def mark_execution_ended(self, cluster: str, execution: str, outcome: str, by: str) -> None:
+        """Remember that this execution's end was recorded and notified (idempotent)."""
+        now = self._clock()
+        item = {
+            "pk": f"EXECUTION#{cluster}#{execution}",
+            "sk": "END",
+            "outcome": outcome,
+            "recordedBy": by,
+            "at": format_timestamp(now, millis=True),
+            "expiresAt": _epoch(now + RECORD_RETENTION),
+        }
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=serialize_item(item),
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as error:
+            if not _is_conditional_failure(error):
+                raise
 
     def cluster_records(
         self, cluster: str, since: datetime, *, limit: int | None = None

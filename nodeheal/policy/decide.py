@@ -109,12 +109,26 @@ def decide(
     policy: PolicySettings,
     mode: Mode,
     now: datetime,
+    worst_seen: Decision | None = None,
 ) -> Decision:
+    """Decide for ``condition``. ``worst_seen`` is the decision made earlier in this episode of the
+    node (an earlier admit of the same execution, or the lock holder it takes over): severity only
+    rises (DESIGN D2), because NPD keeps only the latest message and a lesser fault overwriting a
+    worse one does not mean the worse one healed."""
     pool = labels.get(policy.node_pool_label)
     classification = classify(condition, policy.for_pool(pool), policy.unknown_action)
     planned = classification.action
-    action = planned
+    xid, signal, confirm_seconds = classification.xid, classification.signal, classification.confirm_seconds
     notes: list[str] = []
+    if worst_seen is not None and worst_seen.planned_action.cost > planned.cost:
+        notes.append(
+            f"severity only rises within an episode: the condition now reads as {planned.value} "
+            f"({signal}), but {worst_seen.signal} ({worst_seen.planned_action.value}) was seen first "
+            "and still decides"
+        )
+        planned, xid, signal = worst_seen.planned_action, worst_seen.xid, worst_seen.signal
+        confirm_seconds = worst_seen.confirm_seconds
+    action = planned
     escalated = False
 
     if action is Action.REBOOT and history.last_reboot_at is not None and policy.reboot_escalation_hours > 0:
@@ -156,9 +170,9 @@ def decide(
         action=action,
         planned_action=planned,
         reason=reason,
-        xid=classification.xid,
-        signal=classification.signal,
-        confirm_seconds=classification.confirm_seconds,
+        xid=xid,
+        signal=signal,
+        confirm_seconds=confirm_seconds,
         escalated=escalated,
     )
 

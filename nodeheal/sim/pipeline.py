@@ -55,6 +55,7 @@ FAST_CONTEXT: dict[str, Any] = {
     "reboot": {"pollSeconds": 1, "recoveryTimeoutSeconds": 5},
     "retry": {"intervalSeconds": 1, "maxAttempts": 2, "backoffRate": 1.0},
     "lockTtlSeconds": 600,
+    "lockWaitPollSeconds": 1,
     "workflow": {"timeoutMinutes": 15},
     "notifications": {"emails": ["oncall@example.com"]},
 }

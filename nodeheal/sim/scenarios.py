@@ -161,7 +161,7 @@ class ScenarioRun:
         )
 
     def expect_lock_free(self, node: str) -> None:
-        holder = self.pipeline.ledger.lock_holder(self.pipeline.cluster_name, node)
+        holder = self.pipeline.ledger.node_lock_holder(self.pipeline.cluster_name, node)
         self.expect(holder is None, f"{short_node(node)} is still locked by {holder}")
 
     def expect_executions(self, count: int) -> None:

@@ -1,7 +1,8 @@
 """The mutating steps: cordon, drain rounds, force drain, terminate, reboot, recovery, uncordon.
 
-Each step is short and idempotent (Step Functions may run it twice after a timeout), re-checks
-what it must before mutating, and returns a small JSON-able result the state machine stores.
+Each step is short and idempotent (Step Functions may run it twice after a timeout), proves what
+nodeheal.workflow.guard lists before mutating (live mode and pause, the admitted node and its
+taint, the condition, the lock), and returns a small JSON-able result the state machine stores.
 """
 
 from __future__ import annotations
@@ -12,38 +13,16 @@ from typing import Any
 
 from nodeheal.actions import Mode
 from nodeheal.aws.ec2 import verify_ownership
-from nodeheal.errors import (
-    ConfigurationError,
-    KubernetesApiError,
-    LockNotHeldError,
-    NodeGoneError,
-    OwnershipVerificationError,
-)
+from nodeheal.errors import KubernetesApiError, NodeGoneError, NodeReplacedError
 from nodeheal.kube.model import LiveNode
 from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.workflow import guard
 from nodeheal.workflow.ports import InstancePort, KubeAccess, LedgerPort, PodOutcomeView
-from nodeheal.workflow.state import AdmittedNode, WorkflowState
+from nodeheal.workflow.state import WorkflowState
 
 
 def _stamp(now: datetime) -> str:
     return format_timestamp(now, millis=True)
-
-
-def _admitted_node(state: WorkflowState) -> AdmittedNode:
-    node = state.admitted_node
-    if node is None:
-        raise ConfigurationError("this step needs the admission result; the state has none")
-    return node
-
-
-def _require_lock(state: WorkflowState, ledger: LedgerPort) -> None:
-    """Invariant 3: act only while holding the node's lock (a TTL may have expired under us)."""
-    holder = ledger.lock_holder(state.cluster, state.node_name)
-    if holder != state.execution.name:
-        raise LockNotHeldError(
-            f"execution {state.execution.name} no longer holds the lock of node {state.node_name} "
-            f"(holder: {holder or 'none'}); refusing to act"
-        )
 
 
 def _fail_on_permanent_errors(failed: Sequence[PodOutcomeView], what: str) -> None:
@@ -54,19 +33,22 @@ def _fail_on_permanent_errors(failed: Sequence[PodOutcomeView], what: str) -> No
         raise KubernetesApiError(f"{what} refused for {len(permanent)} pod(s): " + "; ".join(permanent[:5]))
 
 
-def _require_mode(state: WorkflowState, *, allowed: tuple[Mode, ...], step: str) -> None:
-    """Invariant 7, defence in depth: the decision already respects the mode; so does each step."""
-    if state.settings.mode not in allowed:
-        raise ConfigurationError(f"{step} refused: NodeHeal runs in {state.settings.mode.value} mode")
-
-
 # -- cordon ------------------------------------------------------------------------------------
 
 
-def cordon(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime) -> dict[str, Any]:
-    _require_mode(state, allowed=(Mode.FULL, Mode.CORDON_ONLY), step="cordon")
-    _require_lock(state, ledger)
-    admitted = _admitted_node(state)
+def cordon(
+    state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
+) -> dict[str, Any]:
+    guard.before_mutation(
+        state,
+        kube,
+        ledger,
+        live_mode=mode,
+        allowed=(Mode.FULL, Mode.CORDON_ONLY),
+        step="cordon",
+        require_taint=False,
+    )
+    admitted = guard.admitted_node(state)
     decision = (state.step("admission") or {}).get("decision") or {}
     reason = f"{state.condition_type}: {decision.get('reason', '')}".strip()
     try:
@@ -75,10 +57,12 @@ def cordon(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: date
             execution=state.execution.name,
             reason=reason,
             now=now,
-            expected_uid=admitted.uid or None,
+            expected_uid=admitted.uid,
         )
     except NodeGoneError as gone:
-        return {"performed": False, "skipped": "node-gone", "detail": str(gone), "at": _stamp(now)}
+        raise NodeReplacedError(
+            f"node {admitted.name} was replaced or deleted during cordon: {gone}"
+        ) from gone
     return {
         "performed": True,
         "changed": result.changed,
@@ -90,10 +74,18 @@ def cordon(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: date
 # -- drain -------------------------------------------------------------------------------------
 
 
-def drain_round(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime) -> dict[str, Any]:
-    """One eviction round. The state machine loops (with a Wait) until done or timed out."""
-    _require_mode(state, allowed=(Mode.FULL,), step="drain")
-    _require_lock(state, ledger)
+def drain_round(
+    state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
+) -> dict[str, Any]:
+    """One eviction round. The state machine loops (with a Wait) until done or timed out.
+
+    Each round first proves the node is still the admitted, tainted object and its condition is
+    still bad (guard.before_mutation): pods are listed by node name, so without that proof a new
+    node that took the name mid-drain would have its pods evicted.
+    """
+    guard.before_mutation(
+        state, kube, ledger, live_mode=mode, allowed=(Mode.FULL,), step="drain", require_taint=True
+    )
     drain_settings = state.settings.drain
     previous: Mapping[str, Any] = state.step("drain") or {}
     started_at = parse_timestamp(previous["startedAt"], "drain.startedAt") if previous else now
@@ -138,10 +130,17 @@ def drain_round(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now:
     }
 
 
-def force_drain(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime) -> dict[str, Any]:
-    """drain.onTimeout=force: delete what is left with the configured grace period."""
-    _require_mode(state, allowed=(Mode.FULL,), step="force drain")
-    _require_lock(state, ledger)
+def force_drain(
+    state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
+) -> dict[str, Any]:
+    """drain.onTimeout=force: delete what is left with the configured grace period.
+
+    Forcing goes past PodDisruptionBudgets, so it is done only on the admitted node while its
+    condition is still bad (invariant 7): a node that recovered stops here instead.
+    """
+    guard.before_mutation(
+        state, kube, ledger, live_mode=mode, allowed=(Mode.FULL,), step="force drain", require_taint=True
+    )
     previous: Mapping[str, Any] = state.step("drain") or {}
     grace = state.settings.drain.force_grace_seconds
     leftovers = [pod for pod in kube.pods.list_on_node(state.node_name) if pod.needs_eviction]
@@ -166,54 +165,45 @@ def force_drain(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now:
 # -- terminate / reboot ------------------------------------------------------------------------
 
 
-def _verified_instance(
-    state: WorkflowState, kube: KubeAccess, ec2: InstancePort, *, escalation: bool
-) -> tuple[LiveNode | None, Any, str]:
-    """Re-read the node and the instance, and verify both are still what admit decided about.
-
-    Returns (node, instance, skip_reason); skip_reason is non-empty when there is nothing to do.
-    """
-    admitted = _admitted_node(state)
-    node = kube.nodes.get(admitted.name)
-    if node is None:
-        return None, None, "node-gone"
-    if admitted.uid and node.uid != admitted.uid:
-        return None, None, "node-replaced"
-    live = node.condition(state.condition_type)
-    still_bad = live is not None and live.is_bad
-    if escalation:
-        # After a failed reboot the node may never have come back: not Ready counts as bad too.
-        still_bad = still_bad or not node.is_ready
-    if not still_bad:
-        return node, None, "condition-cleared"
-    if node.instance_id != admitted.instance_id:
-        raise OwnershipVerificationError(
-            f"node {node.name} is now backed by {node.instance_id or 'no EC2 instance'}, not by "
-            f"{admitted.instance_id} that was admitted; refusing to act"
-        )
+def _verified_instance(state: WorkflowState, node: LiveNode, ec2: InstancePort) -> Any:
+    """The admitted instance, verified to be the live node's and owned by the cluster (None when
+    EC2 no longer knows it)."""
+    admitted = guard.admitted_node(state)
     instance = ec2.describe(admitted.instance_id)
     if instance is not None:
         verify_ownership(instance, cluster=state.cluster, node=node)
-    return node, instance, ""
+    return instance
 
 
 def terminate(
-    state: WorkflowState, kube: KubeAccess, ec2: InstancePort, ledger: LedgerPort, now: datetime
+    state: WorkflowState,
+    kube: KubeAccess,
+    ec2: InstancePort,
+    ledger: LedgerPort,
+    now: datetime,
+    *,
+    mode: Mode,
 ) -> dict[str, Any]:
-    _require_mode(state, allowed=(Mode.FULL,), step="terminate")
-    _require_lock(state, ledger)
     escalation = (state.step("recovery") or {}).get("status") == "failed"
-    node, instance, skipped = _verified_instance(state, kube, ec2, escalation=escalation)
-    admitted = _admitted_node(state)
-    if skipped:
-        return {"performed": False, "skipped": skipped, "escalation": escalation, "at": _stamp(now)}
+    node = guard.before_mutation(
+        state,
+        kube,
+        ledger,
+        live_mode=mode,
+        allowed=(Mode.FULL,),
+        step="terminate",
+        require_taint=True,
+        not_ready_counts=escalation,
+    )
+    admitted = guard.admitted_node(state)
+    instance = _verified_instance(state, node, ec2)
     if instance is None:
         result: dict[str, Any] = {"performed": True, "alreadyGone": True, "previousState": "not-found"}
     else:
         outcome = ec2.terminate(admitted.instance_id)
         result = {"performed": True, "alreadyGone": outcome.already_gone, "previousState": instance.state}
     node_deleted = False
-    if state.settings.delete_node_after_terminate and node is not None:
+    if state.settings.delete_node_after_terminate:
         node_deleted = kube.nodes.delete(node.name, node.uid)
     return {
         **result,
@@ -225,18 +215,22 @@ def terminate(
 
 
 def reboot(
-    state: WorkflowState, kube: KubeAccess, ec2: InstancePort, ledger: LedgerPort, now: datetime
+    state: WorkflowState,
+    kube: KubeAccess,
+    ec2: InstancePort,
+    ledger: LedgerPort,
+    now: datetime,
+    *,
+    mode: Mode,
 ) -> dict[str, Any]:
-    _require_mode(state, allowed=(Mode.FULL,), step="reboot")
-    _require_lock(state, ledger)
-    node, instance, skipped = _verified_instance(state, kube, ec2, escalation=False)
-    admitted = _admitted_node(state)
-    if skipped:
-        return {"performed": False, "skipped": skipped, "at": _stamp(now)}
+    node = guard.before_mutation(
+        state, kube, ledger, live_mode=mode, allowed=(Mode.FULL,), step="reboot", require_taint=True
+    )
+    admitted = guard.admitted_node(state)
+    instance = _verified_instance(state, node, ec2)
     if instance is None or instance.state in ("shutting-down", "terminated"):
         return {"performed": False, "skipped": "instance-gone", "at": _stamp(now)}
     ec2.reboot(admitted.instance_id)
-    assert node is not None
     return {
         "performed": True,
         "instanceId": admitted.instance_id,
@@ -253,10 +247,12 @@ def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dic
     rebooted_at = parse_timestamp(instance_step.get("rebootedAt"), "instance.rebootedAt")
     boot_before = str(instance_step.get("bootIdBefore", ""))
     timeout = timedelta(seconds=state.settings.reboot.recovery_timeout_seconds)
-    node = kube.nodes.get(state.node_name)
     checks = int((state.step("recovery") or {}).get("checks", 0)) + 1
     base = {"checks": checks, "at": _stamp(now)}
-    if node is None:
+    try:
+        # A reboot keeps the Node object and the instance; anything else is not ours to judge.
+        node = guard.prove_admitted(state, kube, require_taint=False)
+    except NodeGoneError:
         return {**base, "status": "gone", "detail": "node deleted while rebooting"}
     rebooted = bool(node.boot_id) and node.boot_id != boot_before
     condition = node.condition(state.condition_type)
@@ -289,11 +285,23 @@ def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dic
     return {**base, "status": "pending", "detail": "waiting for the node to come back"}
 
 
-def uncordon(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime) -> dict[str, Any]:
-    _require_lock(state, ledger)
-    admitted = _admitted_node(state)
-    try:
-        changed = kube.nodes.uncordon(admitted.name, expected_uid=admitted.uid or None)
-    except NodeGoneError as gone:
-        return {"performed": False, "skipped": "node-gone", "detail": str(gone), "at": _stamp(now)}
+def uncordon(
+    state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
+) -> dict[str, Any]:
+    """Undo NodeHeal's cordon: after a successful reboot, or when the condition cleared and
+    drain.onConditionCleared is ``uncordon``. Only what NodeHeal put there is removed."""
+    node = guard.before_mutation(
+        state,
+        kube,
+        ledger,
+        live_mode=mode,
+        allowed=(Mode.FULL, Mode.CORDON_ONLY),
+        step="uncordon",
+        require_taint=False,
+        require_bad=False,
+    )
+    if not node.cordoned_by_nodeheal:
+        return {"performed": False, "skipped": "not-cordoned-by-nodeheal", "at": _stamp(now)}
+    admitted = guard.admitted_node(state)
+    changed = kube.nodes.uncordon(admitted.name, expected_uid=admitted.uid)
     return {"performed": True, "changed": changed, "at": _stamp(now)}

@@ -1,31 +1,41 @@
 """Admit: the gate between an event and any mutation.
 
 The event is a hint, never the truth. Admit re-reads the live Node, stops if it is gone, replaced,
-or the condition is no longer bad, classifies the LIVE condition, applies the node's history
-(escalation, attempt cap), opt-out and mode, waits out the confirmation time, and for a mutating
-action takes the per-node lock and a budget slot, tripping the circuit breaker on a storm.
+or the condition is no longer bad, classifies the LIVE condition, applies the instance's history
+(escalation, attempt cap), opt-out and the live mode, waits out the confirmation time, and for a
+mutating action takes the node's lock (keyed by instance, D1) and a budget slot, tripping the
+circuit breaker on a storm.
+
+Admit runs again after every wait (confirmation, or behind another execution's lock), so each run
+re-proves the node is the one admitted before and never lowers the decision (D2). A newcomer that
+finds the lock held preempts the holder or waits behind it (nodeheal.workflow.locks); it is never
+dropped: after waiting the lock TTL it hands the node to a person.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodeheal.actions import Action
+from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
 from nodeheal.kube.model import UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, decide
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
+from nodeheal.workflow.locks import LockClaim, may_preempt
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
-from nodeheal.workflow.records import node_history
+from nodeheal.workflow.records import identity_key, node_history
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
 
 # Verdicts the state machine branches on ("Admitted?").
 PROCEED = "proceed"
 CONFIRM = "confirm"
+#: Another execution holds this node's lock and this one may not preempt it: wait, then re-admit.
+WAIT = "wait"
 STOP = "stop"
 
 
@@ -40,9 +50,13 @@ class Admission:
     lock_held: bool = False
     #: Why admit stopped, or what the budget said; shown in the record.
     note: str = ""
-    #: The action was lowered to alert by a budget, the breaker or a pause.
+    #: The action was lowered to alert by a budget, the breaker, a pause or a lock held too long.
     refused: bool = False
     breaker_opened: bool = False
+    #: When this execution first found the lock held by another (it waits at most the lock TTL).
+    waiting_since: datetime | None = None
+    #: The execution this one took the lock from (D2), if it preempted one.
+    preempted: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,12 +69,19 @@ class Admission:
             "note": self.note,
             "refused": self.refused,
             "breakerOpened": self.breaker_opened,
+            "waitingSince": format_timestamp(self.waiting_since, millis=True) if self.waiting_since else "",
+            "preempted": self.preempted,
             "at": format_timestamp(self.at, millis=True),
         }
 
 
-def admit(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime) -> Admission:
+def admit(
+    state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode | None = None
+) -> Admission:
+    """Admit the event's node, or say why not. ``mode`` is the live mode (the function's
+    environment, D4); None falls back to the mode the execution started with."""
     settings = state.settings
+    previous = _previous_admission(state)
     node = kube.nodes.get(state.node_name)
     if node is None:
         return Admission(STOP, None, None, None, now, note="node no longer exists (live re-check)")
@@ -74,9 +95,28 @@ def admit(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datet
             note=f"node {node.name} is a new object (uid {node.uid}, event had {state.event.node.uid})",
         )
     admitted_node = _admitted(node, settings.policy.node_pool_label)
+    if previous.node is not None and (
+        previous.node.uid != admitted_node.uid or previous.node.instance_id != admitted_node.instance_id
+    ):
+        # Re-admitting after a wait: the name now belongs to another node or instance.
+        ledger.release_lock(state.cluster, previous.node.subject, state.execution.name)
+        return Admission(
+            STOP,
+            None,
+            previous.node,
+            None,
+            now,
+            note=(
+                f"node {node.name} was replaced while this execution waited (now uid {node.uid}, "
+                f"instance {admitted_node.instance_id or '-'}; admitted {previous.node.uid}, "
+                f"{previous.node.instance_id or '-'}); nothing done to the new node"
+            ),
+        )
     live = node.condition(state.condition_type)
     if live is None or not live.is_bad:
         shown = f"{live.status}/{live.reason}" if live else "absent"
+        # A waiting or confirming execution may hold the lock from an earlier admit.
+        ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
         return Admission(
             STOP,
             None,
@@ -87,9 +127,9 @@ def admit(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datet
         )
 
     history = node_history(
-        ledger.node_records(
+        ledger.instance_records(
             state.cluster,
-            node.name,
+            admitted_node.subject,
             since=now
             - timedelta(
                 hours=max(settings.policy.attempt_window_hours, settings.policy.reboot_escalation_hours)
@@ -99,48 +139,40 @@ def admit(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datet
         now,
     )
     decision = decide(
-        live, labels=node.labels, history=history, policy=settings.policy, mode=settings.mode, now=now
+        live,
+        labels=node.labels,
+        history=history,
+        policy=settings.policy,
+        mode=mode or settings.mode,
+        now=now,
+        worst_seen=previous.decision,
     )
-
-    if decision.confirm_seconds > 0 and decision.action is not Action.NONE:
-        remaining = _confirmation_remaining(live, decision.confirm_seconds, state, now)
-        if remaining > 0:
-            # A mutating action holds the node's lock through the wait so a second execution for
-            # the same node stops at once; an alert needs no lock (it touches nothing).
-            lock_held = False
-            if decision.action.mutates_cluster:
-                lock = ledger.acquire_lock(
-                    state.cluster,
-                    node.name,
-                    state.execution.name,
-                    timedelta(seconds=settings.lock_ttl_seconds),
-                )
-                if not lock.acquired:
-                    return _locked_out(decision, admitted_node, live, now, lock.holder)
-                lock_held = True
-            return Admission(
-                CONFIRM,
-                decision,
-                admitted_node,
-                live,
-                now,
-                wait_seconds=remaining,
-                lock_held=lock_held,
-                note=f"waiting {remaining}s for the condition to stay bad {decision.confirm_seconds}s",
-            )
-
+    remaining = (
+        _confirmation_remaining(live, decision.confirm_seconds, state, now)
+        if decision.confirm_seconds > 0 and decision.action is not Action.NONE
+        else 0
+    )
     if not decision.action.mutates_cluster:
+        # An alert or a record touches nothing: no lock, and it never waits behind one.
+        ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
+        if remaining > 0:
+            return _confirming(decision, admitted_node, live, now, remaining, lock_held=False)
         return Admission(PROCEED, decision, admitted_node, live, now)
 
-    lock = ledger.acquire_lock(
-        state.cluster, node.name, state.execution.name, timedelta(seconds=settings.lock_ttl_seconds)
-    )
-    if not lock.acquired:
-        return _locked_out(decision, admitted_node, live, now, lock.holder)
+    taken = _take_lock(state, ledger, decision, admitted_node, live, now, remaining, previous)
+    if isinstance(taken, Admission):
+        return taken
+    preempted = taken
+    if remaining > 0:
+        # The lock is held through the wait, so a later fault of the node waits behind this one
+        # or preempts it (D2) instead of acting beside it.
+        return replace(
+            _confirming(decision, admitted_node, live, now, remaining, lock_held=True), preempted=preempted
+        )
 
-    verdict = _take_budget_slot(state, kube, ledger, node, admitted_node.pool, now)
+    verdict = _take_budget_slot(state, kube, ledger, node, admitted_node, now)
     if not verdict.admitted:
-        ledger.release_lock(state.cluster, node.name, state.execution.name)
+        ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
         lowered = replace(
             decision,
             action=Action.ALERT,
@@ -155,8 +187,128 @@ def admit(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datet
             note=verdict.reason,
             refused=True,
             breaker_opened=verdict.breaker_opened,
+            preempted=preempted,
         )
-    return Admission(PROCEED, decision, admitted_node, live, now, lock_held=True, note=verdict.reason)
+    return Admission(
+        PROCEED,
+        decision,
+        admitted_node,
+        live,
+        now,
+        lock_held=True,
+        note=verdict.reason,
+        preempted=preempted,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Previous:
+    """What an earlier run of admit in this execution decided (after a confirmation or lock wait)."""
+
+    node: AdmittedNode | None = None
+    decision: Decision | None = None
+    waiting_since: datetime | None = None
+
+
+def _previous_admission(state: WorkflowState) -> _Previous:
+    raw = state.step("admission")
+    if not raw:
+        return _Previous()
+    decision_raw = raw.get("decision")
+    waiting = raw.get("waitingSince")
+    return _Previous(
+        node=state.admitted_node,
+        decision=Decision.from_json(decision_raw) if isinstance(decision_raw, Mapping) else None,
+        waiting_since=parse_timestamp(waiting, "admission.waitingSince") if waiting else None,
+    )
+
+
+def _confirming(
+    decision: Decision, node: AdmittedNode, live: Condition, now: datetime, remaining: int, *, lock_held: bool
+) -> Admission:
+    return Admission(
+        CONFIRM,
+        decision,
+        node,
+        live,
+        now,
+        wait_seconds=remaining,
+        lock_held=lock_held,
+        note=f"waiting {remaining}s for the condition to stay bad {decision.confirm_seconds}s",
+    )
+
+
+def _take_lock(
+    state: WorkflowState,
+    ledger: LedgerPort,
+    decision: Decision,
+    node: AdmittedNode,
+    live: Condition,
+    now: datetime,
+    remaining: int,
+    previous: _Previous,
+) -> str | Admission:
+    """Take (or keep) the node's lock: the preempted execution's name ("" if none), or the
+    Admission to return when this execution must wait behind the holder or hand over to a person."""
+    settings = state.settings
+    ttl = timedelta(seconds=settings.lock_ttl_seconds)
+    claim = LockClaim(
+        node=node.name,
+        condition_type=state.condition_type,
+        action=decision.action,
+        acts_at=now + timedelta(seconds=remaining),
+    )
+    lock = ledger.acquire_lock(state.cluster, node.subject, state.execution.name, ttl, claim)
+    if lock.acquired:
+        return ""
+    holder = lock.held_by
+    if holder is not None:
+        allowed, only_if_unmutated = may_preempt(claim, holder)
+        if allowed and ledger.preempt_lock(
+            state.cluster,
+            node.subject,
+            state.execution.name,
+            ttl,
+            claim,
+            holder=holder,
+            require_unmutated=only_if_unmutated,
+        ):
+            return holder.execution
+    waiting_since = previous.waiting_since or now
+    waited = (now - waiting_since).total_seconds()
+    holder_name = lock.holder or "unknown"
+    if waited >= settings.lock_ttl_seconds:
+        # The holder outlived the lock TTL it was given (renewed by re-admits): a person decides.
+        return Admission(
+            PROCEED,
+            replace(
+                decision,
+                action=Action.ALERT,
+                reason=(
+                    f"{decision.reason} Not acted on: execution {holder_name} has held this node for "
+                    f"{int(waited)}s (lockTtlSeconds {settings.lock_ttl_seconds}); a person must look."
+                ),
+            ),
+            node,
+            live,
+            now,
+            note=f"waited {int(waited)}s behind execution {holder_name}",
+            refused=True,
+            waiting_since=waiting_since,
+        )
+    return Admission(
+        WAIT,
+        decision,
+        node,
+        live,
+        now,
+        wait_seconds=settings.lock_wait_poll_seconds,
+        note=(
+            f"execution {holder_name} is remediating this node; waiting behind it and re-evaluating "
+            "the live node when it ends"
+        ),
+        waiting_since=waiting_since,
+    )
 
 
 def _admitted(node: LiveNode, pool_label: str) -> AdmittedNode:
@@ -180,23 +332,16 @@ def _confirmation_remaining(
     return max(0, math.ceil(confirm_seconds - elapsed))
 
 
-def _locked_out(
-    decision: Decision, node: AdmittedNode, live: Condition, now: datetime, holder: str
-) -> Admission:
-    return Admission(
-        STOP,
-        decision,
-        node,
-        live,
-        now,
-        note=f"another remediation of this node is in progress (execution {holder or 'unknown'})",
-    )
-
-
 def _take_budget_slot(
-    state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, node: LiveNode, pool: str, now: datetime
+    state: WorkflowState,
+    kube: KubeAccess,
+    ledger: LedgerPort,
+    node: LiveNode,
+    admitted: AdmittedNode,
+    now: datetime,
 ) -> budget.BudgetVerdict:
     settings = state.settings
+    pool = admitted.pool
 
     def pool_health() -> budget.PoolHealth:
         # Lists the whole pool: read only when the budget gets that far (see budget.admit).
@@ -205,16 +350,16 @@ def _take_budget_slot(
             pool=pool,
             size=len(pool_nodes),
             unhealthy_nodes=frozenset(
-                n.name
+                identity_key(n.instance_id or "", n.uid, n.name)
                 for n in pool_nodes
-                if n.name != node.name and any(t.key == UNHEALTHY_TAINT_KEY for t in n.taints)
+                if n.uid != node.uid and any(t.key == UNHEALTHY_TAINT_KEY for t in n.taints)
             ),
         )
 
     current = ledger.read_admission_state(state.cluster)
     verdict = budget.admit(
         current,
-        node=node.name,
+        node=admitted.subject,
         execution=state.execution.name,
         pool=pool_health,
         settings=settings.budgets,

@@ -10,7 +10,15 @@ from typing import Any
 
 from nodeheal.actions import Action, Mode
 from nodeheal.aws.notify import Notification
-from nodeheal.errors import LedgerContentionError
+from nodeheal.errors import (
+    ConditionClearedError,
+    LedgerContentionError,
+    NodeGoneError,
+    NodeReplacedError,
+    OutOfScopeError,
+    RemediationPausedError,
+    SupersededError,
+)
 from nodeheal.policy.catalog import lookup
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
@@ -79,9 +87,40 @@ def stage_seconds(times: Mapping[str, datetime]) -> dict[str, float]:
     return durations
 
 
+#: How a step's stop (nodeheal.errors.STOP_ERRORS, caught into ``$.stopped``) ends the record.
+_STOP_OUTCOMES: dict[str, tuple[Outcome, str]] = {
+    NodeGoneError.__name__: (Outcome.SKIPPED, "node gone"),
+    NodeReplacedError.__name__: (Outcome.SKIPPED, "node replaced"),
+    ConditionClearedError.__name__: (Outcome.SKIPPED, "condition cleared"),
+    OutOfScopeError.__name__: (Outcome.SKIPPED, "out of scope"),
+    RemediationPausedError.__name__: (Outcome.PAUSED, "paused"),
+    SupersededError.__name__: (Outcome.SUPERSEDED, "superseded"),
+}
+
+
+def _stop_outcome(state: WorkflowState, stopped: Mapping[str, Any]) -> tuple[Outcome, str]:
+    error = str(stopped.get("Error", ""))
+    cause = _cause_text(stopped.get("Cause"))
+    outcome, headline = _STOP_OUTCOMES.get(error, (Outcome.SKIPPED, error))
+    cordoned = bool((state.step("cordon") or {}).get("performed"))
+    uncordoned = bool((state.step("uncordon") or {}).get("performed"))
+    if uncordoned:
+        where = "NodeHeal's cordon was removed (drain.onConditionCleared: uncordon)"
+    elif outcome is Outcome.SUPERSEDED:
+        where = "its cordon stays for the execution that took over"
+    elif cordoned:
+        where = "node LEFT CORDONED for a person to check"
+    else:
+        where = "node was not cordoned"
+    return outcome, f"{headline}: {cause} ({where})"
+
+
 def _outcome(state: WorkflowState, decision_action: Action) -> tuple[Outcome, str]:
     admission = state.step("admission") or {}
     note = str(admission.get("note", ""))
+    stopped = state.step("stopped")
+    if stopped is not None:
+        return _stop_outcome(state, stopped)
     if admission.get("verdict") == STOP:
         return Outcome.SKIPPED, note
     if admission.get("refused"):
@@ -93,9 +132,6 @@ def _outcome(state: WorkflowState, decision_action: Action) -> tuple[Outcome, st
         return Outcome.RECORDED, "recorded; no action needed"
     if decision_action is Action.ALERT:
         return Outcome.ALERTED, "a person was notified; nothing was touched"
-    cordon = state.step("cordon") or {}
-    if cordon.get("skipped"):
-        return Outcome.SKIPPED, f"node disappeared before cordon ({cordon.get('skipped')})"
     if decision_action is Action.CORDON:
         return Outcome.CORDONED, "cordoned; left for a person"
     instance = state.step("instance") or {}
@@ -116,12 +152,6 @@ def _outcome(state: WorkflowState, decision_action: Action) -> tuple[Outcome, st
 
 def _skip_explanation(code: str) -> str:
     return {
-        "node-gone": "node was deleted before the instance action; nothing left to do",
-        "node-replaced": "node name now belongs to a new object; nothing done to it",
-        "condition-cleared": (
-            "condition cleared before the instance action; instance left alone, node LEFT CORDONED "
-            "for a person to check (a detector restart also clears conditions)"
-        ),
         "instance-gone": "instance was already shutting down or terminated",
     }.get(code, code)
 
@@ -192,6 +222,7 @@ def _finish(
     region: str,
     error: str = "",
     error_cause: str = "",
+    by: str = "workflow",
 ) -> dict[str, Any]:
     admission = state.step("admission") or {}
     decision = admission.get("decision") or {}
@@ -215,7 +246,8 @@ def _finish(
         xid=int(xid) if xid is not None else None,
         signal=str(decision.get("signal", "")),
         condition={k: str(v) for k, v in condition.items() if k in ("type", "status", "reason", "message")},
-        instance_id=node.instance_id if node else state.event.node.instance_id,
+        instance_id=node.instance_id if node else (state.event.node.instance_id or ""),
+        node_uid=node.uid if node else state.event.node.uid,
         instance_type=node.instance_type if node else state.event.node.instance_type,
         node_pool=node.pool if node else state.event.node.node_pool,
         stage_seconds=stage_seconds(times),
@@ -228,26 +260,54 @@ def _finish(
         error=error,
         error_cause=error_cause,
     )
-    ledger.put_record(record_)
-    _release(state, ledger)
-    notified = ""
-    if notifier is not None and _worth_notifying(state, record_):
-        notified = notifier.publish(render_notification(record_, state, region=region))
+    result = _account_for_end(state, ledger, notifier, record_, region=region, by=by)
     return {
+        **result,
         "outcome": outcome.value,
         "summary": summary,
-        "notification": notified,
         "stageSeconds": record_.stage_seconds,
         "at": format_timestamp(now, millis=True),
     }
 
 
+def _account_for_end(
+    state: WorkflowState,
+    ledger: LedgerPort,
+    notifier: NotifierPort | None,
+    record_: RemediationRecord,
+    *,
+    region: str,
+    by: str,
+) -> dict[str, Any]:
+    """Record, release and notify once per execution, whoever gets here first (D6).
+
+    ``Record outcome``, ``Record failure``, the finalizer and the sweeper may all reach one end
+    (a retried task, a failed execution whose Record failure ran). The end marker is written
+    last, so a crash in between repeats the work instead of losing it: the record is rewritten
+    identically, the releases are conditional, and at worst a notification is sent twice.
+    """
+    if ledger.execution_ended(state.cluster, state.execution.name):
+        _release(state, ledger)
+        return {"notification": "", "alreadyRecorded": True}
+    ledger.put_record(record_)
+    _release(state, ledger)
+    notified = ""
+    if notifier is not None and _worth_notifying(state, record_):
+        notified = notifier.publish(render_notification(record_, state, region=region))
+    ledger.mark_execution_ended(state.cluster, state.execution.name, record_.outcome.value, by)
+    return {"notification": notified, "alreadyRecorded": False}
+
+
 def _release(state: WorkflowState, ledger: LedgerPort) -> None:
-    """Give back the lock and the budget slot (retrying a lost race on the shared state item)."""
-    ledger.release_lock(state.cluster, state.node_name, state.execution.name)
+    """Give back the lock and the budget slot (retrying a lost race on the shared state item).
+
+    Both are conditional on this execution owning them: a superseded execution releases nothing
+    of its successor's."""
+    subject = state.subject
+    ledger.release_lock(state.cluster, subject, state.execution.name)
     for _ in range(5):
         current = ledger.read_admission_state(state.cluster)
-        released = budget.release(current, node=state.node_name, execution=state.execution.name)
+        released = budget.release(current, node=subject, execution=state.execution.name)
         if released is None:
             return
         try:
@@ -259,7 +319,7 @@ def _release(state: WorkflowState, ledger: LedgerPort) -> None:
 
 
 def _worth_notifying(state: WorkflowState, record_: RemediationRecord) -> bool:
-    if record_.outcome is Outcome.RECORDED:
+    if record_.outcome in (Outcome.RECORDED, Outcome.SUPERSEDED):
         return False
     if record_.outcome is Outcome.SKIPPED:
         # Only when NodeHeal left the node cordoned: that needs a person.
@@ -291,6 +351,9 @@ _NEXT_STEPS: dict[Outcome, str] = {
     "reset only once you know why several nodes failed together.",
     Outcome.SKIPPED: "The node is cordoned but was not remediated. Check the node and uncordon it "
     "if healthy.",
+    Outcome.PAUSED: "NodeHeal was paused or its mode lowered mid-remediation; the node is left as described. "
+    "Check it, then uncordon it or re-evaluate it once NodeHeal runs again.",
+    Outcome.SUPERSEDED: "Nothing to do: a more urgent remediation of this node took over.",
     Outcome.DRAIN_ABORTED: "The drain timed out (PodDisruptionBudgets or do-not-disrupt pods). The node is "
     "cordoned: move or stop the remaining pods, then terminate the instance or uncordon.",
     Outcome.FAILED: "The remediation failed and the node is left as described. Read the execution history, "

@@ -22,7 +22,9 @@ class Outcome(StrEnum):
     RECORDED = "recorded"  # action none: recorded for the trend
     DRY_RUN = "dry-run"  # decided and recorded; nothing mutated
     REFUSED = "refused"  # budget, breaker or pause said no; alerted
-    SKIPPED = "skipped"  # nothing to do: condition cleared, node gone, or another execution owns it
+    SKIPPED = "skipped"  # nothing to do: condition cleared, node gone or replaced, out of scope
+    SUPERSEDED = "superseded"  # a more urgent execution took the node over; its cordon stays for it
+    PAUSED = "paused"  # paused, or the mode changed, mid-remediation; node left cordoned for a person
     DRAIN_ABORTED = "drain-aborted"  # drain timed out with onTimeout=abort; node stays cordoned
     FAILED = "failed"  # an error ended the remediation; node stays cordoned
 
@@ -34,11 +36,26 @@ class Outcome(StrEnum):
             Outcome.DRAIN_ABORTED,
             Outcome.FAILED,
             Outcome.CORDONED,
+            Outcome.PAUSED,
         )
 
 
 #: Outcomes that count as an attempt on the node for the per-node attempt cap.
 ATTEMPT_OUTCOMES = frozenset({Outcome.REPLACED, Outcome.REBOOTED, Outcome.DRAIN_ABORTED, Outcome.FAILED})
+
+
+def identity_key(instance_id: str, node_uid: str = "", node_name: str = "") -> str:
+    """The key locks, history, attempt caps and escalation follow (DESIGN D1): the EC2 instance.
+
+    A node with no EC2 instance (not NodeHeal's to reboot or terminate, but it may be cordoned)
+    falls back to its object UID, which is never reused either; the name comes last, only for
+    records too old to carry either.
+    """
+    if instance_id:
+        return instance_id
+    if node_uid:
+        return f"uid-{node_uid}"
+    return f"name-{node_name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +74,7 @@ class RemediationRecord:
     signal: str = ""
     condition: Mapping[str, str] = field(default_factory=dict)
     instance_id: str = ""
+    node_uid: str = ""
     instance_type: str = ""
     node_pool: str = ""
     execution_arn: str = ""
@@ -70,6 +88,10 @@ class RemediationRecord:
     escalated: bool = False
     error: str = ""
     error_cause: str = ""
+
+    @property
+    def subject(self) -> str:
+        return identity_key(self.instance_id, self.node_uid, self.node)
 
     @property
     def sort_key(self) -> str:
@@ -93,6 +115,7 @@ class RemediationRecord:
             "signal": self.signal,
             "condition": dict(self.condition),
             "instanceId": self.instance_id,
+            "nodeUid": self.node_uid,
             "instanceType": self.instance_type,
             "nodePool": self.node_pool,
             "stageSeconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
@@ -124,6 +147,7 @@ class RemediationRecord:
             signal=str(item.get("signal", "")),
             condition={str(k): str(v) for k, v in (item.get("condition") or {}).items()},
             instance_id=str(item.get("instanceId", "")),
+            node_uid=str(item.get("nodeUid", "")),
             instance_type=str(item.get("instanceType", "")),
             node_pool=str(item.get("nodePool", "")),
             stage_seconds={str(k): float(v) for k, v in (item.get("stageSeconds") or {}).items()},

@@ -17,6 +17,7 @@ from nodeheal.config import RemediationSettings
 from nodeheal.errors import InvalidEventError
 from nodeheal.events import NodeConditionEvent
 from nodeheal.timeutil import parse_timestamp
+from nodeheal.workflow.records import identity_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,11 @@ class AdmittedNode:
     pool: str
     instance_type: str
     boot_id: str
+
+    @property
+    def subject(self) -> str:
+        """The identity locks and history follow (D1): the instance, never the name."""
+        return identity_key(self.instance_id, self.uid, self.name)
 
     def to_json(self) -> dict[str, str]:
         return {
@@ -82,6 +88,16 @@ class WorkflowState:
     @property
     def condition_type(self) -> str:
         return self.event.condition.type
+
+    @property
+    def subject(self) -> str:
+        """The lock and history key of this execution's node: the admitted instance, or before
+        admission the instance the event named."""
+        admitted = self.admitted_node
+        if admitted is not None:
+            return admitted.subject
+        node = self.event.node
+        return identity_key(node.instance_id or "", node.uid, node.name)
 
     def step(self, key: str) -> Mapping[str, Any] | None:
         """The result an earlier step wrote under ``key``, if it ran."""

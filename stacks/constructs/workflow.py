@@ -73,7 +73,9 @@ class WorkflowConstruct(Construct):
                 spec=spec,
                 code=code,
                 function_name=f"{self._config.stack_name}-{spec.name}",
-                environment=_task_environment(spec, ledger_table_name, topic_arn),
+                environment=_task_environment(
+                    spec, ledger_table_name, topic_arn, self._config.remediation.mode.value
+                ),
                 log_retention_days=self._config.log_retention_days,
                 # Only the tasks that call the (possibly private) EKS API endpoint need the VPC;
                 # the others reach DynamoDB and SNS without VPC endpoints or NAT.
@@ -130,8 +132,10 @@ class WorkflowConstruct(Construct):
         return state_machine
 
 
-def _task_environment(spec: TaskSpec, ledger_table_name: str, topic_arn: str) -> dict[str, str]:
-    environment: dict[str, str] = {}
+def _task_environment(spec: TaskSpec, ledger_table_name: str, topic_arn: str, mode: str) -> dict[str, str]:
+    # Every step reads the mode from here, live (D4): a redeploy in dry-run changes this
+    # variable and stops executions already in flight before their next mutation.
+    environment: dict[str, str] = {"NODEHEAL_MODE": mode}
     if spec.ledger is not LedgerAccess.NONE:
         environment["NODEHEAL_LEDGER_TABLE"] = ledger_table_name
     if spec.publishes_notifications:

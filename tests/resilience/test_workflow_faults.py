@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from nodeheal.actions import Action
 from nodeheal.sim.faults import Decision, injected_error
 from nodeheal.timeutil import utc_now
+from nodeheal.workflow.locks import LockClaim
 from nodeheal.workflow.records import Outcome
-from tests.workflow.conftest import CLUSTER, XID_48, XID_79, Pipeline
+from tests.workflow.conftest import CLUSTER, XID_48, XID_79, Pipeline, wait_until
 
 #: Outcomes a remediation may end in when its dependencies fail: each is recorded and explained.
 DEFINED_OUTCOMES = {Outcome.REPLACED, Outcome.FAILED, Outcome.SKIPPED, Outcome.REBOOTED, Outcome.REFUSED}
@@ -203,7 +205,10 @@ def test_lock_of_a_crashed_execution_expires_and_the_node_heals(pipeline: Pipeli
     original_clock = ledger._clock
     ledger._clock = lambda: crashed_at
     try:
-        assert ledger.acquire_lock(CLUSTER, "gpu-a", "crashed-execution", timedelta(minutes=10)).acquired
+        claim = LockClaim("gpu-a", "GPUProblem", Action.REPLACE, crashed_at)
+        assert ledger.acquire_lock(
+            CLUSTER, instance, "crashed-execution", timedelta(minutes=10), claim
+        ).acquired
     finally:
         ledger._clock = original_clock
     # An expired lock has no holder, even before anything overwrites it.
@@ -217,18 +222,29 @@ def test_lock_of_a_crashed_execution_expires_and_the_node_heals(pipeline: Pipeli
     assert pipeline.lock_holder("gpu-a") is None
 
 
-def test_a_live_lock_is_respected(pipeline: Pipeline) -> None:
+def test_defect_3_a_fault_behind_a_live_lock_waits_and_acts_when_the_holder_ends(pipeline: Pipeline) -> None:
+    """A holder that mutated and is as severe is never run beside, and never dropped behind."""
     instance = pipeline.add_gpu_node("gpu-a")
     ledger = _ledger(pipeline)
-    assert ledger.acquire_lock(CLUSTER, "gpu-a", "running-execution", timedelta(minutes=10)).acquired
+    claim = LockClaim("gpu-a", "KernelDeadlock", Action.REPLACE, utc_now())
+    assert ledger.acquire_lock(CLUSTER, instance, "running-execution", timedelta(minutes=10), claim).acquired
+    ledger.claim_mutation(CLUSTER, instance, "running-execution", step="cordon", busy_for=timedelta(0))
 
-    execution = pipeline.run(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_79))
+    started = pipeline.deliver(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_79))
+    arn = started["executionArn"]
+    wait_until(
+        lambda: pipeline.aws.state_names(arn).count("Wait for the node's lock") >= 2,
+        timeout=60,
+        what="the newcomer waiting behind the holder",
+    )
+    assert pipeline.aws.instance_state(instance) == "running", "nothing acts beside the holder"
+    assert ledger.release_lock(CLUSTER, instance, "running-execution")  # the holder ends, not acting
 
+    execution = pipeline.aws.wait_for_execution(arn, timeout=90)
     assert execution["status"] == "SUCCEEDED"
-    record = pipeline.only_record("gpu-a")
-    assert record.outcome is Outcome.SKIPPED
-    assert pipeline.aws.instance_state(instance) == "running"
-    assert pipeline.lock_holder("gpu-a") == "running-execution"
+    assert pipeline.only_record("gpu-a").outcome is Outcome.REPLACED
+    assert pipeline.aws.instance_state(instance) in ("shutting-down", "terminated")
+    assert pipeline.lock_holder("gpu-a") is None
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -147,7 +147,7 @@ class Pipeline:
 
     def lock_holder(self, name: str) -> str | None:
         ledger = self.aws.runtime_for(self.aws.function_logical_id("lambdas.record.handler")).ledger
-        return ledger.lock_holder(CLUSTER, name)
+        return ledger.node_lock_holder(CLUSTER, name)
 
 
 def open_pipeline(overrides: Mapping[str, Any] | None = None) -> Iterator[Pipeline]:

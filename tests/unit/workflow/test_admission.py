@@ -7,8 +7,9 @@ from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
 from nodeheal.config import BudgetSettings, RemediationSettings
 from nodeheal.kube.model import LiveNode
-from nodeheal.workflow.admission import CONFIRM, PROCEED, STOP, admit
+from nodeheal.workflow.admission import CONFIRM, PROCEED, STOP, WAIT, admit
 from nodeheal.workflow.budget import BreakerState, ClusterAdmissionState
+from nodeheal.workflow.locks import LockClaim
 from tests.unit.workflow.fakes import (
     CLUSTER,
     NOW,
@@ -19,6 +20,8 @@ from tests.unit.workflow.fakes import (
     live_node,
     workflow_state,
 )
+
+INSTANCE = "i-0abc1234def567890"
 
 
 def setup(condition: dict | None = None, **node_kwargs: object) -> tuple[FakeNodes, FakeLedger]:
@@ -32,8 +35,8 @@ def test_bad_live_condition_is_admitted_with_the_lock_and_a_budget_slot() -> Non
     assert admission.verdict == PROCEED
     assert admission.decision is not None and admission.decision.action is Action.REPLACE
     assert admission.decision.xid == 79
-    assert admission.lock_held and ledger.lock_holder(CLUSTER, "gpu-a") == "exec-1"
-    assert "gpu-a" in ledger.read_admission_state(CLUSTER).in_flight
+    assert admission.lock_held and ledger.lock_holder(CLUSTER, INSTANCE) == "exec-1"
+    assert INSTANCE in ledger.read_admission_state(CLUSTER).in_flight
     assert admission.node is not None and admission.node.instance_id == "i-0abc1234def567890"
 
 
@@ -68,11 +71,16 @@ def test_classification_uses_the_live_condition_not_the_event() -> None:
     assert admission.decision.action is Action.NONE and not admission.lock_held
 
 
-def test_another_execution_holding_the_lock_stops_this_one() -> None:
+def test_an_equally_severe_holder_that_mutated_makes_the_newcomer_wait_not_stop() -> None:
     nodes, ledger = setup()
-    ledger.acquire_lock(CLUSTER, "gpu-a", "exec-other", timedelta(hours=1))
+    holder_claim = LockClaim("gpu-a", "GPUProblem", Action.REPLACE, NOW)
+    ledger.acquire_lock(CLUSTER, INSTANCE, "exec-other", timedelta(hours=1), holder_claim)
+    ledger.claim_mutation(CLUSTER, INSTANCE, "exec-other", step="drain", busy_for=timedelta(0))
     admission = admit(workflow_state(nodes.nodes["gpu-a"]), kube(nodes), ledger, NOW)
-    assert admission.verdict == STOP and "exec-other" in admission.note
+    assert admission.verdict == WAIT and "exec-other" in admission.note
+    assert admission.wait_seconds == RemediationSettings().lock_wait_poll_seconds
+    assert admission.waiting_since == NOW
+    assert ledger.lock_holder(CLUSTER, INSTANCE) == "exec-other"
 
 
 def test_confirmation_waits_out_the_remaining_time_holding_the_lock() -> None:
@@ -81,7 +89,7 @@ def test_confirmation_waits_out_the_remaining_time_holding_the_lock() -> None:
     admission = admit(workflow_state(nodes.nodes["gpu-a"]), kube(nodes), ledger, NOW)
     assert admission.verdict == CONFIRM
     assert admission.wait_seconds == 90  # 120 s confirmation, bad for 30 s so far
-    assert ledger.lock_holder(CLUSTER, "gpu-a") == "exec-1"
+    assert ledger.lock_holder(CLUSTER, INSTANCE) == "exec-1"
     assert ledger.read_admission_state(CLUSTER).in_flight == {}
     later = admit(workflow_state(nodes.nodes["gpu-a"]), kube(nodes), ledger, NOW + timedelta(seconds=90))
     assert later.verdict == PROCEED and later.decision is not None
@@ -90,7 +98,7 @@ def test_confirmation_waits_out_the_remaining_time_holding_the_lock() -> None:
 
 def test_budget_refusal_lowers_to_alert_and_releases_the_lock() -> None:
     nodes, ledger = setup()
-    other = live_node("gpu-b")
+    other = live_node("gpu-b", instance_id="i-0bbb1234def567890")
     nodes.nodes["gpu-b"] = other
     nodes.taint("gpu-b")  # already being remediated: the pool of 2 has no room
     settings = RemediationSettings(budgets=BudgetSettings(max_unhealthy_pool_share=0.0, min_pool_allowance=1))
@@ -164,7 +172,7 @@ def test_a_storm_refusal_does_not_list_the_pool() -> None:
     first = admit(workflow_state(nodes.nodes["gpu-a"]), kube(nodes), ledger, NOW)
     assert first.lock_held and listed == ["karpenter.sh/nodepool=gpu"]
     settings = RemediationSettings(budgets=BudgetSettings(max_in_flight=1))
-    other = live_node("gpu-b", condition=gpu_problem())
+    other = live_node("gpu-b", condition=gpu_problem(), instance_id="i-0bbb1234def567890")
     nodes.nodes["gpu-b"] = other
     refused = admit(workflow_state(other, settings=settings, execution="exec-2"), kube(nodes), ledger, NOW)
     assert refused.refused and "maxInFlight 1" in refused.note

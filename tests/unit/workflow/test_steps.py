@@ -6,8 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nodeheal.actions import Mode
-from nodeheal.config import RemediationSettings
-from nodeheal.errors import ConfigurationError, LockNotHeldError
+from nodeheal.errors import LockNotHeldError, RemediationPausedError, SupersededError
 from nodeheal.workflow import actions
 from nodeheal.workflow.recording import record, record_failure, stage_seconds, stage_times
 from nodeheal.workflow.records import Outcome
@@ -22,6 +21,7 @@ from tests.unit.workflow.fakes import (
     workflow_state,
 )
 
+INSTANCE = "i-0abc1234def567890"
 ADMITTED = {
     "verdict": "proceed",
     "decision": {
@@ -54,7 +54,7 @@ def rebooted_state(node: object, rebooted_at: datetime, extra: dict | None = Non
         "rebootedAt": rebooted_at.isoformat(),
         "at": rebooted_at.isoformat(),
     }
-    return workflow_state(node, extra={"admission": ADMITTED, "instance": instance, **(extra or {})})  # type: ignore[arg-type]
+    return workflow_state(node, extra={"admission": admitted_as(node), "instance": instance, **(extra or {})})  # type: ignore[arg-type]
 
 
 def test_recovery_needs_a_new_boot_id_ready_and_a_healthy_condition() -> None:
@@ -96,22 +96,26 @@ def test_a_new_fault_after_the_reboot_fails_recovery_at_once() -> None:
     assert result["status"] == "failed" and "went bad again" in result["detail"]
 
 
+def admitted_as(node: object) -> dict:
+    return {**ADMITTED, "node": {**ADMITTED["node"], "uid": node.uid}}  # type: ignore[attr-defined]
+
+
 def test_destructive_steps_refuse_without_the_lock() -> None:
     node = live_node(condition=gpu_problem())
-    state = workflow_state(node, extra={"admission": ADMITTED})
+    state = workflow_state(node, extra={"admission": admitted_as(node)})
     ledger = FakeLedger()
-    ledger.acquire_lock(CLUSTER, "gpu-a", "exec-other", timedelta(hours=1))
     with pytest.raises(LockNotHeldError):
-        actions.cordon(state, kube(FakeNodes({"gpu-a": node})), ledger, NOW)  # type: ignore[arg-type]
+        actions.cordon(state, kube(FakeNodes({"gpu-a": node})), ledger, NOW, mode=Mode.FULL)  # type: ignore[arg-type]
+    ledger.acquire_lock(CLUSTER, INSTANCE, "exec-other", timedelta(hours=1))
+    with pytest.raises(SupersededError):
+        actions.cordon(state, kube(FakeNodes({"gpu-a": node})), ledger, NOW, mode=Mode.FULL)  # type: ignore[arg-type]
 
 
-def test_steps_refuse_to_act_beyond_the_mode() -> None:
+def test_steps_refuse_to_act_beyond_the_live_mode() -> None:
     node = live_node(condition=gpu_problem())
-    state = workflow_state(
-        node, settings=RemediationSettings(mode=Mode.DRY_RUN), extra={"admission": ADMITTED}
-    )
-    with pytest.raises(ConfigurationError, match="dry-run"):
-        actions.cordon(state, kube(FakeNodes({"gpu-a": node})), FakeLedger(), NOW)  # type: ignore[arg-type]
+    state = workflow_state(node, extra={"admission": admitted_as(node)})
+    with pytest.raises(RemediationPausedError, match="dry-run"):
+        actions.cordon(state, kube(FakeNodes({"gpu-a": node})), FakeLedger(), NOW, mode=Mode.DRY_RUN)  # type: ignore[arg-type]
 
 
 def test_stage_seconds_measure_from_the_fault_on_the_node() -> None:
@@ -137,7 +141,7 @@ def test_stage_seconds_measure_from_the_fault_on_the_node() -> None:
 def test_record_failure_keeps_the_error_and_releases_the_lock() -> None:
     node = live_node(condition=gpu_problem())
     ledger = FakeLedger()
-    ledger.acquire_lock(CLUSTER, "gpu-a", "exec-1", timedelta(hours=1))
+    ledger.acquire_lock(CLUSTER, INSTANCE, "exec-1", timedelta(hours=1))
     state = workflow_state(
         node,
         extra={
@@ -153,7 +157,7 @@ def test_record_failure_keeps_the_error_and_releases_the_lock() -> None:
     assert result["outcome"] == "failed"
     assert ledger.records[0].error_cause == "API server answered 503"
     assert "node left cordoned" in ledger.records[0].summary
-    assert ledger.lock_holder(CLUSTER, "gpu-a") is None
+    assert ledger.lock_holder(CLUSTER, INSTANCE) is None
 
 
 def test_record_is_idempotent_under_a_retried_step() -> None:

@@ -1,0 +1,123 @@
+"""What every step proves before it reads or mutates anything (DESIGN safety invariants 1, 2, 4, 8).
+
+The state machine's state is a plan made in the past; the node, its condition, the lock, the pause
+switch and the mode may all have changed since. So each mutating step, in this order:
+
+1. reads the mode live (the function's environment: a redeploy in dry-run changes it, D4) and the
+   pause switch live (the ledger), and stops with ``RemediationPausedError`` on either;
+2. re-reads the Node by name and proves it is the admitted object: same UID, same EC2 instance,
+   and (after cordon) still carrying NodeHeal's taint; otherwise ``NodeReplacedError`` (or
+   ``NodeGoneError``). EC2 reuses private IPs, so a new node can take the old name mid-drain;
+3. checks the condition is still bad, otherwise ``ConditionClearedError`` (never drain further or
+   force past a PodDisruptionBudget on a node that is no longer bad);
+4. proves it still holds the node's lock and marks the lock as mutating, in one conditional write
+   (``claim_mutation``); a preempted execution gets ``SupersededError`` here (D2).
+
+Each of these errors is a stop, not a failure: the state machine catches them by name into
+``Record outcome``, which releases the lock and the budget slot and tells a person when needed.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from nodeheal.actions import Mode
+from nodeheal.errors import (
+    ConditionClearedError,
+    ConfigurationError,
+    NodeGoneError,
+    NodeReplacedError,
+    RemediationPausedError,
+)
+from nodeheal.kube.model import LiveNode
+from nodeheal.workflow.ports import KubeAccess, LedgerPort
+from nodeheal.workflow.state import AdmittedNode, WorkflowState
+
+#: How long a claimed mutation may still be running: a preempting execution waits this long after
+#: the holder's last claim before taking the lock, so two executions never mutate a node at once.
+#: Longer than the longest mutating task's Lambda timeout (a test holds the stack to it).
+MUTATION_BUSY = timedelta(seconds=180)
+
+
+def admitted_node(state: WorkflowState) -> AdmittedNode:
+    node = state.admitted_node
+    if node is None:
+        raise ConfigurationError("this step needs the admission result; the state has none")
+    return node
+
+
+def require_mode(live_mode: Mode, *, allowed: tuple[Mode, ...], step: str) -> None:
+    if live_mode not in allowed:
+        raise RemediationPausedError(
+            f"{step} not done: NodeHeal now runs in {live_mode.value} mode (changed since this "
+            "remediation started); the node is left as it is for a person"
+        )
+
+
+def require_not_paused(state: WorkflowState, ledger: LedgerPort, *, step: str) -> None:
+    admission_state = ledger.read_admission_state(state.cluster)
+    if admission_state.paused:
+        why = f" ({admission_state.paused_reason})" if admission_state.paused_reason else ""
+        raise RemediationPausedError(
+            f"{step} not done: NodeHeal was paused{why} while this remediation ran; the node is "
+            "left as it is for a person (resume does not restart this execution)"
+        )
+
+
+def prove_admitted(state: WorkflowState, kube: KubeAccess, *, require_taint: bool) -> LiveNode:
+    """The live Node, proven to be the admitted object (UID and instance) and, with
+    ``require_taint``, still carrying NodeHeal's taint."""
+    admitted = admitted_node(state)
+    node = kube.nodes.get(admitted.name)
+    if node is None:
+        raise NodeGoneError(f"node {admitted.name} was deleted; nothing left to act on")
+    if node.uid != admitted.uid or (node.instance_id or "") != admitted.instance_id:
+        raise NodeReplacedError(
+            f"node name {admitted.name} now belongs to another object (uid {node.uid}, instance "
+            f"{node.instance_id or '-'}); admitted was uid {admitted.uid}, instance "
+            f"{admitted.instance_id or '-'}; nothing is done to it"
+        )
+    if require_taint and not node.cordoned_by_nodeheal:
+        raise NodeReplacedError(
+            f"node {admitted.name} no longer carries NodeHeal's taint: someone took it back "
+            "(uncordoned it); NodeHeal stops and leaves it alone"
+        )
+    return node
+
+
+def require_still_bad(state: WorkflowState, node: LiveNode, *, not_ready_counts: bool = False) -> None:
+    live = node.condition(state.condition_type)
+    if live is not None and live.is_bad:
+        return
+    if not_ready_counts and not node.is_ready:
+        # After a failed reboot the node may never have come back: not Ready counts as bad too.
+        return
+    shown = f"{live.status}/{live.reason}" if live else "absent"
+    raise ConditionClearedError(
+        f"{state.condition_type} is no longer bad on node {node.name} ({shown}); NodeHeal stops "
+        "and applies drain.onConditionCleared"
+    )
+
+
+def before_mutation(
+    state: WorkflowState,
+    kube: KubeAccess,
+    ledger: LedgerPort,
+    *,
+    live_mode: Mode,
+    allowed: tuple[Mode, ...],
+    step: str,
+    require_taint: bool,
+    require_bad: bool = True,
+    not_ready_counts: bool = False,
+) -> LiveNode:
+    """Everything a mutating step proves first (see the module docstring); the live node."""
+    require_mode(live_mode, allowed=allowed, step=step)
+    require_not_paused(state, ledger, step=step)
+    node = prove_admitted(state, kube, require_taint=require_taint)
+    if require_bad:
+        require_still_bad(state, node, not_ready_counts=not_ready_counts)
+    ledger.claim_mutation(
+        state.cluster, admitted_node(state).subject, state.execution.name, step=step, busy_for=MUTATION_BUSY
+    )
+    return node

@@ -1,0 +1,50 @@
+"""The per-node lock as the workflow reasons about it: who holds it, and who may take it (D2).
+
+At most one execution mutates a node at a time, and no bad condition is dropped because another
+execution holds the lock: a newcomer preempts the holder when its decision is more severe, or when
+the holder has not mutated the node yet and the newcomer would act sooner; otherwise it waits
+behind the holder and is re-evaluated against the live node when the holder ends. The ledger makes
+each of these one conditional write (nodeheal.aws.ledger); the rule itself lives here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from nodeheal.actions import Action
+
+
+@dataclass(frozen=True, slots=True)
+class LockClaim:
+    """What an execution tells the lock about itself, so a newcomer can decide to preempt (D2)."""
+
+    #: The node's name, for people reading the item (the key is the instance).
+    node: str
+    condition_type: str
+    #: The action the holder will take; its cost is the severity a newcomer compares against.
+    action: Action
+    #: When the holder will first mutate the node (end of its confirmation wait).
+    acts_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LockView:
+    execution: str
+    expires_at: datetime
+    node: str = ""
+    condition_type: str = ""
+    action: Action = Action.NONE
+    acts_at: datetime | None = None
+    #: The holder has claimed at least one mutation of the node (it is past confirming).
+    mutated: bool = False
+    #: A mutating step of the holder may still be running until then (claimed, not yet returned).
+    busy_until: datetime | None = None
+
+
+def may_preempt(claim: LockClaim, holder: LockView) -> tuple[bool, bool]:
+    """(may preempt, only if the holder has still not mutated the node) for ``claim`` over ``holder``."""
+    if claim.action.cost > holder.action.cost:
+        return True, False
+    acts_sooner = not holder.mutated and holder.acts_at is not None and claim.acts_at < holder.acts_at
+    return acts_sooner, True

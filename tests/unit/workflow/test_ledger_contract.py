@@ -1,0 +1,137 @@
+"""One contract, two ledgers: the DynamoDB ledger (over moto) and the in-memory one the step tests
+use must agree on every lock, preemption and end-of-execution rule, or the step tests prove
+nothing about production (DESIGN D7)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from nodeheal.actions import Action
+from nodeheal.aws.ledger import Ledger
+from nodeheal.errors import LockNotHeldError, SupersededError
+from nodeheal.workflow.locks import LockClaim
+from nodeheal.workflow.records import Outcome, RemediationRecord
+from tests.aws_fixtures import create_ledger_table
+from tests.unit.workflow.fakes import FakeLedger
+
+NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+TTL = timedelta(hours=1)
+INSTANCE = "i-0abc1234def567890"
+
+
+@dataclass
+class Subject:
+    ledger: Any
+    set_now: Callable[[datetime], None]
+
+
+@pytest.fixture(params=["dynamodb", "in-memory"])
+def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
+    if request.param == "in-memory":
+        fake = FakeLedger(now=NOW)
+        yield Subject(fake, lambda at: setattr(fake, "now", at))
+        return
+    clock = {"now": NOW}
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-west-2")
+        create_ledger_table(client, "ledger")
+        yield Subject(
+            Ledger(client, "ledger", clock=lambda: clock["now"]), lambda at: clock.__setitem__("now", at)
+        )
+
+
+def claim(action: Action, acts_in: float = 0, condition: str = "GPUProblem") -> LockClaim:
+    return LockClaim("gpu-a", condition, action, NOW + timedelta(seconds=acts_in))
+
+
+def test_a_renewing_holder_keeps_its_lock_and_its_mutated_mark(subject: Subject) -> None:
+    ledger = subject.ledger
+    assert ledger.acquire_lock("c", INSTANCE, "a", TTL, claim(Action.REBOOT)).acquired
+    ledger.claim_mutation("c", INSTANCE, "a", step="cordon", busy_for=timedelta(0))
+    assert ledger.acquire_lock("c", INSTANCE, "a", TTL, claim(Action.REBOOT)).acquired
+    refused = ledger.acquire_lock("c", INSTANCE, "b", TTL, claim(Action.REBOOT))
+    assert not refused.acquired and refused.held_by is not None
+    assert refused.held_by.mutated and refused.held_by.action is Action.REBOOT
+
+
+def test_preemption_is_one_conditional_write_on_the_exact_holder(subject: Subject) -> None:
+    ledger = subject.ledger
+    ledger.acquire_lock("c", INSTANCE, "confirming", TTL, claim(Action.REPLACE, 600, "KernelDeadlock"))
+    holder = ledger.acquire_lock("c", INSTANCE, "newcomer", TTL, claim(Action.REPLACE)).held_by
+    assert holder is not None
+    assert ledger.preempt_lock(
+        "c", INSTANCE, "newcomer", TTL, claim(Action.REPLACE), holder=holder, require_unmutated=True
+    )
+    assert ledger.lock_holder("c", INSTANCE) == "newcomer"
+    # A second newcomer holding the same stale view of the first holder cannot take it again.
+    assert not ledger.preempt_lock(
+        "c", INSTANCE, "late", TTL, claim(Action.REPLACE), holder=holder, require_unmutated=True
+    )
+    with pytest.raises(SupersededError):
+        ledger.claim_mutation("c", INSTANCE, "confirming", step="cordon", busy_for=timedelta(0))
+
+
+def test_a_holder_that_mutated_is_preempted_only_by_severity_and_only_between_steps(subject: Subject) -> None:
+    ledger = subject.ledger
+    ledger.acquire_lock("c", INSTANCE, "reboot", TTL, claim(Action.REBOOT))
+    ledger.claim_mutation("c", INSTANCE, "reboot", step="drain", busy_for=timedelta(seconds=60))
+    holder = ledger.acquire_lock("c", INSTANCE, "new", TTL, claim(Action.REPLACE)).held_by
+    assert holder is not None
+    assert not ledger.preempt_lock(
+        "c", INSTANCE, "new", TTL, claim(Action.REPLACE), holder=holder, require_unmutated=True
+    )
+    assert not ledger.preempt_lock(
+        "c", INSTANCE, "new", TTL, claim(Action.REPLACE), holder=holder, require_unmutated=False
+    ), "its drain round may still be running"
+    subject.set_now(NOW + timedelta(seconds=61))
+    assert ledger.preempt_lock(
+        "c", INSTANCE, "new", TTL, claim(Action.REPLACE), holder=holder, require_unmutated=False
+    )
+
+
+def test_claiming_a_mutation_without_the_lock_fails(subject: Subject) -> None:
+    ledger = subject.ledger
+    with pytest.raises(LockNotHeldError):
+        ledger.claim_mutation("c", INSTANCE, "nobody", step="drain", busy_for=timedelta(0))
+    ledger.acquire_lock("c", INSTANCE, "a", TTL, claim(Action.REPLACE))
+    subject.set_now(NOW + TTL + timedelta(seconds=1))
+    with pytest.raises(LockNotHeldError):
+        ledger.claim_mutation("c", INSTANCE, "a", step="drain", busy_for=timedelta(0))
+
+
+def test_history_follows_the_instance_not_the_name(subject: Subject) -> None:
+    ledger = subject.ledger
+    for instance, execution in (("i-old", "x-old"), ("i-new", "x-new")):
+        ledger.put_record(
+            RemediationRecord(
+                cluster="c",
+                node="gpu-a",
+                execution=execution,
+                started_at=NOW,
+                finished_at=NOW,
+                outcome=Outcome.REBOOTED,
+                action=Action.REBOOT,
+                planned_action=Action.REBOOT,
+                reason="",
+                summary="",
+                instance_id=instance,
+            )
+        )
+    since = NOW - timedelta(days=1)
+    assert [r.execution for r in ledger.instance_records("c", "i-new", since)] == ["x-new"]
+    assert [r.execution for r in ledger.instance_records("c", "i-old", since)] == ["x-old"]
+
+
+def test_an_execution_ends_once(subject: Subject) -> None:
+    ledger = subject.ledger
+    assert not ledger.execution_ended("c", "x")
+    ledger.mark_execution_ended("c", "x", "replaced", "workflow")
+    ledger.mark_execution_ended("c", "x", "failed", "finalizer")  # a later end changes nothing
+    assert ledger.execution_ended("c", "x")
