@@ -28,6 +28,7 @@ from nodeheal.workflow.ports import KubeAccess
 
 if TYPE_CHECKING:
     from nodeheal.aws.ec2 import Ec2Instances
+    from nodeheal.aws.executions import StepFunctionsExecutions
     from nodeheal.aws.ledger import Ledger
     from nodeheal.aws.notify import SnsNotifier
     from nodeheal.kube.client import KubeClientProvider
@@ -48,17 +49,26 @@ class LambdaEnvironment:
     #: The deployed mode (``NODEHEAL_MODE``), read by every mutating step (D4): a redeploy in
     #: dry-run stops executions already in flight. None where the stack sets no mode.
     mode: Mode | None = None
+    #: The finalizer's sweeper: how far back it looks for executions that ended uncaught, and the
+    #: workflow timeout (no execution runs longer, so the listing pages back no further).
+    sweep_look_back_seconds: int = 86_400
+    longest_execution_seconds: int = 3 * 3600
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> LambdaEnvironment:
         region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or ""
         if not region:
             raise ConfigurationError("AWS_REGION is not set")
-        stale_raw = environ.get("NODEHEAL_STALE_EVENT_SECONDS", "900")
-        if not stale_raw.isdigit():
-            raise ConfigurationError(
-                f"NODEHEAL_STALE_EVENT_SECONDS must be a number of seconds, got {stale_raw!r}"
-            )
+        numbers = {}
+        for variable, default in (
+            ("NODEHEAL_STALE_EVENT_SECONDS", "900"),
+            ("NODEHEAL_SWEEP_LOOK_BACK_SECONDS", "86400"),
+            ("NODEHEAL_LONGEST_EXECUTION_SECONDS", "10800"),
+        ):
+            raw = environ.get(variable, default)
+            if not raw.isdigit():
+                raise ConfigurationError(f"{variable} must be a number of seconds, got {raw!r}")
+            numbers[variable] = int(raw)
         mode_raw = environ.get("NODEHEAL_MODE", "")
         allowed_modes = [m.value for m in Mode]
         if mode_raw and mode_raw not in allowed_modes:
@@ -73,9 +83,11 @@ class LambdaEnvironment:
             clusters=frozenset(
                 c.strip() for c in environ.get("NODEHEAL_CLUSTERS", "").split(",") if c.strip()
             ),
-            stale_event_seconds=int(stale_raw),
+            stale_event_seconds=numbers["NODEHEAL_STALE_EVENT_SECONDS"],
             event_source=environ.get("NODEHEAL_EVENT_SOURCE", DEFAULT_SOURCE),
             mode=Mode(mode_raw) if mode_raw else None,
+            sweep_look_back_seconds=numbers["NODEHEAL_SWEEP_LOOK_BACK_SECONDS"],
+            longest_execution_seconds=numbers["NODEHEAL_LONGEST_EXECUTION_SECONDS"],
         )
 
     def require(self, name: str, value: str) -> str:
@@ -144,6 +156,13 @@ class Runtime:
         from nodeheal.aws.ec2 import Ec2Instances
 
         return Ec2Instances(self._client_factory("ec2"))
+
+    @cached_property
+    def executions(self) -> StepFunctionsExecutions:
+        from nodeheal.aws.executions import StepFunctionsExecutions
+
+        arn = self.environment.require("NODEHEAL_STATE_MACHINE_ARN", self.environment.state_machine_arn)
+        return StepFunctionsExecutions(self._client_factory("stepfunctions"), arn)
 
     @cached_property
     def starter(self) -> SfnExecutionStarter:

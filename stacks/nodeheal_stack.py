@@ -10,6 +10,7 @@ from constructs import Construct
 from stacks.config import NodeHealConfig
 from stacks.constructs.access import AccessConstruct
 from stacks.constructs.exporter_access import ExporterAccess
+from stacks.constructs.finalizer import FinalizerConstruct
 from stacks.constructs.ingest import IngestConstruct
 from stacks.constructs.ledger import LedgerConstruct
 from stacks.constructs.notifications import NotificationsConstruct
@@ -52,6 +53,15 @@ class NodeHealStack(Stack):
             code=code,
             ledger_table_name=self.ledger.table.table_name,
             state_machine=self.workflow.state_machine,
+        )
+        self.finalizer = FinalizerConstruct(
+            self,
+            "Finalizer",
+            config=config,
+            code=code,
+            state_machine=self.workflow.state_machine,
+            ledger_table=self.ledger.table,
+            topic=self.notifications.topic,
         )
         self.access = AccessConstruct(
             self,

@@ -132,3 +132,15 @@ def task(name: str) -> TaskSpec:
         if spec.name == name:
             return spec
     raise KeyError(name)
+
+
+#: The finalizer and sweeper (D6): EventBridge invokes it on execution status changes and on a
+#: schedule; it reads executions back and ends them in the ledger like Record failure does.
+FINALIZER_TASK = TaskSpec(
+    "finalize",
+    "lambdas.finalize.handler",
+    "Record, release and notify for executions that ended outside any Catch (timeout, abort, limits)",
+    ledger=LedgerAccess.READ_WRITE,
+    publishes_notifications=True,
+    timeout_seconds=120,
+)

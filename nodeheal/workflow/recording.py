@@ -177,6 +177,7 @@ def record_failure(
     now: datetime,
     *,
     region: str,
+    by: str = "workflow",
 ) -> dict[str, Any]:
     failure = state.step("failure") or {}
     error = str(failure.get("Error", "UnknownError"))
@@ -195,6 +196,7 @@ def record_failure(
         region=region,
         error=error,
         error_cause=cause,
+        by=by,
     )
 
 
