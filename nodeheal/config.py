@@ -198,12 +198,14 @@ class DrainSettings:
     #: Seconds from the first eviction round until the drain gives up and applies ``on_timeout``.
     timeout_seconds: int = 900
     #: Seconds the state machine waits between eviction rounds (a 429 from a PDB is retried then).
+    #: At least 1: a zero wait spins the loop through Lambda invocations and execution history.
     poll_seconds: int = 10
     #: ``force`` deletes what is left with ``force_grace_seconds``; ``abort`` stops, stays cordoned, alerts.
     on_timeout: str = "force"
     force_grace_seconds: int = 30
     #: How long pods annotated ``karpenter.sh/do-not-disrupt=true`` are left alone (for a checkpoint)
     #: before they are evicted like the others. The GPU is broken: they cannot make progress anyway.
+    #: Shorter than ``timeout_seconds`` (or 0), else they would never be evicted, only forced.
     do_not_disrupt_wait_seconds: int = 300
     #: Evictions sent at once in one round.
     parallelism: int = 32
@@ -229,7 +231,7 @@ class DrainSettings:
     def read(cls, reader: SettingsReader) -> DrainSettings:
         settings = cls(
             timeout_seconds=reader.integer("timeoutSeconds", 900, minimum=0, maximum=86_400),
-            poll_seconds=reader.integer("pollSeconds", 10, minimum=0, maximum=3600),
+            poll_seconds=reader.integer("pollSeconds", 10, minimum=1, maximum=3600),
             on_timeout=reader.choice("onTimeout", ("force", "abort"), "force"),
             force_grace_seconds=reader.integer("forceGraceSeconds", 30, minimum=0, maximum=3600),
             do_not_disrupt_wait_seconds=reader.integer(
@@ -246,7 +248,7 @@ class DrainSettings:
 
 @dataclass(frozen=True, slots=True)
 class RebootSettings:
-    #: Seconds between recovery checks after the EC2 reboot.
+    #: Seconds between recovery checks after the EC2 reboot (at least 1, like the drain's poll).
     poll_seconds: int = 30
     #: Seconds after the reboot call within which the node must come back (new bootID, Ready,
     #: condition healthy); otherwise NodeHeal escalates to replace.
@@ -258,7 +260,7 @@ class RebootSettings:
     @classmethod
     def read(cls, reader: SettingsReader) -> RebootSettings:
         settings = cls(
-            poll_seconds=reader.integer("pollSeconds", 30, minimum=0, maximum=3600),
+            poll_seconds=reader.integer("pollSeconds", 30, minimum=1, maximum=3600),
             recovery_timeout_seconds=reader.integer("recoveryTimeoutSeconds", 900, minimum=0, maximum=86_400),
         )
         reader.finish()
@@ -270,7 +272,8 @@ class RetrySettings:
     """Step Functions retries of transient failures (Kubernetes API 5xx/timeouts, EC2 throttling).
 
     Rendered into the state machine's Retry clauses (ASL cannot read them from the input), so they
-    are deploy-time values; bounded so a dead API server fails the remediation in minutes, not hours.
+    are deploy-time values; bounded so a dead API server fails the remediation in minutes, not hours:
+    the backoff of one task's retries adds up to at most ``nodeheal.timing.MAX_RETRY_WAIT_SECONDS``.
     """
 
     interval_seconds: int = 2
@@ -306,10 +309,11 @@ class RemediationSettings:
     reboot: RebootSettings = field(default_factory=RebootSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
     #: A per-node lock expires after this many seconds, so a crashed execution cannot wedge a node.
-    #: Longer than the longest legitimate remediation (drain timeout + recovery timeout + margins).
-    lock_ttl_seconds: int = 7200
-    #: Seconds between re-admissions of an execution waiting behind another one's lock of the
-    #: same node (D2); it waits at most ``lock_ttl_seconds``, then a person is told.
+    #: It is never renewed, so it must exceed the worst case of one execution holding it by a
+    #: margin (``nodeheal.timing``); 4 h 30 min covers the defaults' 3 h 40 min with room to tune.
+    lock_ttl_seconds: int = 16_200
+    #: Seconds between two looks at the lock of an execution that waits behind the node's lock
+    #: holder; the holder's end is noticed at most this late.
     lock_wait_poll_seconds: int = 30
     #: Delete the Node object right after the EC2 terminate call instead of waiting for Karpenter
     #: to notice the instance is gone (it does within a minute or two; see the README).
@@ -329,15 +333,20 @@ class RemediationSettings:
         }
 
     @classmethod
-    def from_json(cls, raw: Any, path: str = "settings") -> RemediationSettings:
+    def from_json(cls, raw: Any, path: str = "settings", *, check_timing: bool = True) -> RemediationSettings:
         reader = SettingsReader(raw, path)
-        settings = cls.read(reader)
+        settings = cls.read(reader, check_timing=check_timing)
         reader.finish()
         return settings
 
     @classmethod
-    def read(cls, reader: SettingsReader) -> RemediationSettings:
-        """Read the remediation keys from ``reader``; the caller calls ``finish`` (it may own more keys)."""
+    def read(cls, reader: SettingsReader, *, check_timing: bool = True) -> RemediationSettings:
+        """Read the remediation keys from ``reader``; the caller calls ``finish`` (it may own more keys).
+
+        ``check_timing`` refuses a lock TTL that does not cover the worst case (D5) and a retry
+        backoff that waits too long. Only the settings carried by a running execution skip it: they
+        were checked when they were deployed, and the run must be able to finish under newer code.
+        """
         mode_value = reader.choice("mode", tuple(m.value for m in Mode), Mode.FULL.value)
         settings = cls(
             mode=Mode(mode_value),
@@ -346,15 +355,43 @@ class RemediationSettings:
             drain=DrainSettings.read(reader.child("drain")),
             reboot=RebootSettings.read(reader.child("reboot")),
             retry=RetrySettings.read(reader.child("retry")),
-            lock_ttl_seconds=reader.integer("lockTtlSeconds", 7200, minimum=60, maximum=7 * 86_400),
+            lock_ttl_seconds=reader.integer("lockTtlSeconds", 16_200, minimum=60, maximum=7 * 86_400),
             lock_wait_poll_seconds=reader.integer("lockWaitPollSeconds", 30, minimum=1, maximum=3600),
             delete_node_after_terminate=reader.boolean("deleteNodeAfterTerminate", False),
         )
-        minimum_ttl = settings.drain.timeout_seconds + settings.reboot.recovery_timeout_seconds
-        if settings.lock_ttl_seconds < minimum_ttl:
-            raise ConfigurationError(
-                f"{reader.where('lockTtlSeconds')} ({settings.lock_ttl_seconds}) must be at least "
-                f"drain.timeoutSeconds + reboot.recoveryTimeoutSeconds ({minimum_ttl}) so a lock "
-                "cannot expire under a healthy remediation"
-            )
+        if check_timing:
+            _check_timing(settings, reader)
         return settings
+
+
+def _check_timing(settings: RemediationSettings, reader: SettingsReader) -> None:
+    # nodeheal.timing reads the built-in policy, which imports this module's types.
+    from nodeheal import timing
+
+    drain = settings.drain
+    if 0 < drain.do_not_disrupt_wait_seconds >= drain.timeout_seconds:
+        where = reader.where("drain")
+        raise ConfigurationError(
+            f"{where}.doNotDisruptWaitSeconds ({drain.do_not_disrupt_wait_seconds}) must be shorter than "
+            f"{where}.timeoutSeconds ({drain.timeout_seconds}), or 0: pods held back until the drain "
+            "times out are never evicted, only force-deleted or left behind"
+        )
+    retry_wait = timing.retry_wait_seconds(settings.retry)
+    if retry_wait > timing.MAX_RETRY_WAIT_SECONDS:
+        retry = settings.retry
+        raise ConfigurationError(
+            f"{reader.where('retry')} waits {retry_wait} s in backoff over {retry.max_attempts} retries "
+            f"({retry.interval_seconds} s x {retry.backoff_rate:g}^k); at most "
+            f"{timing.MAX_RETRY_WAIT_SECONDS} s, so a dead API fails the remediation in minutes"
+        )
+    holding = timing.holding_worst_case(settings)
+    margin = timing.margin_seconds(holding.total_seconds)
+    required = holding.total_seconds + margin
+    if settings.lock_ttl_seconds < required:
+        raise ConfigurationError(
+            f"{reader.where('lockTtlSeconds')} ({settings.lock_ttl_seconds}) must be at least {required}: "
+            f"one execution can hold the lock for {holding.total_seconds} s "
+            f"({timing.format_duration(holding.total_seconds)}) and the lock is never renewed, so it "
+            f"needs a margin of {margin} s ({timing.MARGIN_SHARE:.0%}, at least "
+            f"{timing.MIN_MARGIN_SECONDS} s). Worst case: {holding.describe()}"
+        )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeheal import timing
 from nodeheal.conditions import CONDITION_STATUSES
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError
@@ -145,7 +146,8 @@ class NodeHealConfig:
     #: one a minute by default, so the default tolerates a rolling restart and a slow leader handover.
     heartbeat_missing_minutes: int
     lambda_network: LambdaNetwork | None
-    #: Overall timeout of one execution; longer than drain timeout + recovery timeout + confirmation.
+    #: Overall timeout of one execution: longer, by a margin, than the worst case of waiting behind
+    #: the node's lock holder and then remediating (``nodeheal.timing.execution_worst_case``).
     workflow_timeout_minutes: int
     #: Kubernetes group the EKS access entries map the workflow roles to (bound by deploy/rbac).
     kubernetes_group: str
@@ -208,16 +210,9 @@ class NodeHealConfig:
             else None
         )
         workflow = reader.child("workflow")
-        timeout_minutes = workflow.integer("timeoutMinutes", 180, minimum=5, maximum=7 * 24 * 60)
+        timeout_minutes = workflow.integer("timeoutMinutes", 600, minimum=5, maximum=7 * 24 * 60)
         workflow.finish()
-        needed_minutes = (
-            remediation.drain.timeout_seconds + remediation.reboot.recovery_timeout_seconds
-        ) // 60 + 5
-        if timeout_minutes < needed_minutes:
-            raise ConfigurationError(
-                f"{CONTEXT_KEY}.workflow.timeoutMinutes ({timeout_minutes}) must exceed drain plus "
-                f"recovery timeouts with margin ({needed_minutes})"
-            )
+        _check_workflow_timeout(timeout_minutes, remediation, workflow.where("timeoutMinutes"))
         exporter = reader.child("exporter")
         config = cls(
             stack_name=reader.string("stackName", "NodeHeal"),
@@ -245,3 +240,18 @@ class NodeHealConfig:
             )
         reader.finish()
         return config
+
+
+def _check_workflow_timeout(timeout_minutes: int, remediation: RemediationSettings, where: str) -> None:
+    """Refuse a workflow timeout that could stop a healthy execution before it releases its lock."""
+    execution = timing.execution_worst_case(remediation)
+    required = timing.required_workflow_timeout_minutes(remediation)
+    if timeout_minutes < required:
+        margin = timing.margin_seconds(execution.total_seconds)
+        raise ConfigurationError(
+            f"{where} ({timeout_minutes}) must be at least {required}: one execution can run "
+            f"{execution.total_seconds} s ({timing.format_duration(execution.total_seconds)}), waiting "
+            f"behind the node's lock holder and then remediating, and needs a margin of {margin} s "
+            f"({timing.MARGIN_SHARE:.0%}, at least {timing.MIN_MARGIN_SECONDS} s). "
+            f"Worst case: {execution.describe()}"
+        )

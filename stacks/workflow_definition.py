@@ -19,12 +19,13 @@ Shape (state names are what a person reads in the console)::
 
 Every Lambda task receives the whole state and writes its result under its own key (``ResultPath``),
 so the execution history shows each step's input and output in full. Each task is short and
-idempotent; Retry clauses name domain errors by class name (``nodeheal.errors``).
+idempotent; Retry clauses name domain errors by class name (``nodeheal.errors``) and come from
+``nodeheal.timing``, which computes from the same clauses how long a run can take (D5).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
@@ -33,20 +34,8 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from nodeheal.config import RemediationSettings
-from nodeheal.errors import (
-    STOP_ERRORS,
-    ConditionClearedError,
-    Ec2IncorrectStateError,
-    Ec2ThrottledError,
-    KubernetesApiUnavailableError,
-    LedgerContentionError,
-)
-
-#: Transient errors worth retrying with the configured backoff.
-TRANSIENT_ERRORS: tuple[str, ...] = (
-    KubernetesApiUnavailableError.__name__,
-    Ec2ThrottledError.__name__,
-)
+from nodeheal.errors import STOP_ERRORS, ConditionClearedError
+from nodeheal.timing import RetryClause, task_retry_clauses
 
 # Keys under which each task writes its result; the handlers read the same keys.
 ADMISSION = "$.admission"
@@ -251,22 +240,17 @@ class _DefinitionBuilder:
         catch: bool = True,
         stop_to: sfn.IChainable | None = None,
     ) -> tasks.LambdaInvoke:
-        retry = self._settings.retry
         task = tasks.LambdaInvoke(
             self._scope,
             state_name,
             lambda_function=self._functions[function],
             payload_response_only=True,
-            retry_on_service_exceptions=True,
+            # The Lambda service's transient errors are among the clauses below, with the others.
+            retry_on_service_exceptions=False,
             result_path=result_path,
         )
-        self._add_retry(
-            task, TRANSIENT_ERRORS, retry.interval_seconds, retry.max_attempts, retry.backoff_rate
-        )
-        # Lost a race on a shared ledger item: another execution just wrote it; retry soon, spread out.
-        self._add_retry(task, (LedgerContentionError.__name__,), 1, 6, 1.5)
-        # EC2 refuses a reboot/terminate while the instance is pending or stopping; give it time.
-        self._add_retry(task, (Ec2IncorrectStateError.__name__,), max(5, retry.interval_seconds), 3, 2.0)
+        for clause in task_retry_clauses(self._settings.retry):
+            self._add_retry(task, clause)
         if catch:
             # A stop is not a failure: catch it first (Catchers are matched in order).
             task.add_catch(
@@ -278,20 +262,12 @@ class _DefinitionBuilder:
         return task
 
     @staticmethod
-    def _add_retry(
-        task: tasks.LambdaInvoke,
-        errors: Sequence[str],
-        interval_seconds: int,
-        max_attempts: int,
-        backoff_rate: float,
-    ) -> None:
-        if max_attempts == 0:
-            return
+    def _add_retry(task: tasks.LambdaInvoke, clause: RetryClause) -> None:
         task.add_retry(
-            errors=list(errors),
-            interval=Duration.seconds(interval_seconds),
-            max_attempts=max_attempts,
-            backoff_rate=backoff_rate,
+            errors=list(clause.errors),
+            interval=Duration.seconds(clause.interval_seconds),
+            max_attempts=clause.max_attempts,
+            backoff_rate=clause.backoff_rate,
             jitter_strategy=sfn.JitterType.FULL,
         )
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from nodeheal.timing import TASK_TIMEOUT_SECONDS
+
 
 class LedgerAccess(Enum):
     NONE = "none"
@@ -31,7 +33,8 @@ class TaskSpec:
     #: Needs ec2:DescribeInstances (which supports no resource-level restriction).
     ec2_describe: bool = False
     publishes_notifications: bool = False
-    #: Seconds; every task is short by design (the state machine owns the waiting).
+    #: Seconds; every task is short by design (the state machine owns the waiting). A workflow
+    #: task's comes from ``nodeheal.timing.TASK_TIMEOUT_SECONDS``, which the worst case counts.
     timeout_seconds: int = 30
     memory_mb: int = 256
 
@@ -44,6 +47,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         kubernetes=True,
         ledger=LedgerAccess.READ_WRITE,
         publishes_notifications=False,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["admit"],
     ),
     TaskSpec(
         "cordon",
@@ -51,6 +55,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "Cordon and taint the Node, annotate it with the execution and reason",
         kubernetes=True,
         ledger=LedgerAccess.READ,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["cordon"],
     ),
     TaskSpec(
         "drain",
@@ -58,8 +63,8 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "One eviction round through the Eviction API (PDBs respected)",
         kubernetes=True,
         ledger=LedgerAccess.READ,
-        timeout_seconds=60,
         memory_mb=512,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["drain"],
     ),
     TaskSpec(
         "force-drain",
@@ -67,8 +72,8 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "Delete the pods left after the drain timeout with the configured grace period",
         kubernetes=True,
         ledger=LedgerAccess.READ,
-        timeout_seconds=60,
         memory_mb=512,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["force-drain"],
     ),
     TaskSpec(
         "terminate",
@@ -78,6 +83,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         ledger=LedgerAccess.READ,
         ec2_mutations=("ec2:TerminateInstances",),
         ec2_describe=True,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["terminate"],
     ),
     TaskSpec(
         "reboot",
@@ -87,12 +93,14 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         ledger=LedgerAccess.READ,
         ec2_mutations=("ec2:RebootInstances",),
         ec2_describe=True,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["reboot"],
     ),
     TaskSpec(
         "check-recovery",
         "lambdas.check_recovery.handler",
         "After a reboot: new boot ID, Ready, condition healthy?",
         kubernetes=True,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["check-recovery"],
     ),
     TaskSpec(
         "uncordon",
@@ -100,6 +108,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "Undo NodeHeal's cordon after a successful reboot",
         kubernetes=True,
         ledger=LedgerAccess.READ,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["uncordon"],
     ),
     TaskSpec(
         "record",
@@ -107,6 +116,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "Write the remediation record, release the lock and budget slot, notify",
         ledger=LedgerAccess.READ_WRITE,
         publishes_notifications=True,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["record"],
     ),
     TaskSpec(
         "record-failure",
@@ -114,6 +124,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "Record a failed remediation (node stays cordoned), release the lock, notify",
         ledger=LedgerAccess.READ_WRITE,
         publishes_notifications=True,
+        timeout_seconds=TASK_TIMEOUT_SECONDS["record-failure"],
     ),
 )
 

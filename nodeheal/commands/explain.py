@@ -9,6 +9,10 @@ EVENT is a file or ``-`` (stdin) holding one of:
 The decision is the real policy (:func:`nodeheal.policy.decide`) with an empty history: explain
 answers "what does this signal mean under this policy", not "what will happen to this node now"
 (that also depends on the ledger: past reboots, attempts, budgets, the breaker).
+
+Without EVENT, explain prints the configuration's timing (:mod:`nodeheal.timing`): the worst case
+of one execution holding a node's lock and the lock TTL it needs, the worst case of a whole
+execution and the workflow timeout it needs, and the bound of invariant I2, each term by term.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nodeheal import timing
 from nodeheal.actions import Mode
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
@@ -46,6 +51,7 @@ DEPLOY_ONLY_KEYS = frozenset(
         "lambdaNetwork",
         "workflow",
         "kubernetesGroup",
+        "exporter",
         "logRetentionDays",
         "stackName",
     }
@@ -55,14 +61,21 @@ DEPLOY_ONLY_KEYS = frozenset(
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "explain",
-        help="explain the decision for an event or a Node",
+        help="explain the decision for an event or a Node, or the configuration's timing",
         description=(
             "Print, as JSON, the decision NodeHeal's policy makes for an event (contract v1 detail or a "
             "full EventBridge event) or for every condition of a Node (kubectl get node X -o json). "
-            "History is assumed empty (no earlier reboots or attempts)."
+            "History is assumed empty (no earlier reboots or attempts). Without EVENT, print the "
+            "configuration's worst-case durations, the lock TTL and workflow timeout they need, and "
+            "the bound of invariant I2 (confirmation + worst case + finalizer latency)."
         ),
     )
-    parser.add_argument("event", metavar="EVENT", help="file with the event or Node JSON, or - for stdin")
+    parser.add_argument(
+        "event",
+        metavar="EVENT",
+        nargs="?",
+        help="file with the event or Node JSON, or - for stdin; omit it to explain the timing",
+    )
     parser.add_argument(
         "--config",
         metavar="PATH",
@@ -79,6 +92,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.config) if args.config else RemediationSettings()
     mode = Mode(args.mode) if args.mode else settings.mode
+    if args.event is None:
+        print(json.dumps(explain_timing(settings), indent=2))
+        return 0
     document = _read_json(args.event)
     if isinstance(document, dict) and "detail-type" in document:
         detail_type = document["detail-type"]
@@ -113,6 +129,34 @@ def load_settings(path: str) -> RemediationSettings:
         raise ConfigurationError(f"{path} has no context.nodeheal object")
     remediation = {key: value for key, value in nodeheal.items() if key not in DEPLOY_ONLY_KEYS}
     return RemediationSettings.from_json(remediation, "context.nodeheal")
+
+
+def explain_timing(settings: RemediationSettings) -> dict[str, Any]:
+    """The worst cases of D5 and the I2 bound, each with its terms, and what they require."""
+    holding = timing.holding_worst_case(settings)
+    execution = timing.execution_worst_case(settings)
+    return {
+        "holding": {
+            "what": "longest one execution holds a node's lock, from the Admit that takes it to the record",
+            **holding.to_json(),
+            "marginSeconds": timing.margin_seconds(holding.total_seconds),
+            "lockTtlSeconds": settings.lock_ttl_seconds,
+            "lockTtlMinimumSeconds": timing.required_lock_ttl_seconds(settings),
+        },
+        "execution": {
+            "what": "longest one execution runs: waiting behind the node's lock holder, then holding it",
+            **execution.to_json(),
+            "marginSeconds": timing.margin_seconds(execution.total_seconds),
+            "workflowTimeoutMinimumMinutes": timing.required_workflow_timeout_minutes(settings),
+        },
+        "i2Bound": {
+            "what": (
+                "longest a bad condition waits to be acted on while another execution holds its node: "
+                "confirmation + the holder's worst case + finalizer latency"
+            ),
+            **timing.remediation_bound(settings).to_json(),
+        },
+    }
 
 
 def explain_event(payload: Any, settings: RemediationSettings, mode: Mode) -> dict[str, Any]:

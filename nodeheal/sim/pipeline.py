@@ -49,14 +49,14 @@ _T = TypeVar("_T")
 
 #: Tiny waits so the real definition runs in seconds: moto sleeps for real in Wait states and
 #: Retry intervals. The workflow tests and the end-to-end scenarios share it (and so the template).
+#: The lock TTL and workflow timeout stay the deployed defaults: the worst case they must cover
+#: counts every Lambda attempt at its full timeout, which no speed-up shortens (nodeheal.timing).
 FAST_CONTEXT: dict[str, Any] = {
     "clusters": [CLUSTER],
     "drain": {"timeoutSeconds": 4, "pollSeconds": 1, "doNotDisruptWaitSeconds": 0, "forceGraceSeconds": 0},
     "reboot": {"pollSeconds": 1, "recoveryTimeoutSeconds": 5},
     "retry": {"intervalSeconds": 1, "maxAttempts": 2, "backoffRate": 1.0},
-    "lockTtlSeconds": 600,
     "lockWaitPollSeconds": 1,
-    "workflow": {"timeoutMinutes": 15},
     "notifications": {"emails": ["oncall@example.com"]},
 }
 
@@ -82,7 +82,8 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 def demo_context(speed: float) -> dict[str, Any]:
     """cdk.json's production timings divided by ``speed`` (whole seconds, as ASL needs), so the
-    demo shows the deployed shape of every wait, only faster."""
+    demo shows the deployed shape of every wait, only faster. The lock TTL and the workflow timeout
+    keep their defaults: they must cover Lambda timeouts and retries, which do not scale."""
 
     def scaled(seconds: float, minimum: int) -> int:
         return max(minimum, round(seconds / speed))
@@ -99,8 +100,6 @@ def demo_context(speed: float) -> dict[str, Any]:
         },
         "reboot": {"pollSeconds": scaled(30, 1), "recoveryTimeoutSeconds": recovery_timeout},
         "retry": {"intervalSeconds": scaled(2, 1), "maxAttempts": 4, "backoffRate": 2.0},
-        "lockTtlSeconds": max(60, drain_timeout + recovery_timeout, round(7200 / speed)),
-        "workflow": {"timeoutMinutes": max(15, round(180 / speed))},
         "notifications": {"emails": ["oncall@example.com"]},
     }
 

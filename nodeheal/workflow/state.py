@@ -122,7 +122,9 @@ class WorkflowState:
             event=NodeConditionEvent.from_detail(payload.get("event")),
             event_id=str(payload.get("eventId", "")),
             received_at=parse_timestamp(received_raw, "receivedAt") if received_raw else None,
-            settings=RemediationSettings.from_json(payload.get("settings")),
+            # Checked against the timing rules when deployed; a run started by an earlier
+            # deployment must still finish (and release its lock) under newer rules.
+            settings=RemediationSettings.from_json(payload.get("settings"), check_timing=False),
             execution=ExecutionInfo(
                 name=str(execution_raw.get("name", "")),
                 arn=str(execution_raw.get("id", "")),

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
 
+from nodeheal.timing import TASK_TIMEOUT_SECONDS, task_retry_clauses, task_worst_case_seconds
 from stacks.constructs.lambda_function import CLOUDWATCH_RETENTION_DAYS, retention_in_days
 from stacks.workflow_tasks import INGEST_TASK, WORKFLOW_TASKS, LedgerAccess, TaskSpec
 from tests.infrastructure.conftest import Synthesized, function_resource
@@ -100,7 +102,7 @@ def test_state_machine_is_standard_traced_logged_and_time_bounded(default_stack:
     assert log_group["LogGroupName"] == "/aws/vendedlogs/states/NodeHeal-remediation"
     assert log_group["RetentionInDays"] == 30
     definition = _definition(properties)
-    assert definition["TimeoutSeconds"] == 180 * 60
+    assert definition["TimeoutSeconds"] == 600 * 60
 
 
 def test_state_machine_invokes_every_workflow_function(default_stack: Synthesized) -> None:
@@ -119,6 +121,38 @@ def test_state_machine_invokes_every_workflow_function(default_stack: Synthesize
         if resource["Properties"]["FunctionName"] == "NodeHeal-ingest"
     )
     assert ingest_id not in rendered
+
+
+def test_defect_6_the_worst_case_counts_every_retry_the_state_machine_has(default_stack: Synthesized) -> None:
+    """The lock TTL and workflow timeout checks are only as good as their model of the ASL: each task
+    state's Retry clauses and its function's timeout must give the worst case nodeheal.timing uses."""
+    _, machine = only(default_stack.resources("AWS::StepFunctions::StateMachine"))
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    # Each Lambda task's Resource is its function's ARN: keep the function's logical id in its place.
+    text = "".join(part if isinstance(part, str) else part.get("Fn::GetAtt", ["TOKEN"])[0] for part in parts)
+    states = json.loads(text)["States"]
+    functions = default_stack.resources("AWS::Lambda::Function")
+    clauses = task_retry_clauses(default_stack.config.remediation.retry)
+    seen = set()
+    for state_name, state in states.items():
+        if state["Type"] != "Task":
+            continue
+        function = functions[state["Resource"]]["Properties"]
+        task = function["FunctionName"].removeprefix("NodeHeal-")
+        retries = state.get("Retry", [])
+        assert [tuple(retry["ErrorEquals"]) for retry in retries] == [c.errors for c in clauses], state_name
+        attempts = 1 + sum(retry.get("MaxAttempts", 3) for retry in retries)
+        backoff = sum(
+            retry.get("IntervalSeconds", 1) * retry.get("BackoffRate", 2.0) ** k
+            for retry in retries
+            for k in range(retry.get("MaxAttempts", 3))
+        )
+        assert function["Timeout"] == TASK_TIMEOUT_SECONDS[task], state_name
+        assert math.ceil(attempts * function["Timeout"] + backoff) == task_worst_case_seconds(
+            TASK_TIMEOUT_SECONDS[task], clauses
+        ), state_name
+        seen.add(task)
+    assert seen == set(TASK_TIMEOUT_SECONDS)
 
 
 def _definition(properties: dict[str, Any]) -> dict[str, Any]:

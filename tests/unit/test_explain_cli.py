@@ -325,3 +325,43 @@ def test_help_lists_explain(capsys: pytest.CaptureFixture[str]) -> None:
         main(["explain", "--help"])
     assert exit_info.value.code == 0
     assert "--config" in capsys.readouterr().out
+
+
+def test_defect_6_explain_config_prints_the_worst_case_and_the_i2_bound(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shipped = str(Path(__file__).resolve().parents[2] / "cdk.json")
+    out = explain(capsys, "--config", shipped)
+    holding = out["holding"]
+    assert (holding["totalSeconds"], holding["total"]) == (13_172, "3 h 39 min 32 s")
+    assert sum(term["seconds"] for term in holding["terms"]) == holding["totalSeconds"]
+    assert (holding["lockTtlSeconds"], holding["lockTtlMinimumSeconds"]) == (16_200, 14_490)
+    drain = next(term for term in holding["terms"] if term["name"] == "drain")
+    assert drain["detail"].startswith("drain.timeoutSeconds 900 + drain.pollSeconds 10 + 2 eviction rounds")
+    assert out["execution"]["totalSeconds"] == 30_214
+    assert out["execution"]["workflowTimeoutMinimumMinutes"] == 554
+    bound = out["i2Bound"]
+    assert [(term["name"], term["seconds"]) for term in bound["terms"]] == [
+        ("confirmation", 600),
+        ("holder's worst case", 13_172),
+        ("finalizer latency", 360),
+    ]
+    assert bound["totalSeconds"] == 14_132
+
+
+def test_defect_6_explain_config_follows_the_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rule = {"GPUProblem": {"action": "replace", "confirmSeconds": 3600}}
+    config = cdk_json(tmp_path, {"policy": {"conditionRules": rule}, "lockTtlSeconds": 20_000})
+    out = explain(capsys, "--config", config)
+    # The hour-long confirmation replaces the built-in 10 minutes: 3000 s more to hold and to wait.
+    assert out["holding"]["totalSeconds"] == 13_172 + 3000
+    assert out["i2Bound"]["totalSeconds"] == 3600 + 16_172 + 360
+
+
+def test_defect_6_explain_refuses_a_short_lock_ttl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    error = fails(capsys, "--config", cdk_json(tmp_path, {"lockTtlSeconds": 7200}))
+    assert "context.nodeheal.lockTtlSeconds (7200) must be at least 14490" in error

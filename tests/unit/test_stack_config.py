@@ -41,7 +41,7 @@ def test_defaults() -> None:
     assert config.remediation.mode is Mode.FULL
     assert config.notification_emails == ()
     assert config.lambda_network is None
-    assert config.workflow_timeout_minutes == 180
+    assert config.workflow_timeout_minutes == 600
     assert config.kubernetes_group == "nodeheal-remediator"
     assert config.log_retention_days == 30
 
@@ -73,7 +73,7 @@ def test_full_config() -> None:
             "subnetIds": ["subnet-1"],
             "securityGroupIds": ["sg-1"],
         },
-        workflow={"timeoutMinutes": 60},
+        workflow={"timeoutMinutes": 720},
         kubernetesGroup="gpu-remediators",
         logRetentionDays=90,
     )
@@ -144,27 +144,24 @@ def test_bad_email(email: str) -> None:
     )
 
 
-def test_lock_ttl_must_cover_drain_and_recovery() -> None:
-    refused(
-        r"nodeheal\.lockTtlSeconds \(1000\) must be at least drain\.timeoutSeconds \+ "
-        r"reboot\.recoveryTimeoutSeconds \(1800\)",
-        lockTtlSeconds=1000,
-    )
+def test_lock_ttl_must_cover_the_worst_case_not_just_drain_and_recovery() -> None:
+    # drain + recovery (1800 s) was the old floor; the worst case with retries is 13172 s (+ 1318).
+    refused(r"nodeheal\.lockTtlSeconds \(1800\) must be at least 14490", lockTtlSeconds=1800)
 
 
-def test_workflow_timeout_must_exceed_drain_and_recovery() -> None:
+def test_workflow_timeout_must_exceed_the_worst_case() -> None:
     refused(
-        r"nodeheal\.workflow\.timeoutMinutes \(20\) must exceed drain plus recovery timeouts",
-        workflow={"timeoutMinutes": 20},
+        r"nodeheal\.workflow\.timeoutMinutes \(180\) must be at least 554", workflow={"timeoutMinutes": 180}
     )
 
 
 def test_workflow_timeout_follows_longer_drains() -> None:
-    # drain 3600 s + recovery 900 s = 75 min, + 5 min margin.
-    refused(r"\(80\)", workflow={"timeoutMinutes": 60}, drain={"timeoutSeconds": 3600}, lockTtlSeconds=7200)
-    assert (
-        parse(workflow={"timeoutMinutes": 80}, drain={"timeoutSeconds": 3600}).workflow_timeout_minutes == 80
-    )
+    # drain 3600 s adds 2700 s to the hold (15872 s): the lock TTL needs 15872 + 1588, and the run
+    # 812 + (17460 + 30) + 15872 = 34174 s + 3418 s of margin = 627 minutes.
+    refused(r"lockTtlSeconds \(16200\) must be at least 17460", drain={"timeoutSeconds": 3600})
+    longer = {"drain": {"timeoutSeconds": 3600}, "lockTtlSeconds": 17_460}
+    refused(r"timeoutMinutes \(626\) must be at least 627", workflow={"timeoutMinutes": 626}, **longer)
+    assert parse(workflow={"timeoutMinutes": 627}, **longer).workflow_timeout_minutes == 627
 
 
 @pytest.mark.parametrize(

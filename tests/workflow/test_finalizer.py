@@ -16,7 +16,7 @@ from tests.workflow.conftest import CLUSTER, XID_79, Pipeline, wait_until
 
 FINALIZER = "lambdas.finalize.handler"
 #: A drain that outlasts the test: the execution is still draining when it is stopped.
-LONG_DRAIN = {"drain": {"timeoutSeconds": 600}, "lockTtlSeconds": 7200, "workflow": {"timeoutMinutes": 180}}
+LONG_DRAIN = {"drain": {"timeoutSeconds": 600}}
 
 
 def status_change_event(execution: dict[str, Any], state_machine_arn: str) -> dict[str, Any]:

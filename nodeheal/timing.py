@@ -1,0 +1,352 @@
+"""How long one remediation can take, computed from the configuration (DESIGN.md D5). Pure.
+
+Every wait of the state machine has a bound from configuration, and the per-node lock is never
+renewed, so the lock TTL and the workflow timeout are safe only if they cover the longest run the
+configuration allows. This module computes that run, term by term, so that a configuration whose
+lock TTL or workflow timeout falls short is refused with the numbers, and ``nodeheal explain
+--config`` can show them.
+
+The rules of the computation:
+
+* **Every Lambda attempt lasts its whole timeout**, and every Retry clause of a task is exhausted
+  (Step Functions counts each clause's attempts separately, so a task runs at most
+  1 + the sum of ``MaxAttempts`` times), each retry after its full backoff
+  (``IntervalSeconds * BackoffRate ** k``; full jitter only shortens it).
+* **Loops are bounded by wall clock, not by round count.** The drain reports ``timedOut`` in the
+  first round that starts ``drain.timeoutSeconds`` after the first round, and the recovery check
+  reports ``failed`` in the first check that starts ``reboot.recoveryTimeoutSeconds`` after the
+  reboot; so each loop ends at most one poll and two rounds (the last round begun before the
+  deadline, and the one that reports it) after its deadline.
+* **The longest path** is taken: confirm, cordon, drain to the timeout, force, reboot, wait the
+  whole recovery timeout, terminate as the escalation, record. Mode is ignored (a redeploy can
+  change it under a running execution) and every condition rule counts, the built-in ones
+  included, whichever pool it applies to.
+* ``drain.forceGraceSeconds`` is not a term: forced deletions return at once and the pods
+  terminate while the instance action proceeds.
+
+What the sum leaves out (Lambda's init phase before each attempt, late Wait states, the
+milliseconds of each state transition, clock skew between the Lambdas that write and compare the
+lock's expiry) is what :func:`margin_seconds` is for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from nodeheal.config import PolicySettings, RemediationSettings, RetrySettings
+from nodeheal.errors import (
+    Ec2IncorrectStateError,
+    Ec2ThrottledError,
+    KubernetesApiUnavailableError,
+    LedgerContentionError,
+)
+from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
+
+#: Lambda timeout of each workflow task, in seconds. ``stacks/workflow_tasks.py`` deploys these
+#: (the domain reads them here, without CDK). Every task is short by design: the state machine
+#: owns the waiting. An eviction round and the forced deletion get a minute for up to
+#: ``drain.parallelism`` API calls at once on a node with many pods.
+TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
+    {
+        "admit": 30,
+        "cordon": 30,
+        "drain": 60,
+        "force-drain": 60,
+        "terminate": 30,
+        "reboot": 30,
+        "check-recovery": 30,
+        "uncordon": 30,
+        "record": 30,
+        "record-failure": 30,
+    }
+)
+
+#: Transient errors retried with the configured backoff (``retry`` in cdk.json).
+TRANSIENT_ERRORS: tuple[str, ...] = (
+    KubernetesApiUnavailableError.__name__,
+    Ec2ThrottledError.__name__,
+)
+
+#: The Lambda service's own transient failures (the ones CDK's ``retryOnServiceExceptions`` names).
+LAMBDA_SERVICE_ERRORS: tuple[str, ...] = (
+    "Lambda.ClientExecutionTimeoutException",
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+)
+
+#: The margin by which the lock TTL and the workflow timeout must exceed their worst case: a
+#: tenth of it, and never less than five minutes. The worst case already assumes every attempt
+#: runs to its timeout; the margin covers what it cannot count (see the module docstring): Lambda
+#: may spend up to 10 s initialising before each attempt's timeout starts, and the longest path
+#: has a few dozen attempts and state transitions outside the wall-clock-bounded loops.
+MARGIN_SHARE = 0.10
+MIN_MARGIN_SECONDS = 300
+
+#: The longest the transient-error backoff of one task may wait in total (``retry``): a dead API
+#: server should fail the remediation in minutes, not hours.
+MAX_RETRY_WAIT_SECONDS = 900
+
+#: How long after an execution ends with no Catch (failed, timed out, aborted) its lock is
+#: released: the sweeper's period (5 min; it finds the ends whose status-change event was lost)
+#: plus a minute for EventBridge to deliver and the finalizer to run (D6).
+SWEEPER_PERIOD_SECONDS = 300
+FINALIZER_DELIVERY_SECONDS = 60
+FINALIZER_LATENCY_SECONDS = SWEEPER_PERIOD_SECONDS + FINALIZER_DELIVERY_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class RetryClause:
+    """One ASL ``Retry`` entry of a task."""
+
+    errors: tuple[str, ...]
+    interval_seconds: int
+    max_attempts: int
+    backoff_rate: float
+
+    @property
+    def total_wait_seconds(self) -> float:
+        """The backoff before every retry of this clause added up: interval * rate^k, k < attempts."""
+        return sum(self.interval_seconds * self.backoff_rate**k for k in range(self.max_attempts))
+
+
+def task_retry_clauses(retry: RetrySettings) -> tuple[RetryClause, ...]:
+    """The Retry clauses of every workflow task, in the order the state machine lists them.
+
+    The definition (``stacks/workflow_definition.py``) renders exactly these, so the worst case
+    computed here is the one the deployed state machine allows. A clause with no attempts is left out.
+    """
+    clauses = (
+        RetryClause(LAMBDA_SERVICE_ERRORS, 2, 6, 2.0),
+        RetryClause(TRANSIENT_ERRORS, retry.interval_seconds, retry.max_attempts, retry.backoff_rate),
+        # Lost a race on a shared ledger item: another execution just wrote it; retry soon, spread out.
+        RetryClause((LedgerContentionError.__name__,), 1, 6, 1.5),
+        # EC2 refuses a reboot/terminate while the instance is pending or stopping; give it time.
+        RetryClause((Ec2IncorrectStateError.__name__,), max(5, retry.interval_seconds), 3, 2.0),
+    )
+    return tuple(clause for clause in clauses if clause.max_attempts > 0)
+
+
+def task_worst_case_seconds(timeout_seconds: int, clauses: Iterable[RetryClause]) -> int:
+    """The longest one task state can run: every attempt to its timeout, every clause exhausted."""
+    listed = tuple(clauses)
+    attempts = 1 + sum(clause.max_attempts for clause in listed)
+    return math.ceil(attempts * timeout_seconds + sum(clause.total_wait_seconds for clause in listed))
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One named part of a worst case, with how it was computed."""
+
+    name: str
+    seconds: int
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "seconds": self.seconds, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """A duration as the sum of named terms, so a refusal and ``explain`` can show each number."""
+
+    terms: tuple[Term, ...]
+
+    @property
+    def total_seconds(self) -> int:
+        return sum(term.seconds for term in self.terms)
+
+    def seconds(self, name: str) -> int:
+        for term in self.terms:
+            if term.name == name:
+                return term.seconds
+        raise KeyError(name)
+
+    def describe(self) -> str:
+        """``admit 812 + confirmation 600 + ... = 13172 s``, for error messages."""
+        parts = " + ".join(f"{term.name} {term.seconds}" for term in self.terms)
+        return f"{parts} = {self.total_seconds} s"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "totalSeconds": self.total_seconds,
+            "total": format_duration(self.total_seconds),
+            "terms": [term.to_json() for term in self.terms],
+        }
+
+
+def format_duration(seconds: int) -> str:
+    """``13172`` -> ``3 h 39 min 32 s``; for people reading a refusal."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours} h"] if hours else []
+    if minutes:
+        parts.append(f"{minutes} min")
+    if secs or not parts:
+        parts.append(f"{secs} s")
+    return " ".join(parts)
+
+
+def margin_seconds(worst_case_seconds: int) -> int:
+    """How much a lock TTL or workflow timeout must exceed ``worst_case_seconds`` by."""
+    return max(math.ceil(worst_case_seconds * MARGIN_SHARE), MIN_MARGIN_SECONDS)
+
+
+def longest_confirmation_seconds(policy: PolicySettings) -> int:
+    """The longest confirmation wait any condition rule can impose, in any pool.
+
+    The built-in rules count unless every scope that could reach them replaces them.
+    """
+    scopes = [None, *policy.node_pools]
+    longest = 0
+    for pool in scopes:
+        rules = {**DEFAULT_CONDITION_RULES, **policy.for_pool(pool).condition_rules}
+        longest = max([longest, *(rule.confirm_seconds for rule in rules.values())])
+    return longest
+
+
+def retry_wait_seconds(retry: RetrySettings) -> int:
+    """Total backoff of the configured transient-error retries of one task."""
+    return math.ceil(
+        RetryClause(
+            TRANSIENT_ERRORS, retry.interval_seconds, retry.max_attempts, retry.backoff_rate
+        ).total_wait_seconds
+    )
+
+
+class _Tasks:
+    """Worst cases of the workflow's tasks under one retry configuration."""
+
+    def __init__(self, retry: RetrySettings, task_timeouts: Mapping[str, int]) -> None:
+        self._clauses = task_retry_clauses(retry)
+        self._timeouts = task_timeouts
+
+    def seconds(self, name: str) -> int:
+        return task_worst_case_seconds(self._timeouts[name], self._clauses)
+
+    def detail(self, name: str) -> str:
+        attempts = 1 + sum(clause.max_attempts for clause in self._clauses)
+        backoff = sum(clause.total_wait_seconds for clause in self._clauses)
+        return f"{name}: {attempts} attempts x {self._timeouts[name]} s + {backoff:g} s of backoff"
+
+
+def holding_worst_case(
+    settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
+) -> Breakdown:
+    """The longest one execution can hold a node's lock: from the admit that takes it to the record
+    that releases it. The lock TTL must exceed this by :func:`margin_seconds`."""
+    tasks = _Tasks(settings.retry, task_timeouts)
+    drain = settings.drain
+    reboot = settings.reboot
+    hold_is_longer = drain.do_not_disrupt_wait_seconds > drain.timeout_seconds
+    drain_deadline = max(drain.timeout_seconds, drain.do_not_disrupt_wait_seconds)
+    deadline_key = "drain.doNotDisruptWaitSeconds" if hold_is_longer else "drain.timeoutSeconds"
+    record = "record" if tasks.seconds("record") >= tasks.seconds("record-failure") else "record-failure"
+    after_recovery = "terminate" if tasks.seconds("terminate") >= tasks.seconds("uncordon") else "uncordon"
+    terms = [
+        Term("admit", tasks.seconds("admit"), f"the Admit that takes the lock; {tasks.detail('admit')}"),
+        Term(
+            "confirmation",
+            longest_confirmation_seconds(settings.policy),
+            "the longest confirmSeconds of any condition rule (built-in, global or per pool)",
+        ),
+        Term("admit after confirmation", tasks.seconds("admit"), tasks.detail("admit")),
+        Term("cordon", tasks.seconds("cordon"), tasks.detail("cordon")),
+        Term(
+            "drain",
+            drain_deadline + drain.poll_seconds + 2 * tasks.seconds("drain"),
+            f"{deadline_key} {drain_deadline} + drain.pollSeconds {drain.poll_seconds} + 2 eviction "
+            f"rounds of {tasks.seconds('drain')} ({tasks.detail('drain')})",
+        ),
+    ]
+    if drain.on_timeout == "force":
+        terms.append(Term("force drain", tasks.seconds("force-drain"), tasks.detail("force-drain")))
+    terms += [
+        Term("reboot", tasks.seconds("reboot"), tasks.detail("reboot")),
+        Term(
+            "recovery",
+            reboot.recovery_timeout_seconds + reboot.poll_seconds + 2 * tasks.seconds("check-recovery"),
+            f"reboot.recoveryTimeoutSeconds {reboot.recovery_timeout_seconds} + reboot.pollSeconds "
+            f"{reboot.poll_seconds} + 2 checks of {tasks.seconds('check-recovery')} "
+            f"({tasks.detail('check-recovery')})",
+        ),
+        Term(
+            "terminate (escalation)",
+            tasks.seconds(after_recovery),
+            f"the recovery failed, so the instance is replaced; {tasks.detail(after_recovery)}",
+        ),
+        Term("record", tasks.seconds(record), f"releases the lock; {tasks.detail(record)}"),
+    ]
+    return Breakdown(tuple(terms))
+
+
+def execution_worst_case(
+    settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
+) -> Breakdown:
+    """The longest one whole execution can run: it may first wait behind another execution that
+    holds the node (until that lock is released or expires, noticed one poll late), then hold the
+    lock itself for its own worst case. The workflow timeout must exceed this by :func:`margin_seconds`."""
+    tasks = _Tasks(settings.retry, task_timeouts)
+    holding = holding_worst_case(settings, task_timeouts)
+    return Breakdown(
+        (
+            Term(
+                "admit",
+                tasks.seconds("admit"),
+                f"the Admit that finds the lock held; {tasks.detail('admit')}",
+            ),
+            Term(
+                "wait behind the lock holder",
+                settings.lock_ttl_seconds + settings.lock_wait_poll_seconds,
+                f"lockTtlSeconds {settings.lock_ttl_seconds} + lockWaitPollSeconds "
+                f"{settings.lock_wait_poll_seconds}",
+            ),
+            Term("hold the lock", holding.total_seconds, holding.describe()),
+        )
+    )
+
+
+def remediation_bound(
+    settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
+) -> Breakdown:
+    """The bound of safety invariant I2: a bad condition that arrives while another execution
+    holds its node is acted on within this. The holder releases the lock within its worst case (or,
+    if it ended where no Catch sees, the finalizer does within its latency); then the newcomer's
+    own confirmation runs."""
+    holding = holding_worst_case(settings, task_timeouts)
+    return Breakdown(
+        (
+            Term(
+                "confirmation",
+                longest_confirmation_seconds(settings.policy),
+                "the newcomer's own confirmation: the longest confirmSeconds of any condition rule",
+            ),
+            Term("holder's worst case", holding.total_seconds, holding.describe()),
+            Term(
+                "finalizer latency",
+                FINALIZER_LATENCY_SECONDS,
+                f"sweeper period {SWEEPER_PERIOD_SECONDS} s + delivery and finalizer "
+                f"{FINALIZER_DELIVERY_SECONDS} s, when the holder ended where no Catch sees",
+            ),
+        )
+    )
+
+
+def required_lock_ttl_seconds(
+    settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
+) -> int:
+    """The smallest ``lockTtlSeconds`` the configuration accepts."""
+    holding = holding_worst_case(settings, task_timeouts).total_seconds
+    return holding + margin_seconds(holding)
+
+
+def required_workflow_timeout_minutes(
+    settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
+) -> int:
+    """The smallest ``workflow.timeoutMinutes`` the configuration accepts."""
+    execution = execution_worst_case(settings, task_timeouts).total_seconds
+    return math.ceil((execution + margin_seconds(execution)) / 60)

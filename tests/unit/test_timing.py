@@ -1,0 +1,267 @@
+"""nodeheal.timing: the worst case of one remediation, and the refusals it drives (D5, defect 6)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeheal import timing
+from nodeheal.config import DrainSettings, RemediationSettings, RetrySettings
+from nodeheal.errors import ConfigurationError
+from nodeheal.timing import RetryClause
+from nodeheal.workflow.state import WorkflowState
+from stacks.config import NodeHealConfig
+from stacks.workflow_tasks import WORKFLOW_TASKS
+
+CDK_JSON = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())
+SHIPPED: dict[str, Any] = CDK_JSON["context"]["nodeheal"]
+
+
+def parse(**overrides: Any) -> NodeHealConfig:
+    return NodeHealConfig.from_cdk_context({"clusters": ["training-on-eks"], **overrides})
+
+
+def settings(**overrides: Any) -> RemediationSettings:
+    return RemediationSettings.from_json(overrides)
+
+
+# -- the worst case ------------------------------------------------------------------------------
+
+
+def test_defect_6_task_worst_case_counts_every_attempt_and_every_backoff() -> None:
+    # Two clauses: 1 + 2 + 3 = 6 attempts of 10 s, backoff (1 + 2) + (4 + 4 + 4) = 15 s.
+    clauses = (RetryClause(("A",), 1, 2, 2.0), RetryClause(("B",), 4, 3, 1.0))
+    assert timing.task_worst_case_seconds(10, clauses) == 75
+    # Fractional backoff rounds the total up, never down.
+    assert timing.task_worst_case_seconds(10, (RetryClause(("C",), 1, 2, 1.5),)) == 33
+    assert timing.task_worst_case_seconds(10, ()) == 10
+
+
+def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
+    config = settings(
+        policy={
+            "conditionRules": {"GPUProblem": {"action": "replace", "confirmSeconds": 60}},
+            # A pool's rule is the longest confirmation of all (the built-in ones are 600 s).
+            "nodePools": {
+                "gpu": {"conditionRules": {"KernelDeadlock": {"action": "replace", "confirmSeconds": 900}}}
+            },
+        },
+        drain={"timeoutSeconds": 100, "pollSeconds": 5, "doNotDisruptWaitSeconds": 0},
+        reboot={"recoveryTimeoutSeconds": 200, "pollSeconds": 10},
+        retry={"intervalSeconds": 1, "maxAttempts": 1, "backoffRate": 1.0},
+        lockTtlSeconds=11_405,
+    )
+    # Retry clauses of every task:
+    #   Lambda service errors  6 attempts, 2 + 4 + 8 + 16 + 32 + 64        = 126 s
+    #   transient (retry)      1 attempt,  1                               =   1 s
+    #   ledger contention      6 attempts, 1 + 1.5 + ... + 1.5^5           =  20.78125 s
+    #   EC2 incorrect state    3 attempts, 5 + 10 + 20                     =  35 s
+    # so 17 attempts and 182.78125 s of backoff: a 30 s task 693 s, a 60 s task 1203 s.
+    holding = timing.holding_worst_case(config)
+    assert [(term.name, term.seconds) for term in holding.terms] == [
+        ("admit", 693),
+        ("confirmation", 900),
+        ("admit after confirmation", 693),
+        ("cordon", 693),
+        ("drain", 100 + 5 + 2 * 1203),
+        ("force drain", 1203),
+        ("reboot", 693),
+        ("recovery", 200 + 10 + 2 * 693),
+        ("terminate (escalation)", 693),
+        ("record", 693),
+    ]
+    assert holding.total_seconds == 6 * 693 + 900 + 2511 + 1203 + 1596 == 10_368
+    assert holding.describe().endswith("record 693 = 10368 s")
+    # Margin: 10 % (1036.8, rounded up) is more than the 5-minute floor.
+    assert timing.margin_seconds(10_368) == 1037
+    assert timing.required_lock_ttl_seconds(config) == 11_405
+
+    execution = timing.execution_worst_case(config)
+    assert [(term.name, term.seconds) for term in execution.terms] == [
+        ("admit", 693),
+        ("wait behind the lock holder", 11_405 + 30),
+        ("hold the lock", 10_368),
+    ]
+    # 22496 s + a margin of 2250 s = 24746 s, i.e. 412.43 minutes.
+    assert execution.total_seconds == 22_496
+    assert timing.required_workflow_timeout_minutes(config) == 413
+
+    bound = timing.remediation_bound(config)
+    assert [(term.name, term.seconds) for term in bound.terms] == [
+        ("confirmation", 900),
+        ("holder's worst case", 10_368),
+        ("finalizer latency", 300 + 60),
+    ]
+    assert bound.total_seconds == 11_628
+
+
+def test_defect_6_abort_has_no_forced_deletion_and_a_long_hold_extends_the_drain() -> None:
+    aborting = settings(drain={"onTimeout": "abort"})
+    assert "force drain" not in [term.name for term in timing.holding_worst_case(aborting).terms]
+    # Built directly (the config refuses it): a hold longer than the timeout bounds the drain.
+    held = RemediationSettings(
+        drain=DrainSettings(timeout_seconds=100, poll_seconds=10, do_not_disrupt_wait_seconds=500)
+    )
+    drain_round = timing.holding_worst_case(held).seconds("force drain")
+    assert timing.holding_worst_case(held).seconds("drain") == 500 + 10 + 2 * drain_round
+
+
+def test_defect_6_a_small_worst_case_still_gets_five_minutes_of_margin() -> None:
+    assert timing.margin_seconds(1000) == 300
+    assert timing.margin_seconds(3000) == 300
+    assert timing.margin_seconds(3001) == 301
+
+
+def test_defect_6_every_workflow_task_deploys_the_timeout_the_worst_case_counts() -> None:
+    assert {spec.name: spec.timeout_seconds for spec in WORKFLOW_TASKS} == dict(timing.TASK_TIMEOUT_SECONDS)
+
+
+def test_defect_6_zero_retries_drop_their_clause() -> None:
+    clauses = timing.task_retry_clauses(RetrySettings(interval_seconds=2, max_attempts=0, backoff_rate=2.0))
+    assert timing.TRANSIENT_ERRORS not in [clause.errors for clause in clauses]
+    assert len(clauses) == 3
+
+
+# -- refusals ------------------------------------------------------------------------------------
+
+
+def test_defect_6_lock_ttl_equal_to_drain_plus_recovery_is_refused_with_the_numbers() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        parse(lockTtlSeconds=900 + 900)
+    message = str(refused.value)
+    assert message.startswith("nodeheal.lockTtlSeconds (1800) must be at least 14490: ")
+    assert "hold the lock for 13172 s (3 h 39 min 32 s)" in message
+    assert "margin of 1318 s (10%, at least 300 s)" in message
+    assert "drain 3734 + force drain 1412 + reboot 812 + recovery 2554" in message
+    assert message.endswith("= 13172 s")
+    # The smallest accepted value is exactly the one the message names.
+    assert (
+        parse(lockTtlSeconds=14_490, workflow={"timeoutMinutes": 600}).remediation.lock_ttl_seconds == 14_490
+    )
+    with pytest.raises(ConfigurationError, match=r"\(14489\) must be at least 14490"):
+        parse(lockTtlSeconds=14_489)
+
+
+def test_defect_6_day_long_confirmation_forces_a_bigger_ttl() -> None:
+    day_long = {"conditionRules": {"GPUProblem": {"action": "replace", "confirmSeconds": 86_400}}}
+    # 13172 - 600 + 86400 = 98972 s held at worst; + 9898 s (10 %) = 108870.
+    for policy in (day_long, {"nodePools": {"gpu": day_long}}):
+        with pytest.raises(
+            ConfigurationError, match=r"lockTtlSeconds \(16200\) must be at least 108870: .*98972 s"
+        ):
+            parse(policy=policy)
+        with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(600\) must be at least 3826"):
+            parse(policy=policy, lockTtlSeconds=108_870)
+        config = parse(policy=policy, lockTtlSeconds=108_870, workflow={"timeoutMinutes": 3826})
+        assert timing.holding_worst_case(config.remediation).seconds("confirmation") == 86_400
+
+
+def test_defect_6_workflow_timeout_below_the_worst_case_is_refused() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        parse(workflow={"timeoutMinutes": 553})
+    message = str(refused.value)
+    assert message.startswith("nodeheal.workflow.timeoutMinutes (553) must be at least 554: ")
+    assert "one execution can run 30214 s (8 h 23 min 34 s)" in message
+    assert "margin of 3022 s" in message
+    assert "admit 812 + wait behind the lock holder 16230 + hold the lock 13172 = 30214 s" in message
+    assert parse(workflow={"timeoutMinutes": 554}).workflow_timeout_minutes == 554
+
+
+def test_defect_6_a_longer_lock_ttl_needs_a_longer_workflow_timeout() -> None:
+    # Waiting behind a holder lasts up to the TTL: 812 + 36030 + 13172 = 50014 s, + 5002 s.
+    with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(600\) must be at least 917"):
+        parse(lockTtlSeconds=36_000)
+
+
+def test_defect_6_shipped_cdk_json_passes_with_its_margins() -> None:
+    config = NodeHealConfig.from_cdk_context(SHIPPED)
+    remediation = config.remediation
+    assert timing.holding_worst_case(remediation).total_seconds == 13_172
+    assert timing.required_lock_ttl_seconds(remediation) == 14_490 <= remediation.lock_ttl_seconds == 16_200
+    assert timing.execution_worst_case(remediation).total_seconds == 30_214
+    assert (
+        timing.required_workflow_timeout_minutes(remediation) == 554 <= config.workflow_timeout_minutes == 600
+    )
+    assert timing.remediation_bound(remediation).total_seconds == 600 + 13_172 + 360
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"drain": {"pollSeconds": 0}}, "nodeheal.drain.pollSeconds must be >= 1, got 0"),
+        ({"reboot": {"pollSeconds": 0}}, "nodeheal.reboot.pollSeconds must be >= 1, got 0"),
+        ({"lockWaitPollSeconds": 0}, "nodeheal.lockWaitPollSeconds must be >= 1, got 0"),
+        ({"lockWaitPollSeconds": 3601}, "nodeheal.lockWaitPollSeconds must be <= 3600"),
+        ({"drain": {"forceGraceSeconds": 3601}}, "nodeheal.drain.forceGraceSeconds must be <= 3600"),
+        (
+            {"policy": {"conditionRules": {"GPUProblem": {"action": "replace", "confirmSeconds": 86_401}}}},
+            "confirmSeconds must be <= 86400",
+        ),
+        (
+            {"drain": {"doNotDisruptWaitSeconds": 900}},
+            re.escape(
+                "nodeheal.drain.doNotDisruptWaitSeconds (900) must be shorter than "
+                "nodeheal.drain.timeoutSeconds (900), or 0"
+            ),
+        ),
+        (
+            # 60 + 120 + 240 + 480 + 960 = 1860 s of backoff for one task.
+            {"retry": {"intervalSeconds": 60, "maxAttempts": 5, "backoffRate": 2.0}},
+            re.escape("nodeheal.retry waits 1860 s in backoff over 5 retries (60 s x 2^k); at most 900 s"),
+        ),
+    ],
+)
+def test_defect_6_every_wait_is_bounded(overrides: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        parse(**overrides)
+
+
+def test_defect_6_hold_of_zero_is_allowed_with_a_zero_drain_timeout() -> None:
+    assert (
+        parse(drain={"timeoutSeconds": 0, "doNotDisruptWaitSeconds": 0}).remediation.drain.timeout_seconds
+        == 0
+    )
+
+
+def test_defect_6_lock_wait_poll_defaults_to_30_seconds() -> None:
+    assert parse().remediation.lock_wait_poll_seconds == 30
+    assert parse(lockWaitPollSeconds=5).remediation.lock_wait_poll_seconds == 5
+    assert RemediationSettings().to_json()["lockWaitPollSeconds"] == 30
+
+
+def test_defect_6_running_execution_keeps_the_settings_it_started_with() -> None:
+    # An execution started by a deployment from before this check carries a 2-hour lock TTL; the
+    # new handlers must still run it to its end (and release the lock), not refuse its input.
+    old = {**RemediationSettings().to_json(), "lockTtlSeconds": 7200}
+    with pytest.raises(ConfigurationError, match="lockTtlSeconds"):
+        RemediationSettings.from_json(old)
+    state = WorkflowState.parse(
+        {
+            "event": _event(),
+            "settings": old,
+            "execution": {"name": "e", "id": "arn:e", "startedAt": "2026-11-21T10:00:02Z"},
+        }
+    )
+    assert state.settings.lock_ttl_seconds == 7200
+
+
+def _event() -> dict[str, Any]:
+    return {
+        "schemaVersion": "1",
+        "cluster": "training-on-eks",
+        "node": {"name": "gpu-a", "uid": "u-1", "providerID": "aws:///us-west-2b/i-0abc", "labels": {}},
+        "condition": {
+            "type": "GPUProblem",
+            "status": "True",
+            "reason": "GPUHardwareError",
+            "message": "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+            "lastTransitionTime": "2026-11-21T10:00:00Z",
+        },
+        "previous": {"status": "False", "reason": "GPUHealthy"},
+        "observedAt": "2026-11-21T10:00:01Z",
+        "resync": False,
+    }
