@@ -2,8 +2,8 @@
 
 Both live in each cluster's admission state in the ledger (the item Admit reads before every
 remediation). The breaker is opened by NodeHeal when too many nodes fail together and only a person
-closes it; pause is a person's "stop starting remediations" (running ones finish). Every write is
-conditional on the version read, so a reset cannot silently undo an admission made meanwhile.
+closes it; pause is a person's "stop remediating": running ones stop before their next mutation.
+Every write is conditional on the version read, so a reset cannot silently undo an admission made meanwhile.
 """
 
 from __future__ import annotations
@@ -62,10 +62,11 @@ def register(subparsers: Any) -> None:
 
     pause = subparsers.add_parser(
         "pause",
-        help="stop admitting new remediations in a cluster (running ones finish)",
+        help="stop remediating in a cluster (running ones stop before their next mutation)",
         description=(
             "Stop admitting new remediations in a cluster: Admit refuses every node with your reason "
-            "and records it. Remediations already past Admit finish. Undo with `nodeheal resume`."
+            "and records it. Running remediations stop before their next mutation, record `paused` and "
+            "leave the node cordoned. Undo with `nodeheal resume`."
         ),
     )
     _cluster_argument(pause, required=True)
