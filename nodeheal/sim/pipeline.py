@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from nodeheal.aws.ledger import Ledger
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
+from nodeheal.errors import STOP_ERRORS
 from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, PreviousState
 from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.settings import ExporterSettings
@@ -51,6 +52,9 @@ _T = TypeVar("_T")
 #: Retry intervals. The workflow tests and the end-to-end scenarios share it (and so the template).
 #: The lock TTL and workflow timeout stay the deployed defaults: the worst case they must cover
 #: counts every Lambda attempt at its full timeout, which no speed-up shortens (nodeheal.timing).
+#: A task that raises one of these stopped on purpose (nodeheal.errors.STOP_ERRORS), not failed.
+STOP_ERROR_NAMES = frozenset(error.__name__ for error in STOP_ERRORS)
+
 FAST_CONTEXT: dict[str, Any] = {
     "clusters": [CLUSTER],
     "drain": {"timeoutSeconds": 4, "pollSeconds": 1, "doNotDisruptWaitSeconds": 0, "forceGraceSeconds": 0},
@@ -408,6 +412,15 @@ class LocalPipeline:
         task = invocation.handler.removeprefix("lambdas.").removesuffix(".handler")
         if invocation.handler in RECORD_HANDLERS and not invocation.error:
             self._note_decision(self._recorded, node)
+        if invocation.error in STOP_ERROR_NAMES:
+            self.timeline.emit(
+                "workflow",
+                "stopped",
+                f"{task} stopped: {invocation.error_message[:160]}",
+                node=node,
+                execution=execution,
+            )
+            return
         if invocation.error:
             self.timeline.emit(
                 "workflow",

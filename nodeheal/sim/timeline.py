@@ -28,7 +28,8 @@ class TimelineEvent:
     source: str
     #: What happened, for code: fault, published, matched, started, duplicate, dropped, decision,
     #: cordoned, drain-round, drained, forced, terminated, rebooted, recovered, uncordoned, recorded,
-    #: task-failed, node-deleted, instance-launched, node-ready, pod-bound, pod-running, workload-running.
+    #: task-failed, stopped, node-deleted, instance-launched, node-ready, pod-bound, pod-running,
+    #: workload-running.
     kind: str
     text: str
     node: str = ""
@@ -119,6 +120,7 @@ class TimelinePrinter:
         "recorded": "32",
         "workload-running": "32",
         "task-failed": "31",
+        "stopped": "33",
         "dropped": "35",
     }
 
@@ -187,6 +189,8 @@ def _describe_admission(result: Mapping[str, Any]) -> tuple[str, str]:
         return "decision", f"stop: {note}"
     if verdict == "confirm":
         return "decision", f"confirming: {note}"
+    if verdict == "wait":
+        return "decision", f"waiting behind another remediation: {note}"
     action = str(decision.get("action", "?"))
     reason = brief_reason(str(decision.get("reason", "")))
     if result.get("refused"):
@@ -194,7 +198,8 @@ def _describe_admission(result: Mapping[str, Any]) -> tuple[str, str]:
         breaker = " [circuit breaker OPENED]" if result.get("breakerOpened") else ""
         return "decision", f"decision: {action} instead of {planned}{breaker} - {note}"
     escalated = " (escalated)" if decision.get("escalated") else ""
-    return "decision", f"decision: {action.upper()}{escalated} - {reason}"
+    preempted = f" (took over from {result['preempted']})" if result.get("preempted") else ""
+    return "decision", f"decision: {action.upper()}{escalated}{preempted} - {reason}"
 
 
 def _describe_drain(result: Mapping[str, Any]) -> tuple[str, str]:
