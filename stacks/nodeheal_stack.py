@@ -135,8 +135,8 @@ class NodeHealStack(Stack):
                     self,
                     f"RemediatorRole{_pascal(name)}Arn",
                     value=function.role.role_arn,
-                    description=f"IAM role of the {name} task, mapped to the Kubernetes group "
-                    f"{self.config.kubernetes_group!r} by an EKS access entry",
+                    description=f"IAM role of the {name} task, mapped to the Kubernetes group(s) "
+                    f"{', '.join(self.config.kubernetes_groups(name))} by an EKS access entry",
                 )
 
 
