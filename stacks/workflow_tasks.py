@@ -6,14 +6,43 @@ task), the access construct (which roles get an EKS access entry) and the state 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 
-class LedgerAccess(Enum):
-    NONE = "none"
-    READ = "read"
-    READ_WRITE = "read-write"
+class LedgerItem(Enum):
+    """The ledger's item kinds, by partition key (the key schema of ``nodeheal.aws.ledger``)."""
+
+    #: Per-node lock, ``LOCK#<cluster>#<node>``.
+    LOCK = "LOCK#{cluster}#*"
+    #: A cluster's admission state (budgets, breaker), ``CLUSTER#<cluster>``.
+    ADMISSION = "CLUSTER#{cluster}"
+    #: Remediation records, ``NODE#<cluster>#<node>``.
+    RECORDS = "NODE#{cluster}#*"
+    #: Dropped-event records, ``DROPPED#<date>`` (not per cluster: a dropped event may name none).
+    DROPPED = "DROPPED#*"
+
+    def leading_keys(self, clusters: Sequence[str]) -> list[str]:
+        """``dynamodb:LeadingKeys`` patterns (StringLike) of these items in the configured clusters."""
+        if "{cluster}" not in self.value:
+            return [self.value]
+        return [self.value.format(cluster=cluster) for cluster in clusters]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerGrant:
+    """DynamoDB item actions on the ledger table, limited to items whose partition key is one of
+    ``items`` (``dynamodb:LeadingKeys``). Only what the task's code calls: see the docstring of
+    each use below."""
+
+    actions: tuple[str, ...]
+    items: tuple[LedgerItem, ...]
+
+
+#: Every Kubernetes-facing step but check-recovery re-checks that its execution still holds the
+#: node's lock (``Ledger.lock_holder``: GetItem).
+_LOCK_CHECK = (LedgerGrant(("dynamodb:GetItem",), (LedgerItem.LOCK,)),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +54,8 @@ class TaskSpec:
     description: str
     #: Talks to the Kubernetes API of the clusters (needs eks:DescribeCluster and an access entry).
     kubernetes: bool = False
-    ledger: LedgerAccess = LedgerAccess.NONE
+    #: Ledger access; none when empty (the function then gets no table name either).
+    ledger: tuple[LedgerGrant, ...] = ()
     #: EC2 mutations allowed, each restricted by the cluster ownership tag condition.
     ec2_mutations: tuple[str, ...] = ()
     #: Needs ec2:DescribeInstances (which supports no resource-level restriction).
@@ -36,13 +66,29 @@ class TaskSpec:
     memory_mb: int = 256
 
 
+#: record and record-failure: put_record (PutItem of the node's record), release_lock (conditional
+#: DeleteItem), and giving the budget slot back (read_admission_state, write_admission_state).
+_RECORD = (
+    LedgerGrant(("dynamodb:PutItem",), (LedgerItem.RECORDS, LedgerItem.ADMISSION)),
+    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.ADMISSION,)),
+    LedgerGrant(("dynamodb:DeleteItem",), (LedgerItem.LOCK,)),
+)
+
 WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec(
         "admit",
         "lambdas.admit.handler",
         "Re-read the Node, classify, check budgets and breaker, take the per-node lock",
         kubernetes=True,
-        ledger=LedgerAccess.READ_WRITE,
+        ledger=(
+            # The lock (acquire_lock: conditional PutItem, then GetItem of the holder on a lost
+            # race; release_lock: conditional DeleteItem when the budget refuses) and the cluster's
+            # admission state (read_admission_state, write_admission_state).
+            LedgerGrant(("dynamodb:GetItem", "dynamodb:PutItem"), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
+            LedgerGrant(("dynamodb:DeleteItem",), (LedgerItem.LOCK,)),
+            # node_records: the node's recent remediations (escalation, attempt limit).
+            LedgerGrant(("dynamodb:Query",), (LedgerItem.RECORDS,)),
+        ),
         publishes_notifications=False,
     ),
     TaskSpec(
@@ -50,14 +96,14 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.cordon.handler",
         "Cordon and taint the Node, annotate it with the execution and reason",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_LOCK_CHECK,
     ),
     TaskSpec(
         "drain",
         "lambdas.drain.handler",
         "One eviction round through the Eviction API (PDBs respected)",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_LOCK_CHECK,
         timeout_seconds=60,
         memory_mb=512,
     ),
@@ -66,7 +112,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.force_drain.handler",
         "Delete the pods left after the drain timeout with the configured grace period",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_LOCK_CHECK,
         timeout_seconds=60,
         memory_mb=512,
     ),
@@ -75,7 +121,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.terminate.handler",
         "Verify ownership and the live condition, then terminate the EC2 instance",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_LOCK_CHECK,
         ec2_mutations=("ec2:TerminateInstances",),
         ec2_describe=True,
     ),
@@ -84,7 +130,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.reboot.handler",
         "Verify ownership and the live condition, then reboot the EC2 instance",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_LOCK_CHECK,
         ec2_mutations=("ec2:RebootInstances",),
         ec2_describe=True,
     ),
@@ -99,20 +145,20 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.uncordon.handler",
         "Undo NodeHeal's cordon after a successful reboot",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_LOCK_CHECK,
     ),
     TaskSpec(
         "record",
         "lambdas.record.handler",
         "Write the remediation record, release the lock and budget slot, notify",
-        ledger=LedgerAccess.READ_WRITE,
+        ledger=_RECORD,
         publishes_notifications=True,
     ),
     TaskSpec(
         "record-failure",
         "lambdas.record_failure.handler",
         "Record a failed remediation (node stays cordoned), release the lock, notify",
-        ledger=LedgerAccess.READ_WRITE,
+        ledger=_RECORD,
         publishes_notifications=True,
     ),
 )
@@ -123,7 +169,8 @@ INGEST_TASK = TaskSpec(
     "ingest",
     "lambdas.ingest.handler",
     "Validate contract v1, drop stale/foreign events, start a named execution",
-    ledger=LedgerAccess.READ_WRITE,
+    # put_dropped_event: one PutItem per event it drops, nothing else (heartbeats are metrics).
+    ledger=(LedgerGrant(("dynamodb:PutItem",), (LedgerItem.DROPPED,)),),
 )
 
 

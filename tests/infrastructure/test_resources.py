@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from stacks.constructs.lambda_function import CLOUDWATCH_RETENTION_DAYS, retention_in_days
-from stacks.workflow_tasks import INGEST_TASK, WORKFLOW_TASKS, LedgerAccess, TaskSpec
+from stacks.workflow_tasks import INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 from tests.infrastructure.conftest import Synthesized, function_resource
 
 ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK)
@@ -45,7 +45,7 @@ def test_workflow_function_environment(default_stack: Synthesized, spec: TaskSpe
         "POWERTOOLS_METRICS_NAMESPACE": "NodeHeal",
         "LOG_LEVEL": "INFO",
     }
-    if spec.ledger is not LedgerAccess.NONE:
+    if spec.ledger:
         expected["NODEHEAL_LEDGER_TABLE"] = {"Ref": table_id}
     if spec.publishes_notifications:
         expected["NODEHEAL_TOPIC_ARN"] = {"Ref": topic_id}
