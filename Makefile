@@ -8,13 +8,14 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench clean
+.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench rbac clean
 
 help:
 	@echo "make demo   - run the local end-to-end simulation (bootstraps everything)"
 	@echo "make test   - lint, type-check and run the whole test suite (bootstraps everything)"
 	@echo "make synth  - build the Lambda asset and synthesize the CloudFormation template"
 	@echo "make bench  - run the benchmarks under benchmarks/"
+	@echo "make rbac   - regenerate deploy/rbac/remediator.yaml from nodeheal/rbac.py"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +61,9 @@ bench: $(VENV)/.installed
 # SCENARIO=name picks another scenario (`make demo SCENARIO=storm`; list: `.venv/bin/nodeheal demo --list`).
 demo: $(VENV)/.installed
 	$(BIN)/nodeheal demo $(if $(SCENARIO),--scenario $(SCENARIO))
+
+rbac: $(VENV)/.installed
+	$(BIN)/python -m nodeheal.rbac --group-prefix "$${NODEHEAL_GROUP_PREFIX:-nodeheal}" > deploy/rbac/remediator.yaml
 
 clean:
 	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache

@@ -153,7 +153,7 @@ def open_stack(context: Mapping[str, Any], *, time_scale: float = 1.0) -> Iterat
     server = FakeKubeApiServer(store)
     server.start()
     try:
-        with LocalAws(app, kube_provider_factory=lambda: StaticClientProvider(server.url)) as aws:
+        with LocalAws(app, kube_provider_factory=lambda _function: StaticClientProvider(server.url)) as aws:
             yield Stack(aws=aws, server=server, store=store)
     finally:
         server.stop()

@@ -17,6 +17,7 @@ from nodeheal.conditions import CONDITION_STATUSES
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError
 from nodeheal.events import DEFAULT_SOURCE
+from nodeheal.rbac import DEFAULT_GROUP_PREFIX, groups_of
 from nodeheal.settings_reader import SettingsReader
 
 CONTEXT_KEY = "nodeheal"
@@ -27,6 +28,9 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 #: AWS Chatbot's constraints on SlackTeamId and SlackChannelId.
 _SLACK_WORKSPACE = re.compile(r"^[0-9A-Z]{1,255}$")
 _SLACK_CHANNEL = re.compile(r"^[A-Za-z0-9]+$")
+#: ``<prefix>-<function>`` names a ClusterRole (a DNS subdomain) and an EKS access entry group; the
+#: longest function suffix, ``-terminate-delete-nodes``, must fit in the 63 characters of a label.
+_GROUP_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 
 #: Bad transitions the rule forwards by default: every GPU, kernel and readiness signal the
 #: detectors set, in the direction that means "unhealthy". Recoveries never start a workflow.
@@ -149,8 +153,9 @@ class NodeHealConfig:
     #: Overall timeout of one execution: longer, by a margin, than the worst case of waiting behind
     #: the node's lock holder and then remediating (``nodeheal.timing.execution_worst_case``).
     workflow_timeout_minutes: int
-    #: Kubernetes group the EKS access entries map the workflow roles to (bound by deploy/rbac).
-    kubernetes_group: str
+    #: Each Kubernetes-facing function's EKS access entry names the group ``<prefix>-<function>``,
+    #: which deploy/rbac/remediator.yaml (rendered for this prefix) binds to its own ClusterRole.
+    kubernetes_group_prefix: str
     #: Where the exporter runs (deploy/exporter): its EKS Pod Identity association targets this
     #: namespace and service account in every configured cluster.
     exporter_namespace: str
@@ -228,18 +233,22 @@ class NodeHealConfig:
             heartbeat_missing_minutes=heartbeat_minutes,
             lambda_network=network,
             workflow_timeout_minutes=timeout_minutes,
-            kubernetes_group=reader.string("kubernetesGroup", "nodeheal-remediator"),
+            kubernetes_group_prefix=_group_prefix(reader),
             exporter_namespace=exporter.string("namespace", "nodeheal"),
             exporter_service_account=exporter.string("serviceAccount", "nodeheal-exporter"),
             log_retention_days=reader.integer("logRetentionDays", 30, minimum=1, maximum=3653),
         )
         exporter.finish()
-        if config.kubernetes_group.startswith("system:"):
-            raise ConfigurationError(
-                f"{CONTEXT_KEY}.kubernetesGroup must not start with 'system:' (EKS access entries refuse it)"
-            )
         reader.finish()
         return config
+
+    def kubernetes_groups(self, function: str) -> list[str]:
+        """The groups the function's EKS access entries name (see :mod:`nodeheal.rbac`)."""
+        return groups_of(
+            function,
+            prefix=self.kubernetes_group_prefix,
+            delete_node_after_terminate=self.remediation.delete_node_after_terminate,
+        )
 
 
 def _check_workflow_timeout(timeout_minutes: int, remediation: RemediationSettings, where: str) -> None:
@@ -255,3 +264,22 @@ def _check_workflow_timeout(timeout_minutes: int, remediation: RemediationSettin
             f"({timing.MARGIN_SHARE:.0%}, at least {timing.MIN_MARGIN_SECONDS} s). "
             f"Worst case: {execution.describe()}"
         )
+
+
+def _group_prefix(reader: SettingsReader) -> str:
+    if "kubernetesGroup" in reader.key_names():
+        raise ConfigurationError(
+            f"{CONTEXT_KEY}.kubernetesGroup was replaced by {CONTEXT_KEY}.kubernetesGroupPrefix: every "
+            "function now has its own group and ClusterRole, <prefix>-<function> (for example "
+            f'"{DEFAULT_GROUP_PREFIX}-drain"). Set kubernetesGroupPrefix (default "{DEFAULT_GROUP_PREFIX}"), '
+            "apply deploy/rbac/remediator.yaml rendered for it (make rbac), then delete the old "
+            "group's binding (kubectl delete clusterrolebinding,clusterrole nodeheal-remediator)"
+        )
+    prefix = reader.string("kubernetesGroupPrefix", DEFAULT_GROUP_PREFIX)
+    if not _GROUP_PREFIX.match(prefix):
+        raise ConfigurationError(
+            f"{CONTEXT_KEY}.kubernetesGroupPrefix must be 1-40 lowercase letters, digits or '-', "
+            f"starting and ending with a letter or digit (it names ClusterRoles and groups "
+            f"<prefix>-<function>), got {prefix!r}"
+        )
+    return prefix

@@ -69,6 +69,7 @@ class NodeHealStack(Stack):
             config=config,
             workflow_functions=list(self.workflow.functions.values()),
             ingest_function=self.ingest.function,
+            finalizer_function=self.finalizer.function,
             ledger_table=self.ledger.table,
             topic=self.notifications.topic,
             state_machine=self.workflow.state_machine,
@@ -145,8 +146,8 @@ class NodeHealStack(Stack):
                     self,
                     f"RemediatorRole{_pascal(name)}Arn",
                     value=function.role.role_arn,
-                    description=f"IAM role of the {name} task, mapped to the Kubernetes group "
-                    f"{self.config.kubernetes_group!r} by an EKS access entry",
+                    description=f"IAM role of the {name} task, mapped to the Kubernetes group(s) "
+                    f"{', '.join(self.config.kubernetes_groups(name))} by an EKS access entry",
                 )
 
 

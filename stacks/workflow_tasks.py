@@ -6,16 +6,51 @@ task), the access construct (which roles get an EKS access entry) and the state 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from nodeheal.timing import TASK_TIMEOUT_SECONDS
 
 
-class LedgerAccess(Enum):
-    NONE = "none"
-    READ = "read"
-    READ_WRITE = "read-write"
+class LedgerItem(Enum):
+    """The ledger's item kinds, by partition key (the key schema of ``nodeheal.aws.ledger``)."""
+
+    #: Per-node lock, keyed by the node's instance: ``LOCK#<cluster>#<instance>``.
+    LOCK = "LOCK#{cluster}#*"
+    #: A cluster's admission state (budgets, breaker, pause), ``CLUSTER#<cluster>``.
+    ADMISSION = "CLUSTER#{cluster}"
+    #: Remediation records, per instance: ``INSTANCE#<cluster>#<instance>``.
+    RECORDS = "INSTANCE#{cluster}#*"
+    #: The end of an execution (recorded and notified once), ``EXECUTION#<cluster>#<name>``.
+    END = "EXECUTION#{cluster}#*"
+    #: Dropped-event records, ``DROPPED#<date>`` (not per cluster: a dropped event may name none).
+    DROPPED = "DROPPED#*"
+
+    def leading_keys(self, clusters: Sequence[str]) -> list[str]:
+        """``dynamodb:LeadingKeys`` patterns (StringLike) of these items in the configured clusters."""
+        if "{cluster}" not in self.value:
+            return [self.value]
+        return [self.value.format(cluster=cluster) for cluster in clusters]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerGrant:
+    """DynamoDB item actions on the ledger table, limited to items whose partition key is one of
+    ``items`` (``dynamodb:LeadingKeys``). Only what the task's code calls: see the docstring of
+    each use below."""
+
+    actions: tuple[str, ...]
+    items: tuple[LedgerItem, ...]
+
+
+#: Every mutating step (nodeheal.workflow.guard) reads pause live (read_admission_state: GetItem)
+#: and claims its mutation on the lock (claim_mutation: conditional UpdateItem, then GetItem of the
+#: holder when the claim is refused).
+_MUTATION_GUARD = (
+    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
+    LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.LOCK,)),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +62,8 @@ class TaskSpec:
     description: str
     #: Talks to the Kubernetes API of the clusters (needs eks:DescribeCluster and an access entry).
     kubernetes: bool = False
-    ledger: LedgerAccess = LedgerAccess.NONE
+    #: Ledger access; none when empty (the function then gets no table name either).
+    ledger: tuple[LedgerGrant, ...] = ()
     #: EC2 mutations allowed, each restricted by the cluster ownership tag condition.
     ec2_mutations: tuple[str, ...] = ()
     #: Needs ec2:DescribeInstances (which supports no resource-level restriction).
@@ -39,13 +75,31 @@ class TaskSpec:
     memory_mb: int = 256
 
 
+#: record, record-failure and the finalizer: execution_ended (GetItem of the end marker),
+#: put_record (PutItem of the instance's record), release_lock (conditional DeleteItem), giving
+#: the budget slot back (read_admission_state, write_admission_state), mark_execution_ended
+#: (conditional PutItem of the end marker).
+_RECORD = (
+    LedgerGrant(("dynamodb:PutItem",), (LedgerItem.RECORDS, LedgerItem.ADMISSION, LedgerItem.END)),
+    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.ADMISSION, LedgerItem.END)),
+    LedgerGrant(("dynamodb:DeleteItem",), (LedgerItem.LOCK,)),
+)
+
 WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec(
         "admit",
         "lambdas.admit.handler",
         "Re-read the Node, classify, check budgets and breaker, take the per-node lock",
         kubernetes=True,
-        ledger=LedgerAccess.READ_WRITE,
+        ledger=(
+            # The lock (read_lock: GetItem; acquire_lock and preempt_lock: conditional PutItem;
+            # release_lock: conditional DeleteItem when the budget refuses or the node recovered)
+            # and the cluster's admission state (read_admission_state, write_admission_state).
+            LedgerGrant(("dynamodb:GetItem", "dynamodb:PutItem"), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
+            LedgerGrant(("dynamodb:DeleteItem",), (LedgerItem.LOCK,)),
+            # instance_records: the instance's recent remediations (escalation, attempt limit).
+            LedgerGrant(("dynamodb:Query",), (LedgerItem.RECORDS,)),
+        ),
         publishes_notifications=False,
         timeout_seconds=TASK_TIMEOUT_SECONDS["admit"],
     ),
@@ -54,7 +108,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.cordon.handler",
         "Cordon and taint the Node, annotate it with the execution and reason",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_MUTATION_GUARD,
         timeout_seconds=TASK_TIMEOUT_SECONDS["cordon"],
     ),
     TaskSpec(
@@ -62,7 +116,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.drain.handler",
         "One eviction round through the Eviction API (PDBs respected)",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_MUTATION_GUARD,
         memory_mb=512,
         timeout_seconds=TASK_TIMEOUT_SECONDS["drain"],
     ),
@@ -71,7 +125,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.force_drain.handler",
         "Delete the pods left after the drain timeout with the configured grace period",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_MUTATION_GUARD,
         memory_mb=512,
         timeout_seconds=TASK_TIMEOUT_SECONDS["force-drain"],
     ),
@@ -80,7 +134,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.terminate.handler",
         "Verify ownership and the live condition, then terminate the EC2 instance",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_MUTATION_GUARD,
         ec2_mutations=("ec2:TerminateInstances",),
         ec2_describe=True,
         timeout_seconds=TASK_TIMEOUT_SECONDS["terminate"],
@@ -90,7 +144,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.reboot.handler",
         "Verify ownership and the live condition, then reboot the EC2 instance",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_MUTATION_GUARD,
         ec2_mutations=("ec2:RebootInstances",),
         ec2_describe=True,
         timeout_seconds=TASK_TIMEOUT_SECONDS["reboot"],
@@ -107,14 +161,14 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.uncordon.handler",
         "Undo NodeHeal's cordon after a successful reboot",
         kubernetes=True,
-        ledger=LedgerAccess.READ,
+        ledger=_MUTATION_GUARD,
         timeout_seconds=TASK_TIMEOUT_SECONDS["uncordon"],
     ),
     TaskSpec(
         "record",
         "lambdas.record.handler",
         "Write the remediation record, release the lock and budget slot, notify",
-        ledger=LedgerAccess.READ_WRITE,
+        ledger=_RECORD,
         publishes_notifications=True,
         timeout_seconds=TASK_TIMEOUT_SECONDS["record"],
     ),
@@ -122,7 +176,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "record-failure",
         "lambdas.record_failure.handler",
         "Record a failed remediation (node stays cordoned), release the lock, notify",
-        ledger=LedgerAccess.READ_WRITE,
+        ledger=_RECORD,
         publishes_notifications=True,
         timeout_seconds=TASK_TIMEOUT_SECONDS["record-failure"],
     ),
@@ -134,7 +188,8 @@ INGEST_TASK = TaskSpec(
     "ingest",
     "lambdas.ingest.handler",
     "Validate contract v1, drop stale/foreign events, start a named execution",
-    ledger=LedgerAccess.READ_WRITE,
+    # put_dropped_event: one PutItem per event it drops, nothing else (heartbeats are metrics).
+    ledger=(LedgerGrant(("dynamodb:PutItem",), (LedgerItem.DROPPED,)),),
 )
 
 
@@ -151,7 +206,7 @@ FINALIZER_TASK = TaskSpec(
     "finalize",
     "lambdas.finalize.handler",
     "Record, release and notify for executions that ended outside any Catch (timeout, abort, limits)",
-    ledger=LedgerAccess.READ_WRITE,
+    ledger=_RECORD,
     publishes_notifications=True,
     timeout_seconds=120,
 )

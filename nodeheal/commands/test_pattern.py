@@ -168,6 +168,9 @@ def template_rules(template: Mapping[str, Any]) -> list[RulePattern]:
         pattern = properties.get("EventPattern")
         if pattern is None:
             continue  # a scheduled rule
+        sources = pattern.get("source") if isinstance(pattern, dict) else None
+        if isinstance(sources, list) and sources and all(str(s).startswith("aws.") for s in sources):
+            continue  # AWS service events (the finalizer's rule), not NodeHeal's event contract
         if _has_intrinsic(pattern):
             raise ConfigurationError(
                 f"rule {logical}'s pattern uses CloudFormation functions; "

@@ -1,7 +1,9 @@
 """A loopback HTTP server that speaks the Kubernetes REST API for the resources NodeHeal uses.
 
 Paths, verbs, status codes and `Status` bodies follow the real kube-apiserver; anything it does
-not implement answers 404 or 405 like an apiserver without that resource or verb.
+not implement answers 404 or 405 like an apiserver without that resource or verb. With an
+:class:`~nodeheal.sim.authorizer.RbacAuthorizer`, every request is authenticated by its bearer
+token and authorized by RBAC first, as the real server's filter chain does before any handler.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
+from nodeheal.sim.authorizer import RbacAuthorizer, request_attributes
 from nodeheal.sim.faults import FaultInjector
 from nodeheal.sim.resources import RESOURCES, ResourceType
 from nodeheal.sim.selectors import parse_field_selector, parse_label_selector
@@ -188,6 +191,14 @@ class _Handler(BaseHTTPRequestHandler):
         route = _route(split.path)
         template = route.template if route else split.path
         raw = self._read_body()
+        authorizer = self.server.authorizer
+        if authorizer is not None:
+            try:
+                user = authorizer.authenticate(self.headers.get("Authorization"))
+                authorizer.authorize(request_attributes(user, method, split.path, params))
+            except ApiError as err:
+                self._send_json(err.code, err.body, err.headers)
+                return
         decision = self.server.faults.decide(method, split.path, template)
         if decision.latency:
             self.server.stopped.wait(decision.latency)
@@ -412,9 +423,11 @@ class _Server(ThreadingHTTPServer):
         bookmark_interval: float,
         default_watch_timeout: float,
         too_large_rv_wait: float,
+        authorizer: RbacAuthorizer | None,
     ) -> None:
         super().__init__(address, _Handler)
         self.store = store
+        self.authorizer = authorizer
         self.faults = faults
         self.bookmark_interval = bookmark_interval
         self.default_watch_timeout = default_watch_timeout
@@ -440,7 +453,10 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeKubeApiServer:
-    """The fake API server; `store` holds the cluster state, `faults` injects failures."""
+    """The fake API server; `store` holds the cluster state, `faults` injects failures.
+
+    Without an ``authorizer`` every request is allowed (and needs no credentials).
+    """
 
     def __init__(
         self,
@@ -451,8 +467,10 @@ class FakeKubeApiServer:
         bookmark_interval: float = 1.0,
         default_watch_timeout: float = 1800.0,
         too_large_rv_wait: float = 1.0,
+        authorizer: RbacAuthorizer | None = None,
     ) -> None:
         self.store = store if store is not None else ClusterStore()
+        self.authorizer = authorizer
         self.faults = FaultInjector(notify=self.store.notify)
         self._host = host
         self._port = port
@@ -479,6 +497,7 @@ class FakeKubeApiServer:
             self.bookmark_interval,
             self.default_watch_timeout,
             self.too_large_rv_wait,
+            self.authorizer,
         )
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -501,10 +520,14 @@ class FakeKubeApiServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def api_client(self) -> kubernetes.client.ApiClient:
-        """A client of the real `kubernetes` package pointed at this server (plain HTTP, no auth)."""
+    def api_client(self, token: str | None = None) -> kubernetes.client.ApiClient:
+        """A client of the real `kubernetes` package pointed at this server (plain HTTP), sending
+        ``token`` as its bearer token when given."""
         config = kubernetes.client.Configuration(host=self.url)
         config.verify_ssl = False
+        if token:
+            config.api_key = {"authorization": token}
+            config.api_key_prefix = {"authorization": "Bearer"}
         return kubernetes.client.ApiClient(configuration=config)
 
     def __enter__(self) -> FakeKubeApiServer:

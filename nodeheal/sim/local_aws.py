@@ -35,7 +35,7 @@ import boto3
 from nodeheal.kube.client import KubeClientProvider
 from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
 from nodeheal.sim.rule_targets import RuleTargetPump
-from nodeheal.sim.template import ACCOUNT_ID, Resolver, SynthesizedApp, TemplateError
+from nodeheal.sim.template import ACCOUNT_ID, FunctionSpec, Resolver, SynthesizedApp, TemplateError
 from nodeheal.timeutil import format_timestamp, utc_now
 
 MOTO_CONFIG: Any = {
@@ -80,7 +80,7 @@ class LocalAws:
         self,
         app: SynthesizedApp,
         *,
-        kube_provider_factory: Callable[[], KubeClientProvider],
+        kube_provider_factory: Callable[[FunctionSpec], KubeClientProvider],
         region: str = "us-west-2",
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
@@ -92,8 +92,6 @@ class LocalAws:
         self._functions = app.functions()
         self._runtimes: dict[str, Runtime] = {}
         self._runtime_lock = threading.Lock()
-        self._kube_provider: KubeClientProvider | None = None
-        self._kube_lock = threading.Lock()
         self._invocation_lock = threading.RLock()
         self._mock: Any = None
         self._invoke_patch: Any = None
@@ -474,17 +472,15 @@ class LocalAws:
             runtime = Runtime(
                 LambdaEnvironment.from_environ(variables),
                 client_factory=self.client,
-                kube_provider_factory=self._shared_kube_provider,
+                # Each function reaches the cluster as itself (its own credentials and groups),
+                # as each Lambda does through its role's EKS access entry.
+                kube_provider_factory=functools.partial(
+                    self._kube_provider_factory, self._functions[logical_id]
+                ),
                 clock=self._clock,
             )
             self._runtimes[logical_id] = runtime
             return runtime
-
-    def _shared_kube_provider(self) -> KubeClientProvider:
-        with self._kube_lock:
-            if self._kube_provider is None:
-                self._kube_provider = self._kube_provider_factory()
-            return self._kube_provider
 
     def function_logical_id(self, handler: str) -> str:
         for logical, spec in self._functions.items():

@@ -33,8 +33,8 @@ from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, P
 from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.exporter.transitions import node_identity
-from nodeheal.kube.client import StaticClientProvider
 from nodeheal.sim.apiserver import FakeKubeApiServer
+from nodeheal.sim.authorizer import FunctionCredentials, RbacAuthorizer, exporter_user, nodeheal_authorizer
 from nodeheal.sim.cluster import ClusterLayout, ClusterTimings, SimulatedCluster
 from nodeheal.sim.local_aws import Invocation, LocalAws
 from nodeheal.sim.rule_targets import Delivery, RuleTargetPump
@@ -198,6 +198,7 @@ class LocalPipeline:
         speed: float = FAST_SPEED,
         timeline: Timeline | None = None,
         exporter_overrides: Mapping[str, Any] | None = None,
+        authorizer: RbacAuthorizer | None = None,
     ) -> None:
         self.app = app
         self.layout = layout or ClusterLayout()
@@ -207,7 +208,10 @@ class LocalPipeline:
         self._exporter_overrides = dict(exporter_overrides or {})
         # Graceful pod deletion (a pod's terminationGracePeriodSeconds) runs at the same speed.
         self.store = ClusterStore(time_scale=1.0 / speed)
-        self.server = FakeKubeApiServer(self.store)
+        # Every function and the exporter run under their own RBAC roles (DESIGN D8); pass an
+        # authorizer to share what was used across pipelines.
+        self.authorizer = authorizer if authorizer is not None else nodeheal_authorizer()
+        self.server = FakeKubeApiServer(self.store, authorizer=self.authorizer)
         self._aws: LocalAws | None = None
         self._cluster: SimulatedCluster | None = None
         self._pump: RuleTargetPump | None = None
@@ -227,7 +231,9 @@ class LocalPipeline:
     def __enter__(self) -> LocalPipeline:
         self.server.start()
         try:
-            aws = LocalAws(self.app, kube_provider_factory=lambda: StaticClientProvider(self.server.url))
+            aws = LocalAws(
+                self.app, kube_provider_factory=FunctionCredentials(self.server.url, self.authorizer, CLUSTER)
+            )
             self._aws = aws.__enter__()
             ingest = aws.runtime_for(aws.function_logical_id("lambdas.ingest.handler")).ingest_settings
             self.cluster_name = sorted(ingest.clusters)[0]
@@ -311,7 +317,8 @@ class LocalPipeline:
         if self._exporter is not None:
             return self._exporter
         events = ObservedEvents(self.aws.client("events"), self._on_published)
-        exporter = Exporter(self.exporter_settings(), self.server.api_client(), events)
+        api_client = self.server.api_client(token=self.authorizer.token_for(exporter_user()))
+        exporter = Exporter(self.exporter_settings(), api_client, events)
         exporter.start(serve_http=False)
         self._exporter = exporter
         # Faults injected before the first list would reach the bus as resyncs, not transitions.

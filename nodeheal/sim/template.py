@@ -4,7 +4,7 @@ resolver for the intrinsics CDK emits (Ref, Fn::GetAtt, Fn::Join) against local 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ACCOUNT_ID = "123456789012"
@@ -19,6 +19,10 @@ class FunctionSpec:
     logical_id: str
     handler: str
     environment: Mapping[str, Any]
+    #: Logical id of the function's execution role.
+    role: str = ""
+    #: Cluster -> the Kubernetes groups the role's EKS access entry for that cluster names.
+    kubernetes_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,17 +46,31 @@ class SynthesizedApp:
 
     def functions(self) -> dict[str, FunctionSpec]:
         specs = {}
+        groups = self._kubernetes_groups()
         for logical, resource in self.resources("AWS::Lambda::Function").items():
             properties = resource.get("Properties", {})
             handler = properties.get("Handler", "")
             if not isinstance(handler, str) or not handler.startswith("lambdas."):
                 continue  # CDK's own helper functions (log retention, custom resources)
+            role = _get_att_target(properties.get("Role"))
             specs[logical] = FunctionSpec(
                 logical_id=logical,
                 handler=handler,
                 environment=properties.get("Environment", {}).get("Variables", {}),
+                role=role,
+                kubernetes_groups=groups.get(role, {}),
             )
         return specs
+
+    def _kubernetes_groups(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Role logical id -> cluster -> groups, from the EKS access entries."""
+        groups: dict[str, dict[str, tuple[str, ...]]] = {}
+        for resource in self.resources("AWS::EKS::AccessEntry").values():
+            properties = resource.get("Properties", {})
+            role = _get_att_target(properties.get("PrincipalArn"))
+            cluster = str(properties.get("ClusterName", ""))
+            groups.setdefault(role, {})[cluster] = tuple(properties.get("KubernetesGroups") or ())
+        return groups
 
     @classmethod
     def synthesize(cls, nodeheal_context: Mapping[str, Any]) -> SynthesizedApp:
@@ -67,6 +85,13 @@ class SynthesizedApp:
         stack = NodeHealStack(app, config.stack_name, config=config)
         assembly = app.synth()
         return cls(template=assembly.get_stack_by_name(stack.stack_name).template)
+
+
+def _get_att_target(value: Any) -> str:
+    """The logical id in ``{"Fn::GetAtt": [id, "Arn"]}``; empty for anything else."""
+    if isinstance(value, Mapping) and isinstance(value.get("Fn::GetAtt"), list):
+        return str(value["Fn::GetAtt"][0])
+    return ""
 
 
 class Resolver:

@@ -1,20 +1,22 @@
 """Least privilege, per function: every grant derives from the function's TaskSpec.
 
 * Kubernetes tasks: ``eks:DescribeCluster`` on the configured clusters only, and an EKS access
-  entry per (role, cluster) mapping the role to ``config.kubernetes_group``, which
-  ``deploy/rbac/remediator.yaml`` binds to exactly the verbs NodeHeal uses.
+  entry per (role, cluster) putting the role in its own group ``<prefix>-<function>`` (plus
+  ``<prefix>-terminate-delete-nodes`` for terminate when ``deleteNodeAfterTerminate`` is on), which
+  ``deploy/rbac/remediator.yaml`` binds to the function's ClusterRole (rules: ``nodeheal.rbac``).
 * EC2 mutations (reboot, terminate): only on instances carrying a configured cluster's ownership
   tag. The IAM condition repeats safety invariant 2, so a bug in the ownership check cannot reach
   another cluster's or a non-Kubernetes instance.
-* Ledger read or read-write, SNS publish, StartExecution: only where the spec says so.
+* Ledger: only the item actions the spec lists, each limited to the partition key prefixes of the
+  items the task touches (``dynamodb:LeadingKeys``); no Scan, no index, no batch or table actions.
+* SNS publish, StartExecution: only where the spec says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
-from aws_cdk import Acknowledgment, ArnFormat, CfnElement, Stack, Validations
+from aws_cdk import Acknowledgment, ArnFormat, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
@@ -24,7 +26,6 @@ from constructs import Construct
 
 from stacks.config import NodeHealConfig
 from stacks.constructs.lambda_function import NodeHealFunction
-from stacks.workflow_tasks import LedgerAccess
 
 
 def ownership_conditions(cluster: str) -> tuple[dict[str, dict[str, str]], ...]:
@@ -49,6 +50,7 @@ class AccessConstruct(Construct):
         config: NodeHealConfig,
         workflow_functions: Sequence[NodeHealFunction],
         ingest_function: NodeHealFunction,
+        finalizer_function: NodeHealFunction,
         ledger_table: dynamodb.Table,
         topic: sns.ITopic,
         state_machine: sfn.IStateMachine,
@@ -56,7 +58,7 @@ class AccessConstruct(Construct):
         super().__init__(scope, id_)
         self._config = config
         self._stack = Stack.of(self)
-        everyone = (*workflow_functions, ingest_function)
+        everyone = (*workflow_functions, ingest_function, finalizer_function)
         self.access_entries = self._build_cluster_access(workflow_functions)
         self._grant_instance_actions(workflow_functions)
         self._grant_ledger(everyone, ledger_table)
@@ -84,7 +86,7 @@ class AccessConstruct(Construct):
                         cluster_name=cluster,
                         principal_arn=function.role.role_arn,
                         type="STANDARD",
-                        kubernetes_groups=[self._config.kubernetes_group],
+                        kubernetes_groups=self._config.kubernetes_groups(function.spec.name),
                     )
                 )
         return entries
@@ -123,20 +125,19 @@ class AccessConstruct(Construct):
             )
 
     def _grant_ledger(self, functions: Sequence[NodeHealFunction], table: dynamodb.Table) -> None:
-        table_id = self._stack.get_logical_id(cast(CfnElement, table.node.default_child))
+        clusters = self._config.clusters
         for function in functions:
-            if function.spec.ledger is LedgerAccess.NONE:
-                continue
-            if function.spec.ledger is LedgerAccess.READ_WRITE:
-                table.grant_read_write_data(function.role)
-            else:
-                table.grant_read_data(function.role)
-            Validations.of(function.role).acknowledge(
-                Acknowledgment(
-                    id=f"AwsSolutions-IAM5[Resource::<{table_id}.Arn>/index/*]",
-                    reason="Queries the ledger's byCluster index (the table's only index).",
+            for grant in function.spec.ledger:
+                leading_keys = [key for item in grant.items for key in item.leading_keys(clusters)]
+                function.role.add_to_principal_policy(
+                    iam.PolicyStatement(
+                        actions=list(grant.actions),
+                        resources=[table.table_arn],
+                        # ForAllValues: every partition key the request touches must match. Item
+                        # actions (GetItem, PutItem, DeleteItem, Query) always name one.
+                        conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": leading_keys}},
+                    )
                 )
-            )
 
     @staticmethod
     def _grant_notifications(functions: Sequence[NodeHealFunction], topic: sns.ITopic) -> None:

@@ -51,7 +51,7 @@ class FinalizerConstruct(Construct):
         self._config = config
         self._stack = Stack.of(self)
         self.function = self._build_function(code, state_machine, ledger_table, topic)
-        self._grant(state_machine, ledger_table, topic)
+        self._grant(state_machine)
         self.status_change_rule = self._build_status_change_rule(state_machine)
         self.sweep_rule = self._build_sweep_rule()
 
@@ -79,7 +79,7 @@ class FinalizerConstruct(Construct):
             log_retention_days=config.log_retention_days,
         )
 
-    def _grant(self, state_machine: sfn.StateMachine, table: dynamodb.Table, topic: sns.ITopic) -> None:
+    def _grant(self, state_machine: sfn.StateMachine) -> None:
         role = self.function.role
         executions = self._stack.format_arn(
             service="states",
@@ -98,23 +98,13 @@ class FinalizerConstruct(Construct):
                 actions=["states:ListExecutions"], resources=[state_machine.state_machine_arn]
             )
         )
-        table.grant_read_write_data(role)
-        topic.grant_publish(role)
-        table_id = self._stack.get_logical_id(cast(CfnElement, table.node.default_child))
+        # The ledger and the topic are granted by the access construct, from FINALIZER_TASK.
         machine_id = self._stack.get_logical_id(cast(CfnElement, state_machine.node.default_child))
         for finding, reason in (
             (
                 f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:"
                 f"execution:<{machine_id}.Name>:*]",
                 "Reads back executions of the remediation state machine only (any execution name).",
-            ),
-            (
-                f"AwsSolutions-IAM5[Resource::<{table_id}.Arn>/index/*]",
-                "Queries the ledger's byCluster index (the table's only index).",
-            ),
-            (
-                "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
-                "Publishing to the encrypted topic needs GenerateDataKey* on the topic's own key.",
             ),
         ):
             Validations.of(role).acknowledge(Acknowledgment(id=finding, reason=reason))

@@ -18,7 +18,7 @@ from constructs import Construct
 from stacks.config import LambdaNetwork, NodeHealConfig
 from stacks.constructs.lambda_function import FunctionNetwork, NodeHealFunction, apply_retention
 from stacks.workflow_definition import build_definition
-from stacks.workflow_tasks import WORKFLOW_TASKS, LedgerAccess, TaskSpec
+from stacks.workflow_tasks import WORKFLOW_TASKS, TaskSpec
 
 
 class WorkflowConstruct(Construct):
@@ -136,7 +136,7 @@ def _task_environment(spec: TaskSpec, ledger_table_name: str, topic_arn: str, mo
     # Every step reads the mode from here, live (D4): a redeploy in dry-run changes this
     # variable and stops executions already in flight before their next mutation.
     environment: dict[str, str] = {"NODEHEAL_MODE": mode}
-    if spec.ledger is not LedgerAccess.NONE:
+    if spec.ledger:
         environment["NODEHEAL_LEDGER_TABLE"] = ledger_table_name
     if spec.publishes_notifications:
         environment["NODEHEAL_TOPIC_ARN"] = topic_arn

@@ -75,7 +75,8 @@ def default_stack(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     return synthesize(tmp_path_factory.mktemp("default"))
 
 
-#: Two clusters, label filters, VPC placement and e-mails: every optional branch of the stack.
+#: Two clusters, label filters, VPC placement, e-mails, a group prefix and node deletion after
+#: terminate: every optional branch of the stack.
 FULL_CONTEXT: dict[str, Any] = {
     "stackName": "NodeHealStaging",
     "clusters": ["training-a", "inference-b"],
@@ -93,6 +94,8 @@ FULL_CONTEXT: dict[str, Any] = {
         "securityGroupIds": ["sg-0ccccccccccccccc3"],
     },
     "logRetentionDays": 45,
+    "kubernetesGroupPrefix": "acme-nodeheal",
+    "deleteNodeAfterTerminate": True,
 }
 
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from stacks.workflow_tasks import INGEST_TASK, WORKFLOW_TASKS, LedgerAccess, TaskSpec
+from stacks.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, LedgerItem, TaskSpec
 from tests.infrastructure.conftest import (
+    ROOT,
     Synthesized,
     actions_of,
     resources_of,
@@ -15,8 +16,7 @@ from tests.infrastructure.conftest import (
     role_statements,
 )
 
-ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK)
-LEDGER_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
+ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)
 
 
 def statements_with(statements: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
@@ -122,25 +122,111 @@ def test_one_access_entry_per_kubernetes_role_and_cluster(full_stack: Synthesize
     assert len(entries) == len(expected)
     for entry in entries:
         assert entry["Properties"]["Type"] == "STANDARD"
-        assert entry["Properties"]["KubernetesGroups"] == [full_stack.config.kubernetes_group]
         assert "AccessPolicies" not in entry["Properties"], "RBAC, not an EKS access policy, grants verbs"
 
 
+@pytest.mark.parametrize("stack", ["default_stack", "full_stack"])
+def test_defect_10_each_function_is_in_its_own_kubernetes_group(
+    request: pytest.FixtureRequest, stack: str
+) -> None:
+    synthesized: Synthesized = request.getfixturevalue(stack)
+    prefix = synthesized.config.kubernetes_group_prefix
+    delete_nodes = synthesized.config.remediation.delete_node_after_terminate
+    by_role = {
+        entry["Properties"]["PrincipalArn"]["Fn::GetAtt"][0]: entry["Properties"]["KubernetesGroups"]
+        for entry in synthesized.resources("AWS::EKS::AccessEntry").values()
+    }
+    for spec in WORKFLOW_TASKS:
+        if not spec.kubernetes:
+            continue
+        expected = [f"{prefix}-{spec.name}"]
+        if spec.name == "terminate" and delete_nodes:
+            expected.append(f"{prefix}-terminate-delete-nodes")
+        assert by_role[role_logical_id(synthesized, spec.name)] == expected, spec.name
+    # The full context turns deleteNodeAfterTerminate on and the default leaves it off: both paths.
+    assert (stack == "full_stack") is delete_nodes
+
+
+def ledger_statements(synthesized: Synthesized, spec: TaskSpec) -> list[dict[str, Any]]:
+    return statements_with(role_statements(synthesized, spec.name), "dynamodb:")
+
+
+def table_arn(synthesized: Synthesized) -> dict[str, Any]:
+    table_id = next(iter(synthesized.resources("AWS::DynamoDB::Table")))
+    return {"Fn::GetAtt": [table_id, "Arn"]}
+
+
+def ledger_grants(statements: list[dict[str, Any]]) -> set[tuple[frozenset[str], tuple[str, ...], str]]:
+    """(actions, leading keys, resource) of each statement, order-free (policy minimization sorts)."""
+    return {
+        (
+            frozenset(actions_of(statement)),
+            tuple(sorted(statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"])),
+            str(statement["Resource"]),
+        )
+        for statement in statements
+    }
+
+
 @pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)
-def test_ledger_access_follows_the_spec(default_stack: Synthesized, spec: TaskSpec) -> None:
-    table_id = next(iter(default_stack.resources("AWS::DynamoDB::Table")))
-    dynamodb = statements_with(role_statements(default_stack, spec.name), "dynamodb:")
-    actions = {a for s in dynamodb for a in actions_of(s)}
-    if spec.ledger is LedgerAccess.NONE:
-        assert actions == set()
-        return
-    assert "dynamodb:GetItem" in actions
-    assert ("dynamodb:PutItem" in actions) is (spec.ledger is LedgerAccess.READ_WRITE)
-    if spec.ledger is LedgerAccess.READ:
-        assert not actions & LEDGER_WRITES
-    for statement in dynamodb:
-        for resource in resources_of(statement):
-            assert table_id in str(resource)
+def test_ledger_access_follows_the_spec(full_stack: Synthesized, spec: TaskSpec) -> None:
+    """Item actions only, on the table only (no index, Scan, batch or table actions), each limited
+    to the partition keys of the items the task touches in the configured clusters."""
+    clusters = full_stack.config.clusters
+    statements = ledger_statements(full_stack, spec)
+    assert len(statements) == len(spec.ledger)
+    assert all(set(statement) == {"Action", "Condition", "Effect", "Resource"} for statement in statements)
+    assert ledger_grants(statements) == {
+        (
+            frozenset(grant.actions),
+            tuple(sorted(key for item in grant.items for key in item.leading_keys(clusters))),
+            str(table_arn(full_stack)),
+        )
+        for grant in spec.ledger
+    }
+
+
+def test_defect_10_ingest_writes_only_dropped_event_records(default_stack: Synthesized) -> None:
+    assert ledger_statements(default_stack, INGEST_TASK) == [
+        {
+            "Action": "dynamodb:PutItem",
+            "Condition": {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["DROPPED#*"]}},
+            "Effect": "Allow",
+            "Resource": table_arn(default_stack),
+        }
+    ]
+
+
+def test_defect_10_no_function_may_scan_delete_broadly_or_touch_the_index(full_stack: Synthesized) -> None:
+    for spec in ALL_TASKS:
+        for statement in ledger_statements(full_stack, spec):
+            actions = set(actions_of(statement))
+            assert actions <= {
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:UpdateItem",
+                "dynamodb:DeleteItem",
+                "dynamodb:Query",
+            }
+            assert resources_of(statement) == [table_arn(full_stack)], spec.name
+            assert statement["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"], spec.name
+    # Only the steps that take or give back a node's lock may delete, and only lock items.
+    deletes = {
+        spec.name: grant.items
+        for spec in ALL_TASKS
+        for grant in spec.ledger
+        if "dynamodb:DeleteItem" in grant.actions
+    }
+    assert deletes == dict.fromkeys(("admit", "record", "record-failure", "finalize"), (LedgerItem.LOCK,))
+    # Updates are the mutating steps' claims on the lock they hold (nodeheal.workflow.guard).
+    updates = {
+        spec.name: grant.items
+        for spec in ALL_TASKS
+        for grant in spec.ledger
+        if "dynamodb:UpdateItem" in grant.actions
+    }
+    assert set(updates) == {"cordon", "drain", "force-drain", "terminate", "reboot", "uncordon"}
+    assert set(updates.values()) == {(LedgerItem.LOCK,)}
 
 
 @pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)
@@ -159,6 +245,14 @@ def test_only_publishers_may_publish_and_only_to_the_topic(
 def test_only_ingest_starts_executions(default_stack: Synthesized, spec: TaskSpec) -> None:
     state_machine_id = next(iter(default_stack.resources("AWS::StepFunctions::StateMachine")))
     states = statements_with(role_statements(default_stack, spec.name), "states:")
+    if spec is FINALIZER_TASK:
+        # It only reads executions back: describe and history of this machine's, and the listing.
+        assert sorted(a for s in states for a in actions_of(s)) == [
+            "states:DescribeExecution",
+            "states:GetExecutionHistory",
+            "states:ListExecutions",
+        ]
+        return
     if spec is not INGEST_TASK:
         assert states == []
         return
@@ -190,3 +284,28 @@ def test_exporter_gets_a_pod_identity_association_per_cluster(full_stack: Synthe
         assert association["Properties"]["ServiceAccount"] == "nodeheal-exporter"
     policies = full_stack.resources("AWS::Events::EventBusPolicy")
     assert len(policies) == 1
+
+
+def readme_ledger_cell(spec: TaskSpec) -> str:
+    """How the README's IAM table names a task's ledger grants."""
+    if not spec.ledger:
+        return "\N{EN DASH}"
+    return "; ".join(
+        "/".join(action.removeprefix("dynamodb:") for action in grant.actions)
+        + " on "
+        + ", ".join(f"`{item.leading_keys(['<cluster>'])[0]}`" for item in grant.items)
+        for grant in spec.ledger
+    )
+
+
+@pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)
+def test_defect_10_readme_iam_table_states_the_ledger_grants(spec: TaskSpec) -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| function | AWS permissions |") :].split("\n\n")[0]
+    rows = [
+        line
+        for line in table.splitlines()
+        if spec.name in [name.strip() for name in line.split("|")[1].split(",")]
+    ]
+    assert len(rows) == 1, f"one README IAM row for {spec.name}"
+    assert rows[0].rstrip().endswith(f"| {readme_ledger_cell(spec)} |"), rows[0]

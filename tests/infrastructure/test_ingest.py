@@ -22,7 +22,7 @@ def remediation_rules(synthesized: Synthesized) -> dict[str, Any]:
     return {
         logical: rule
         for logical, rule in synthesized.resources("AWS::Events::Rule").items()
-        if rule["Properties"]["EventPattern"]["detail-type"] == ["Node Condition Changed"]
+        if rule["Properties"].get("EventPattern", {}).get("detail-type") == ["Node Condition Changed"]
     }
 
 

@@ -11,6 +11,7 @@ import pytest
 from nodeheal.commands.test_pattern import template_rules
 from nodeheal.events import DETAIL_TYPE_EXPORTER_HEARTBEAT
 from nodeheal.patterns import match
+from nodeheal.workflow.records import Outcome
 from stacks.rule_pattern import build_event_pattern, build_heartbeat_pattern
 from tests.infrastructure.conftest import FULL_CONTEXT, Synthesized, synthesize
 
@@ -119,7 +120,7 @@ def test_dashboard_widgets(default_stack: Synthesized) -> None:
     ]
     outcomes = widget_metrics(titled(body, "Remediations by outcome"))
     assert outcomes[0][:6] == ["NodeHeal", "Remediations", "outcome", "replaced", "service", "nodeheal"]
-    assert len(outcomes) == 10
+    assert len(outcomes) == len(Outcome)
     replace = widget_metrics(titled(body, "Time to replace"))
     assert [m[-1]["stat"] for m in replace] == ["p50", "p90", "p99"]
     assert all(

@@ -10,10 +10,10 @@ import pytest
 
 from nodeheal.timing import TASK_TIMEOUT_SECONDS, task_retry_clauses, task_worst_case_seconds
 from stacks.constructs.lambda_function import CLOUDWATCH_RETENTION_DAYS, retention_in_days
-from stacks.workflow_tasks import INGEST_TASK, WORKFLOW_TASKS, LedgerAccess, TaskSpec
+from stacks.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 from tests.infrastructure.conftest import Synthesized, function_resource
 
-ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK)
+ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)
 
 
 def only(resources: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -46,8 +46,10 @@ def test_workflow_function_environment(default_stack: Synthesized, spec: TaskSpe
         "POWERTOOLS_SERVICE_NAME": "nodeheal",
         "POWERTOOLS_METRICS_NAMESPACE": "NodeHeal",
         "LOG_LEVEL": "INFO",
+        # Read live by every mutating step (D4): a redeploy in another mode stops executions in flight.
+        "NODEHEAL_MODE": default_stack.config.remediation.mode.value,
     }
-    if spec.ledger is not LedgerAccess.NONE:
+    if spec.ledger:
         expected["NODEHEAL_LEDGER_TABLE"] = {"Ref": table_id}
     if spec.publishes_notifications:
         expected["NODEHEAL_TOPIC_ARN"] = {"Ref": topic_id}

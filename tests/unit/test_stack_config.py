@@ -42,7 +42,9 @@ def test_defaults() -> None:
     assert config.notification_emails == ()
     assert config.lambda_network is None
     assert config.workflow_timeout_minutes == 600
-    assert config.kubernetes_group == "nodeheal-remediator"
+    assert config.kubernetes_group_prefix == "nodeheal"
+    assert config.kubernetes_groups("drain") == ["nodeheal-drain"]
+    assert config.kubernetes_groups("terminate") == ["nodeheal-terminate"]
     assert config.log_retention_days == 30
 
 
@@ -74,7 +76,7 @@ def test_full_config() -> None:
             "securityGroupIds": ["sg-1"],
         },
         workflow={"timeoutMinutes": 720},
-        kubernetesGroup="gpu-remediators",
+        kubernetesGroupPrefix="gpu-remediators",
         logRetentionDays=90,
     )
     assert config.clusters == ("a", "b-2")
@@ -82,6 +84,7 @@ def test_full_config() -> None:
     assert config.remediation.mode is Mode.DRY_RUN
     assert config.lambda_network == LambdaNetwork("vpc-1", ("us-west-2a",), ("subnet-1",), ("sg-1",))
     assert config.notification_emails == ("sre@example.com",)
+    assert config.kubernetes_groups("cordon") == ["gpu-remediators-cordon"]
 
 
 def test_missing_context_object() -> None:
@@ -197,8 +200,22 @@ def test_incomplete_lambda_network() -> None:
     )
 
 
-def test_kubernetes_group_cannot_be_a_system_group() -> None:
-    refused("must not start with 'system:'", kubernetesGroup="system:masters")
+def test_kubernetes_group_prefix_must_name_groups_and_cluster_roles() -> None:
+    refused("kubernetesGroupPrefix must be 1-40 lowercase letters", kubernetesGroupPrefix="system:masters")
+    refused("kubernetesGroupPrefix must be 1-40 lowercase letters", kubernetesGroupPrefix="NodeHeal")
+
+
+def test_defect_10_the_single_kubernetes_group_setting_is_refused_with_directions() -> None:
+    refused(
+        "kubernetesGroup was replaced by nodeheal.kubernetesGroupPrefix",
+        kubernetesGroup="nodeheal-remediator",
+    )
+
+
+def test_defect_10_node_delete_group_only_with_delete_node_after_terminate() -> None:
+    config = parse(kubernetesGroupPrefix="acme", deleteNodeAfterTerminate=True)
+    assert config.kubernetes_groups("terminate") == ["acme-terminate", "acme-terminate-delete-nodes"]
+    assert config.kubernetes_groups("reboot") == ["acme-reboot"]
 
 
 def test_bad_log_retention() -> None:

@@ -12,9 +12,9 @@ import pytest
 from nodeheal.conditions import Condition
 from nodeheal.events import NodeConditionEvent, PreviousState
 from nodeheal.exporter.transitions import node_identity
-from nodeheal.kube.client import StaticClientProvider
 from nodeheal.sim import cluster as sim_cluster
 from nodeheal.sim.apiserver import FakeKubeApiServer
+from nodeheal.sim.authorizer import FunctionCredentials, RbacAuthorizer, nodeheal_authorizer
 from nodeheal.sim.local_aws import LocalAws
 from nodeheal.sim.objects import make_node, make_pdb, make_pod
 
@@ -37,6 +37,7 @@ class Pipeline:
     aws: LocalAws
     server: FakeKubeApiServer
     store: ClusterStore
+    authorizer: RbacAuthorizer
     instances: dict[str, str] = field(default_factory=dict)
 
     # -- cluster ---------------------------------------------------------------------------------
@@ -150,15 +151,22 @@ class Pipeline:
         return ledger.node_lock_holder(CLUSTER, name)
 
 
-def open_pipeline(overrides: Mapping[str, Any] | None = None) -> Iterator[Pipeline]:
+def open_pipeline(
+    overrides: Mapping[str, Any] | None = None, *, authorizer: RbacAuthorizer | None = None
+) -> Iterator[Pipeline]:
+    """Every function calls the fake API server as itself, under its own RBAC role (DESIGN D8):
+    a request its role does not allow is a 403. Pass ``authorizer`` to collect what several
+    pipelines used."""
     app = synthesized(overrides)
     # Graceful pod deletion runs at 1/1000 speed: a 30 s grace period takes 30 ms.
     store = ClusterStore(time_scale=0.001)
-    server = FakeKubeApiServer(store)
+    authorizer = authorizer if authorizer is not None else nodeheal_authorizer()
+    server = FakeKubeApiServer(store, authorizer=authorizer)
     server.start()
     try:
-        with LocalAws(app, kube_provider_factory=lambda: StaticClientProvider(server.url)) as aws:
-            yield Pipeline(aws=aws, server=server, store=store)
+        credentials = FunctionCredentials(server.url, authorizer, CLUSTER)
+        with LocalAws(app, kube_provider_factory=credentials) as aws:
+            yield Pipeline(aws=aws, server=server, store=store, authorizer=authorizer)
     finally:
         server.stop()
 

@@ -74,7 +74,7 @@ def test_deployment_runs_two_hardened_replicas_with_probes() -> None:
 
 def test_rbac_is_read_only_on_nodes_and_lease_scoped() -> None:
     (rule,) = by_kind("ClusterRole")["rules"]
-    assert (rule["resources"], sorted(rule["verbs"])) == (["nodes"], ["get", "list", "watch"])
+    assert (rule["resources"], sorted(rule["verbs"])) == (["nodes"], ["list", "watch"])
     lease_rules = by_kind("Role")["rules"]
     assert all(r["resources"] == ["leases"] for r in lease_rules)
     scoped = [r for r in lease_rules if "resourceNames" in r]

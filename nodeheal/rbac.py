@@ -1,0 +1,368 @@
+"""What each NodeHeal component may do in a cluster: the Kubernetes RBAC rules, in one table.
+
+One ClusterRole per remediation function (DESIGN D8), each bound to its own group
+``<prefix>-<function>``; the stack's EKS access entry of a function's IAM role names that group
+and nothing else. The rules list exactly the requests the code makes, named as kube-apiserver's
+authorizer sees them (verb, API group, resource[/subresource]):
+
+* ``nodeheal/kube/nodes.py``: ``get`` a node (every step re-reads it, the drain steps included),
+  ``list`` nodes with a label selector (admit's pool health), ``patch`` a node (cordon,
+  uncordon), ``delete`` a node (terminate, only with ``deleteNodeAfterTerminate``).
+* ``nodeheal/kube/pods.py``: ``list`` pods with ``fieldSelector=spec.nodeName`` (drain,
+  force-drain), ``create`` on ``pods/eviction`` (drain), ``delete`` pods (force-drain).
+* Every function may ``create`` Events (core and ``events.k8s.io``), so what it did to a node is
+  visible in ``kubectl describe``.
+
+The table feeds ``deploy/rbac/remediator.yaml`` (rendered by :func:`render_manifest`, checked by
+``tests/infrastructure/test_rbac.py``), the access construct, the README's RBAC table (checked by a
+test) and the fake API server's authorizer, under which the workflow tests and the local pipeline
+run every function with its own role: a verb the code needs but the table lacks is a 403 in a
+test, and a verb the table grants but no scenario uses is reported.
+
+The exporter's rules live in ``deploy/exporter`` (a kustomize base plus an optional component);
+:data:`EXPORTER_ROLES` states them here for the authorizer, and a test holds the two equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+#: Default of cdk.json's ``kubernetesGroupPrefix``: groups and ClusterRoles are ``nodeheal-<function>``.
+DEFAULT_GROUP_PREFIX = "nodeheal"
+RBAC_API_GROUP = "rbac.authorization.k8s.io"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRule:
+    """One ``rules[]`` entry of a (Cluster)Role."""
+
+    api_groups: tuple[str, ...]
+    resources: tuple[str, ...]
+    verbs: tuple[str, ...]
+    #: Why the function needs it: the comment above the rule in the manifest.
+    why: str
+    resource_names: tuple[str, ...] = ()
+
+    def to_manifest(self) -> dict[str, list[str]]:
+        rule = {
+            "apiGroups": list(self.api_groups),
+            "resources": list(self.resources),
+            "verbs": list(self.verbs),
+        }
+        if self.resource_names:
+            rule["resourceNames"] = list(self.resource_names)
+        return rule
+
+    def permissions(self) -> Iterator[Permission]:
+        """Every (verb, API group, resource, name) the rule grants, one at a time."""
+        for group in self.api_groups:
+            for resource in self.resources:
+                for verb in self.verbs:
+                    for name in self.resource_names or ("",):
+                        yield Permission(verb, group, resource, name)
+
+    def describe(self) -> str:
+        """``nodes get/list``, ``events create (core, events.k8s.io)``: the README's wording."""
+        text = f"{'/'.join(self.resources)} {'/'.join(self.verbs)}"
+        groups = [group or "core" for group in self.api_groups]
+        if groups != ["core"]:
+            text += f" ({', '.join(groups)})"
+        if self.resource_names:
+            text += f" named {', '.join(self.resource_names)}"
+        return text
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Permission:
+    """One granted atom: ``verb`` on ``resource`` (``pods/eviction`` for a subresource) in ``api_group``."""
+
+    verb: str
+    api_group: str
+    resource: str
+    #: ``resourceNames`` restriction; empty when the rule names none.
+    name: str = ""
+
+    def __str__(self) -> str:
+        group = f".{self.api_group}" if self.api_group else ""
+        named = f" {self.name!r}" if self.name else ""
+        return f"{self.verb} {self.resource}{group}{named}"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionRole:
+    """A ClusterRole and the group bound to it (both named ``<prefix>-<function>[-<suffix>]``)."""
+
+    function: str
+    rules: tuple[PolicyRule, ...]
+    #: Distinguishes an optional extra role of the same function.
+    suffix: str = ""
+    #: Empty for a role every deployment needs; otherwise when the stack puts the function in the
+    #: group (the binding is harmless without members).
+    only_when: str = ""
+
+    def name(self, prefix: str = DEFAULT_GROUP_PREFIX) -> str:
+        return f"{prefix}-{self.function}" + (f"-{self.suffix}" if self.suffix else "")
+
+
+def _events(why: str) -> PolicyRule:
+    return PolicyRule(("", "events.k8s.io"), ("events",), ("create",), why)
+
+
+#: D8: every function may tell the cluster what it did to a node as an Event.
+EVENTS = _events("Events about what this step did to the node (kubectl describe node).")
+
+_READ_NODE = PolicyRule(("",), ("nodes",), ("get",), "Re-read the live Node before acting on it.")
+#: Pods are listed by node name, so every drain round first proves the Node is still the admitted
+#: object (UID, instance, NodeHeal's taint) and its condition still bad (nodeheal.workflow.guard).
+_PROVE_NODE = PolicyRule(
+    ("",),
+    ("nodes",),
+    ("get",),
+    "Prove the node is still the admitted object, tainted and bad, before each round.",
+)
+
+#: Function name (``stacks/workflow_tasks.py``) -> its ClusterRole's rules.
+KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
+    "admit": (
+        PolicyRule(
+            ("",),
+            ("nodes",),
+            ("get", "list"),
+            "Re-read the Node; list its Karpenter pool (label selector) for the unhealthy-share budget.",
+        ),
+        EVENTS,
+    ),
+    "cordon": (
+        PolicyRule(
+            ("",),
+            ("nodes",),
+            ("get", "patch"),
+            "Read-modify-write of spec.unschedulable, the nodeheal.io/unhealthy taint and annotations.",
+        ),
+        EVENTS,
+    ),
+    "drain": (
+        _PROVE_NODE,
+        PolicyRule(("",), ("pods",), ("list",), "The pods bound to the node (fieldSelector spec.nodeName)."),
+        PolicyRule(
+            ("",),
+            ("pods/eviction",),
+            ("create",),
+            "Evict through the Eviction API so PodDisruptionBudgets are respected (429 = retry later).",
+        ),
+        EVENTS,
+    ),
+    "force-drain": (
+        _PROVE_NODE,
+        PolicyRule(
+            ("",),
+            ("pods",),
+            ("list", "delete"),
+            "After the drain timeout with drain.onTimeout=force: delete the pods left, with the "
+            "configured grace period.",
+        ),
+        EVENTS,
+    ),
+    "terminate": (_READ_NODE, EVENTS),
+    "reboot": (_READ_NODE, EVENTS),
+    "check-recovery": (
+        PolicyRule(("",), ("nodes",), ("get",), "New boot ID, Ready, the condition healthy?"),
+        EVENTS,
+    ),
+    "uncordon": (
+        PolicyRule(
+            ("",),
+            ("nodes",),
+            ("get", "patch"),
+            "Remove NodeHeal's taint and annotations; clear spec.unschedulable only if NodeHeal set it.",
+        ),
+        EVENTS,
+    ),
+}
+
+#: Granted to the terminate function only when ``deleteNodeAfterTerminate`` is true: the stack then
+#: adds this group to its access entry.
+NODE_DELETE = FunctionRole(
+    "terminate",
+    (
+        PolicyRule(
+            ("",),
+            ("nodes",),
+            ("delete",),
+            "Delete the Node object (uid precondition) right after terminating its instance.",
+        ),
+    ),
+    suffix="delete-nodes",
+    only_when="deleteNodeAfterTerminate is true",
+)
+
+
+def function_roles() -> tuple[FunctionRole, ...]:
+    """Every remediation role, the optional node-delete role last."""
+    return (*(FunctionRole(name, rules) for name, rules in KUBERNETES_RULES.items()), NODE_DELETE)
+
+
+def groups_of(function: str, *, prefix: str, delete_node_after_terminate: bool) -> list[str]:
+    """The Kubernetes groups the function's EKS access entry names."""
+    groups = [FunctionRole(function, KUBERNETES_RULES[function]).name(prefix)]
+    if delete_node_after_terminate and function == NODE_DELETE.function:
+        groups.append(NODE_DELETE.name(prefix))
+    return groups
+
+
+# -- the exporter (deploy/exporter) -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterRole:
+    """A (Cluster)Role of the exporter's service account, as deploy/exporter declares it."""
+
+    name: str
+    rules: tuple[PolicyRule, ...]
+    #: Namespace of a Role (bound by a RoleBinding); empty for a ClusterRole.
+    namespace: str = ""
+    #: Empty for the kustomize base; the optional component's path otherwise.
+    component: str = ""
+
+
+EXPORTER_NAMESPACE = "nodeheal"
+EXPORTER_SERVICE_ACCOUNT = "nodeheal-exporter"
+EXPORTER_LEASE = "nodeheal-exporter"
+
+EXPORTER_ROLES: tuple[ExporterRole, ...] = (
+    ExporterRole(
+        "nodeheal-exporter",
+        (PolicyRule(("",), ("nodes",), ("list", "watch"), "List, then watch, every Node."),),
+    ),
+    ExporterRole(
+        "nodeheal-exporter-leader-election",
+        (
+            PolicyRule(
+                ("coordination.k8s.io",),
+                ("leases",),
+                ("create",),
+                "The first replica creates the Lease (create cannot be limited by name).",
+            ),
+            PolicyRule(
+                ("coordination.k8s.io",),
+                ("leases",),
+                ("get", "update"),
+                "Acquire, renew and release the Lease.",
+                resource_names=(EXPORTER_LEASE,),
+            ),
+        ),
+        namespace=EXPORTER_NAMESPACE,
+    ),
+    ExporterRole(
+        "nodeheal-exporter-node-events",
+        (PolicyRule(("",), ("events",), ("list", "watch"), "List, then watch, Events about Nodes."),),
+        component="components/node-events",
+    ),
+)
+
+
+# -- deploy/rbac/remediator.yaml --------------------------------------------------------------------
+
+_HEADER = """\
+# RBAC of the NodeHeal remediation Lambdas: one ClusterRole and one group per function.
+#
+# Generated from nodeheal/rbac.py (the single source of the rules, also enforced by the local
+# simulation's API server): edit the table there, then `make rbac` (or
+# `python -m nodeheal.rbac --group-prefix <prefix> > deploy/rbac/remediator.yaml`).
+#
+# The Lambdas authenticate as their IAM roles; the stack's EKS access entries (type STANDARD) put
+# each function's role in the group `{prefix}-<function>` (cdk.json: nodeheal.kubernetesGroupPrefix
+# = "{prefix}"; keep the two in sync). No secrets, no workloads, no cluster-admin access policy.
+# `{node_delete}` (nodes delete) is granted to the terminate function only when
+# deleteNodeAfterTerminate is true: the stack adds that group to its access entry then, and the
+# binding has no members otherwise.
+#
+# Apply once per cluster, before the first remediation:  kubectl apply -f deploy/rbac/remediator.yaml
+# Upgrading from the single `nodeheal-remediator` group:
+#   kubectl delete clusterrolebinding,clusterrole nodeheal-remediator
+"""
+
+
+def _flow(values: Sequence[str]) -> str:
+    return json.dumps(list(values))
+
+
+def _comment(text: str, indent: str) -> list[str]:
+    return [f"{indent}# {text}"]
+
+
+def _role_yaml(role: FunctionRole, prefix: str) -> list[str]:
+    name = role.name(prefix)
+    labels = [
+        "  labels:",
+        "    app.kubernetes.io/name: nodeheal",
+        f"    app.kubernetes.io/component: {role.function}",
+    ]
+    lines = []
+    if role.only_when:
+        lines.append(f"# Optional: effective only when {role.only_when}.")
+    lines += ["apiVersion: rbac.authorization.k8s.io/v1", "kind: ClusterRole", "metadata:"]
+    lines += [f"  name: {name}", *labels, "rules:"]
+    for rule in role.rules:
+        lines += _comment(rule.why, "  ")
+        lines.append(f"  - apiGroups: {_flow(rule.api_groups)}")
+        lines.append(f"    resources: {_flow(rule.resources)}")
+        if rule.resource_names:
+            lines.append(f"    resourceNames: {_flow(rule.resource_names)}")
+        lines.append(f"    verbs: {_flow(rule.verbs)}")
+    lines += [
+        "---",
+        "apiVersion: rbac.authorization.k8s.io/v1",
+        "kind: ClusterRoleBinding",
+        "metadata:",
+        f"  name: {name}",
+        *labels,
+        "roleRef:",
+        f"  apiGroup: {RBAC_API_GROUP}",
+        "  kind: ClusterRole",
+        f"  name: {name}",
+        "subjects:",
+        f"  - apiGroup: {RBAC_API_GROUP}",
+        "    kind: Group",
+        f"    name: {name}",
+    ]
+    return lines
+
+
+def render_manifest(prefix: str = DEFAULT_GROUP_PREFIX) -> str:
+    """``deploy/rbac/remediator.yaml`` for the group prefix ``prefix``."""
+    parts = [_HEADER.format(prefix=prefix, node_delete=NODE_DELETE.name(prefix)).rstrip("\n")]
+    for role in function_roles():
+        parts.append("\n".join(_role_yaml(role, prefix)))
+    return "\n---\n".join(parts) + "\n"
+
+
+def markdown_table(prefix: str = DEFAULT_GROUP_PREFIX) -> str:
+    """The README's RBAC table: one row per ClusterRole, exactly what it grants."""
+    rows = ["| function | ClusterRole and group | may |", "|---|---|---|"]
+    for role in function_roles():
+        rules = "; ".join(rule.describe() for rule in role.rules)
+        when = f" (only when {role.only_when})" if role.only_when else ""
+        rows.append(f"| {role.function} | `{role.name(prefix)}`{when} | {rules} |")
+    for exporter in EXPORTER_ROLES:
+        scope = f"Role in `{exporter.namespace}`" if exporter.namespace else "ClusterRole"
+        optional = f" (optional component `{exporter.component}`)" if exporter.component else ""
+        rules = "; ".join(rule.describe() for rule in exporter.rules)
+        rows.append(f"| exporter | {scope} `{exporter.name}`{optional} | {rules} |")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Print deploy/rbac/remediator.yaml for a group prefix.")
+    parser.add_argument("--group-prefix", default=DEFAULT_GROUP_PREFIX)
+    args = parser.parse_args(argv)
+    sys.stdout.write(render_manifest(args.group_prefix))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
