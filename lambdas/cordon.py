@@ -4,5 +4,5 @@ from nodeheal.lambda_support import workflow_handler
 from nodeheal.workflow.actions import cordon
 
 handler = workflow_handler(
-    "cordon", lambda state, rt: cordon(state, rt.kube(state.cluster), rt.ledger, rt.now())
+    "cordon", lambda state, rt, deadline: cordon(state, rt.kube(state.cluster, deadline), rt.ledger, rt.now())
 )

@@ -4,5 +4,6 @@ from nodeheal.lambda_support import workflow_handler
 from nodeheal.workflow.actions import drain_round
 
 handler = workflow_handler(
-    "drain", lambda state, rt: drain_round(state, rt.kube(state.cluster), rt.ledger, rt.now())
+    "drain",
+    lambda state, rt, deadline: drain_round(state, rt.kube(state.cluster, deadline), rt.ledger, rt.now()),
 )

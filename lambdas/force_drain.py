@@ -4,5 +4,6 @@ from nodeheal.lambda_support import workflow_handler
 from nodeheal.workflow.actions import force_drain
 
 handler = workflow_handler(
-    "force-drain", lambda state, rt: force_drain(state, rt.kube(state.cluster), rt.ledger, rt.now())
+    "force-drain",
+    lambda state, rt, deadline: force_drain(state, rt.kube(state.cluster, deadline), rt.ledger, rt.now()),
 )

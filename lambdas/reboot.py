@@ -4,5 +4,8 @@ from nodeheal.lambda_support import workflow_handler
 from nodeheal.workflow.actions import reboot
 
 handler = workflow_handler(
-    "reboot", lambda state, rt: reboot(state, rt.kube(state.cluster), rt.instances, rt.ledger, rt.now())
+    "reboot",
+    lambda state, rt, deadline: reboot(
+        state, rt.kube(state.cluster, deadline), rt.instances, rt.ledger, rt.now()
+    ),
 )

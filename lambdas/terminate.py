@@ -5,5 +5,7 @@ from nodeheal.workflow.actions import terminate
 
 handler = workflow_handler(
     "terminate",
-    lambda state, rt: terminate(state, rt.kube(state.cluster), rt.instances, rt.ledger, rt.now()),
+    lambda state, rt, deadline: terminate(
+        state, rt.kube(state.cluster, deadline), rt.instances, rt.ledger, rt.now()
+    ),
 )

@@ -4,5 +4,6 @@ from nodeheal.lambda_support import workflow_handler
 from nodeheal.workflow.actions import uncordon
 
 handler = workflow_handler(
-    "uncordon", lambda state, rt: uncordon(state, rt.kube(state.cluster), rt.ledger, rt.now())
+    "uncordon",
+    lambda state, rt, deadline: uncordon(state, rt.kube(state.cluster, deadline), rt.ledger, rt.now()),
 )

@@ -19,6 +19,8 @@ class FunctionSpec:
     logical_id: str
     handler: str
     environment: Mapping[str, Any]
+    #: The function's Lambda timeout in seconds (Lambda's default when the template sets none).
+    timeout_seconds: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,7 @@ class SynthesizedApp:
                 logical_id=logical,
                 handler=handler,
                 environment=properties.get("Environment", {}).get("Variables", {}),
+                timeout_seconds=int(properties.get("Timeout", 3)),
             )
         return specs
 
