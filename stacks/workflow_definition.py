@@ -31,17 +31,28 @@ from constructs import Construct
 
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import (
+    DeadlineExceededError,
     Ec2IncorrectStateError,
     Ec2ThrottledError,
     KubernetesApiUnavailableError,
     LedgerContentionError,
 )
+from stacks.workflow_tasks import task as task_spec
 
 #: Transient errors worth retrying with the configured backoff.
 TRANSIENT_ERRORS: tuple[str, ...] = (
     KubernetesApiUnavailableError.__name__,
     Ec2ThrottledError.__name__,
+    DeadlineExceededError.__name__,
 )
+
+#: The two names Step Functions reports a function killed at its Lambda timeout under. The function
+#: may have done part of its work, so only idempotent steps retry them (TaskSpec.idempotent).
+LAMBDA_TIMEOUT_ERRORS: tuple[str, ...] = ("Sandbox.Timedout", "Lambda.Unknown")
+#: Lambda throttled the invocation: the function never ran, so every step may retry it. CDK's
+#: ``retry_on_service_exceptions`` already retries Lambda.ServiceException, AWSLambdaException,
+#: SdkClientException and ClientExecutionTimeoutException, but not this one.
+LAMBDA_THROTTLED_ERRORS: tuple[str, ...] = ("Lambda.TooManyRequestsException",)
 
 # Keys under which each task writes its result; the handlers read the same keys.
 ADMISSION = "$.admission"
@@ -220,6 +231,11 @@ class _DefinitionBuilder:
         self._add_retry(task, (LedgerContentionError.__name__,), 1, 6, 1.5)
         # EC2 refuses a reboot/terminate while the instance is pending or stopping; give it time.
         self._add_retry(task, (Ec2IncorrectStateError.__name__,), max(5, retry.interval_seconds), 3, 2.0)
+        # Killed at its Lambda timeout (its deadline should have ended it first, so something was
+        # slower than every bound): twice more, a few seconds apart, each up to a full timeout.
+        if task_spec(function).idempotent:
+            self._add_retry(task, LAMBDA_TIMEOUT_ERRORS, 2, 2, 2.0)
+        self._add_retry(task, LAMBDA_THROTTLED_ERRORS, 2, 6, 2.0)
         if catch:
             task.add_catch(self._record_failure, errors=["States.ALL"], result_path=FAILURE)
         return task
