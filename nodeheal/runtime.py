@@ -183,8 +183,6 @@ AWS_READ_TIMEOUT_SECONDS = 5
 #: Attempts per AWS call, first included (botocore "standard" mode: throttling, 5xx and connection
 #: errors are retried after a jittered pause of at most 1 s, then 2 s).
 AWS_MAX_ATTEMPTS = 3
-#: The longest one AWS call can take: three attempts and the two pauses between them.
-AWS_CALL_BOUND_SECONDS = AWS_MAX_ATTEMPTS * (AWS_CONNECT_TIMEOUT_SECONDS + AWS_READ_TIMEOUT_SECONDS) + 1 + 2
 
 
 def _refuse_attempt_past_deadline(request: Any, **_: Any) -> None:

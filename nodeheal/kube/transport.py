@@ -192,7 +192,7 @@ class HttpTransport:
                     headers=headers,
                     timeout=_urllib3_timeout(timeout, deadline),
                     # Waiting for a free pooled connection counts against the deadline too.
-                    pool_timeout=deadline.cap(deadline.remaining()) if deadline.bounded else None,
+                    pool_timeout=max(deadline.remaining(), 0.0) if deadline.bounded else None,
                     retries=False,
                     # The API server does not redirect; a 3xx is an answer to report, not to follow.
                     redirect=False,
