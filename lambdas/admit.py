@@ -4,14 +4,17 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from nodeheal.deadline import Deadline
 from nodeheal.lambda_support import metrics, workflow_handler
 from nodeheal.runtime import Runtime
 from nodeheal.workflow.admission import admit
 from nodeheal.workflow.state import WorkflowState
 
 
-def _admit(state: WorkflowState, rt: Runtime) -> dict[str, Any]:
-    admission = admit(state, rt.kube(state.cluster), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode))
+def _admit(state: WorkflowState, rt: Runtime, deadline: Deadline) -> dict[str, Any]:
+    admission = admit(
+        state, rt.kube(state.cluster, deadline), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    )
     if admission.refused:
         metrics.add_metric(name="AdmissionsRefused", unit=MetricUnit.Count, value=1)
     if admission.breaker_opened:

@@ -4,5 +4,6 @@ from nodeheal.lambda_support import workflow_handler
 from nodeheal.workflow.actions import check_recovery
 
 handler = workflow_handler(
-    "check-recovery", lambda state, rt: check_recovery(state, rt.kube(state.cluster), rt.now())
+    "check-recovery",
+    lambda state, rt, deadline: check_recovery(state, rt.kube(state.cluster, deadline), rt.now()),
 )

@@ -5,7 +5,7 @@ from nodeheal.workflow.actions import cordon
 
 handler = workflow_handler(
     "cordon",
-    lambda state, rt: cordon(
-        state, rt.kube(state.cluster), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    lambda state, rt, deadline: cordon(
+        state, rt.kube(state.cluster, deadline), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
     ),
 )

@@ -5,7 +5,7 @@ from nodeheal.workflow.actions import drain_round
 
 handler = workflow_handler(
     "drain",
-    lambda state, rt: drain_round(
-        state, rt.kube(state.cluster), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    lambda state, rt, deadline: drain_round(
+        state, rt.kube(state.cluster, deadline), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
     ),
 )

@@ -5,7 +5,7 @@ from nodeheal.workflow.actions import force_drain
 
 handler = workflow_handler(
     "force-drain",
-    lambda state, rt: force_drain(
-        state, rt.kube(state.cluster), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    lambda state, rt, deadline: force_drain(
+        state, rt.kube(state.cluster, deadline), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
     ),
 )

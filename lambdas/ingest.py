@@ -5,6 +5,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from nodeheal.deadline import Deadline, applied
 from nodeheal.lambda_support import logger, metrics
 from nodeheal.runtime import Runtime, runtime
 from nodeheal.workflow.ingest import heartbeat, ingest, is_heartbeat
@@ -33,7 +34,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, str]:
     rt = runtime()
     if is_heartbeat(event):
         return _heartbeat(event, rt)
-    result = ingest(event, settings=rt.ingest_settings, starter=rt.starter, ledger=rt.ledger, now=rt.now())
+    # DynamoDB and StartExecution calls stop retrying at the deadline (see nodeheal.deadline).
+    with applied(Deadline.from_lambda_context(context)):
+        result = ingest(
+            event, settings=rt.ingest_settings, starter=rt.starter, ledger=rt.ledger, now=rt.now()
+        )
     metrics.add_metric(name=f"Events{result.status.capitalize()}", unit=MetricUnit.Count, value=1)
     if result.status == "dropped":
         logger.warning("event dropped", extra={"result": result.to_json(), "eventId": event.get("id")})

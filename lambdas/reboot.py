@@ -5,7 +5,12 @@ from nodeheal.workflow.actions import reboot
 
 handler = workflow_handler(
     "reboot",
-    lambda state, rt: reboot(
-        state, rt.kube(state.cluster), rt.instances, rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    lambda state, rt, deadline: reboot(
+        state,
+        rt.kube(state.cluster, deadline),
+        rt.instances,
+        rt.ledger,
+        rt.now(),
+        mode=rt.mode(state.settings.mode),
     ),
 )

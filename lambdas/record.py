@@ -4,6 +4,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
+from nodeheal.deadline import Deadline
 from nodeheal.lambda_support import metrics, workflow_handler
 from nodeheal.runtime import Runtime
 from nodeheal.workflow.recording import record
@@ -40,7 +41,8 @@ def emit_outcome_metrics(result: dict[str, Any], state: WorkflowState) -> None:
             pass
 
 
-def _record(state: WorkflowState, rt: Runtime) -> dict[str, Any]:
+def _record(state: WorkflowState, rt: Runtime, deadline: Deadline) -> dict[str, Any]:
+    # Only DynamoDB and SNS: the deadline bounds them through the invocation's context.
     result = record(state, rt.ledger, rt.notifier, rt.now(), region=rt.environment.region)
     emit_outcome_metrics(result, state)
     return result

@@ -5,7 +5,12 @@ from nodeheal.workflow.actions import terminate
 
 handler = workflow_handler(
     "terminate",
-    lambda state, rt: terminate(
-        state, rt.kube(state.cluster), rt.instances, rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    lambda state, rt, deadline: terminate(
+        state,
+        rt.kube(state.cluster, deadline),
+        rt.instances,
+        rt.ledger,
+        rt.now(),
+        mode=rt.mode(state.settings.mode),
     ),
 )

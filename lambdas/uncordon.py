@@ -5,7 +5,7 @@ from nodeheal.workflow.actions import uncordon
 
 handler = workflow_handler(
     "uncordon",
-    lambda state, rt: uncordon(
-        state, rt.kube(state.cluster), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
+    lambda state, rt, deadline: uncordon(
+        state, rt.kube(state.cluster, deadline), rt.ledger, rt.now(), mode=rt.mode(state.settings.mode)
     ),
 )

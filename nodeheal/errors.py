@@ -24,6 +24,12 @@ class KubernetesApiUnavailableError(NodeHealError):
     """The Kubernetes API answered 5xx, 429 outside eviction, or did not answer. Retried with backoff."""
 
 
+class DeadlineExceededError(NodeHealError):
+    """The invocation's own deadline (its Lambda timeout minus a reserve) came before a call could
+    finish, or left too little time to start one. Raised instead of letting Lambda kill the function,
+    so the failure has a name, a message saying which call, and a retry. Retried with backoff."""
+
+
 class KubernetesApiError(NodeHealError):
     """The Kubernetes API refused a request in a way a retry cannot fix (401, 403, 422...)."""
 

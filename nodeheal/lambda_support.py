@@ -3,6 +3,12 @@
 Logging is Powertools' structured JSON with the execution, cluster and node on every line;
 metrics are Powertools EMF (namespace from POWERTOOLS_METRICS_NAMESPACE). Exceptions are not
 caught: their class name is the Step Functions error name the Retry/Catch clauses match.
+
+Each invocation gets a :class:`~nodeheal.deadline.Deadline`: the context's remaining time minus a
+reserve. The step passes it to the Kubernetes adapters (``rt.kube(cluster, deadline)``); AWS calls
+read it from the invocation's context (:func:`nodeheal.deadline.applied`). A call that would run
+past it raises ``DeadlineExceededError``, which the state machine retries, before Lambda's timeout
+kills the function without a word.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from nodeheal.deadline import Deadline, applied
 from nodeheal.runtime import Runtime, runtime
 from nodeheal.workflow.state import WorkflowState
 
@@ -20,7 +27,7 @@ logger = Logger()
 metrics = Metrics()
 
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
-WorkflowStep = Callable[[WorkflowState, Runtime], dict[str, Any]]
+WorkflowStep = Callable[[WorkflowState, Runtime, Deadline], dict[str, Any]]
 
 
 def workflow_handler(step_name: str, step: WorkflowStep) -> Handler:
@@ -29,7 +36,9 @@ def workflow_handler(step_name: str, step: WorkflowStep) -> Handler:
     def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         state = WorkflowState.parse(event)
         logger.append_keys(execution=state.execution.name, cluster=state.cluster, node=state.node_name)
-        result = step(state, runtime())
+        deadline = Deadline.from_lambda_context(context)
+        with applied(deadline):
+            result = step(state, runtime(), deadline)
         logger.info(f"{step_name} finished", extra={"result": result})
         return result
 

@@ -21,7 +21,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from nodeheal.actions import Mode
-from nodeheal.errors import ConfigurationError, DuplicateExecutionError
+from nodeheal.deadline import Deadline
+from nodeheal.deadline import current as current_deadline
+from nodeheal.errors import ConfigurationError, DeadlineExceededError, DuplicateExecutionError
 from nodeheal.events import DEFAULT_SOURCE
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.ports import KubeAccess
@@ -126,7 +128,6 @@ class Runtime:
         self._client_factory = client_factory
         self._kube_provider_factory = kube_provider_factory
         self._clock = clock
-        self._kube: dict[str, KubeAccess] = {}
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
@@ -181,20 +182,19 @@ class Runtime:
             event_source=self.environment.event_source,
         )
 
-    def kube(self, cluster: str) -> KubeAccess:
-        with self._lock:
-            access = self._kube.get(cluster)
-            if access is None:
-                access = self._build_kube(cluster)
-                self._kube[cluster] = access
-            return access
-
-    def _build_kube(self, cluster: str) -> KubeAccess:
+    def kube(self, cluster: str, deadline: Deadline) -> KubeAccess:
+        """Kubernetes adapters for one invocation: the container's connection pool to ``cluster``
+        (kept across invocations), every request bounded by this invocation's ``deadline``."""
         from nodeheal.kube.nodes import NodeOperations
         from nodeheal.kube.pods import PodOperations
 
-        transport = self._kube_provider.transport(cluster)
-        return KubeAccess(nodes=NodeOperations(transport), pods=PodOperations(transport))
+        with self._lock:
+            provider = self._kube_provider
+        transport = provider.transport(cluster)
+        return KubeAccess(
+            nodes=NodeOperations(transport, deadline=deadline),
+            pods=PodOperations(transport, deadline=deadline),
+        )
 
     @cached_property
     def _kube_provider(self) -> KubeClientProvider:
@@ -209,11 +209,45 @@ class Runtime:
         )
 
 
+#: Seconds one AWS API attempt may take: connecting, then waiting for the answer. DynamoDB answers
+#: single-item calls in milliseconds and EC2 its Describe/Reboot/Terminate calls in well under a
+#: second; botocore's defaults (60 s each) would outlast every NodeHeal function.
+AWS_CONNECT_TIMEOUT_SECONDS = 2
+AWS_READ_TIMEOUT_SECONDS = 5
+#: Attempts per AWS call, first included (botocore "standard" mode: throttling, 5xx and connection
+#: errors are retried after a jittered pause of at most 1 s, then 2 s).
+AWS_MAX_ATTEMPTS = 3
+
+
+def _refuse_attempt_past_deadline(request: Any, **_: Any) -> None:
+    """botocore ``before-send`` hook: an attempt (first or retry) starts only if it can finish
+    before the invocation's deadline, so botocore's retries stop there instead of Lambda's kill."""
+    deadline = current_deadline()
+    if not deadline.allows(AWS_CONNECT_TIMEOUT_SECONDS + AWS_READ_TIMEOUT_SECONDS):
+        raise DeadlineExceededError(
+            f"{request.method} {request.url}: not sent, {max(deadline.remaining(), 0.0):.1f}s of this "
+            f"invocation's time left and an AWS attempt may take "
+            f"{AWS_CONNECT_TIMEOUT_SECONDS + AWS_READ_TIMEOUT_SECONDS}s"
+        )
+
+
 def _boto3_client_factory(region: str) -> Callable[[str], Any]:
     import boto3
+    from botocore.config import Config
 
     session = boto3.session.Session(region_name=region)
-    return lambda service: session.client(service)
+    config = Config(
+        connect_timeout=AWS_CONNECT_TIMEOUT_SECONDS,
+        read_timeout=AWS_READ_TIMEOUT_SECONDS,
+        retries={"mode": "standard", "total_max_attempts": AWS_MAX_ATTEMPTS},
+    )
+
+    def client(service: str) -> Any:
+        built = session.client(service, config=config)
+        built.meta.events.register("before-send", _refuse_attempt_past_deadline)
+        return built
+
+    return client
 
 
 _installed: Runtime | None = None

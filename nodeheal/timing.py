@@ -39,6 +39,7 @@ from typing import Any
 
 from nodeheal.config import PolicySettings, RemediationSettings, RetrySettings
 from nodeheal.errors import (
+    DeadlineExceededError,
     Ec2IncorrectStateError,
     Ec2ThrottledError,
     KubernetesApiUnavailableError,
@@ -46,29 +47,64 @@ from nodeheal.errors import (
 )
 from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
 
-#: Lambda timeout of each workflow task, in seconds. ``stacks/workflow_tasks.py`` deploys these
-#: (the domain reads them here, without CDK). Every task is short by design: the state machine
-#: owns the waiting. An eviction round and the forced deletion get a minute for up to
-#: ``drain.parallelism`` API calls at once on a node with many pods.
+#: Seconds of one Kubernetes request answered just inside its timeouts: connect 5 + read 30 = 35
+#: (``nodeheal.kube.client.DEFAULT_REQUEST_TIMEOUT``; a test holds the two equal).
+KUBE_REQUEST_SECONDS = 35
+#: Seconds of one AWS call answered on its first attempt just inside its timeouts: connect 2 + read
+#: 5 = 7 (``nodeheal.runtime``'s botocore config). botocore's retries of a slow AWS are not
+#: budgeted: the invocation's deadline stops them (DeadlineExceededError) and the state retries.
+AWS_CALL_SECONDS = 7
+#: Seconds each invocation keeps back from its Lambda timeout to return or raise a named error
+#: (``nodeheal.deadline.LAMBDA_RESERVE_SECONDS``; a test holds the two equal).
+LAMBDA_RESERVE_SECONDS = 3
+
+
+def lambda_timeout(*, kube_requests: int, aws_calls: int) -> int:
+    """The Lambda timeout of a step whose longest sequence of calls is ``kube_requests`` Kubernetes
+    requests and ``aws_calls`` AWS calls one after the other, each answered just inside its
+    timeouts, plus the deadline's reserve; rounded up to 10 s.
+
+    With it, a step finishes when every call is slow but answered; when calls time out, its
+    deadline (this timeout minus the reserve) raises DeadlineExceededError before Lambda kills it.
+    Parallel requests (one wave of evictions) count once: the deadline stops a round from starting
+    another wave, and the pods it did not reach wait for the next round.
+    """
+    worst = kube_requests * KUBE_REQUEST_SECONDS + aws_calls * AWS_CALL_SECONDS + LAMBDA_RESERVE_SECONDS
+    return int(math.ceil(worst / 10) * 10)
+
+
+#: Each workflow task's Lambda timeout, from its longest sequence of calls (counted in its code):
+#: ``stacks/workflow_tasks.py`` deploys these and the worst case below counts them.
 TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
     {
-        "admit": 30,
-        "cordon": 30,
-        "drain": 60,
-        "force-drain": 60,
-        "terminate": 30,
-        "reboot": 30,
-        "check-recovery": 30,
-        "uncordon": 30,
-        "record": 30,
-        "record-failure": 30,
+        # Node get + pool list; lock read/put (+ preempt), pause/budget read+write, history query.
+        "admit": lambda_timeout(kube_requests=2, aws_calls=7),
+        # Guard: pause read, node get, lock claim; then the node patch.
+        "cordon": lambda_timeout(kube_requests=2, aws_calls=2),
+        # Guard (node get, pause read, lock claim), pod list, one wave of evictions.
+        "drain": lambda_timeout(kube_requests=3, aws_calls=2),
+        "force-drain": lambda_timeout(kube_requests=3, aws_calls=2),
+        # Guard, DescribeInstances, TerminateInstances, optional node delete.
+        "terminate": lambda_timeout(kube_requests=2, aws_calls=4),
+        "reboot": lambda_timeout(kube_requests=1, aws_calls=4),
+        "check-recovery": lambda_timeout(kube_requests=1, aws_calls=0),
+        "uncordon": lambda_timeout(kube_requests=2, aws_calls=2),
+        # End marker read, record put, lock release, budget read+write, publish, end marker put.
+        "record": lambda_timeout(kube_requests=0, aws_calls=7),
+        "record-failure": lambda_timeout(kube_requests=0, aws_calls=7),
     }
 )
+
+#: Steps that are safe to run twice after Lambda killed one at its timeout (it may have done part
+#: of its work). A second RebootInstances is a second reboot, so reboot is not.
+NOT_IDEMPOTENT_TASKS = frozenset({"reboot"})
 
 #: Transient errors retried with the configured backoff (``retry`` in cdk.json).
 TRANSIENT_ERRORS: tuple[str, ...] = (
     KubernetesApiUnavailableError.__name__,
     Ec2ThrottledError.__name__,
+    # The invocation's deadline stopped a slow call before Lambda could kill the function.
+    DeadlineExceededError.__name__,
 )
 
 #: The Lambda service's own transient failures (the ones CDK's ``retryOnServiceExceptions`` names).
@@ -77,7 +113,13 @@ LAMBDA_SERVICE_ERRORS: tuple[str, ...] = (
     "Lambda.ServiceException",
     "Lambda.AWSLambdaException",
     "Lambda.SdkClientException",
+    # Throttled: the function never ran, so every step may retry it (CDK's list lacks it).
+    "Lambda.TooManyRequestsException",
 )
+
+#: The two names Step Functions reports a function killed at its Lambda timeout under. The function
+#: may have done part of its work, so only idempotent steps retry them.
+LAMBDA_TIMEOUT_ERRORS: tuple[str, ...] = ("Sandbox.Timedout", "Lambda.Unknown")
 
 #: The margin by which the lock TTL and the workflow timeout must exceed their worst case: a
 #: tenth of it, and never less than five minutes. The worst case already assumes every attempt
@@ -114,7 +156,7 @@ class RetryClause:
         return sum(self.interval_seconds * self.backoff_rate**k for k in range(self.max_attempts))
 
 
-def task_retry_clauses(retry: RetrySettings) -> tuple[RetryClause, ...]:
+def task_retry_clauses(retry: RetrySettings, *, idempotent: bool = True) -> tuple[RetryClause, ...]:
     """The Retry clauses of every workflow task, in the order the state machine lists them.
 
     The definition (``stacks/workflow_definition.py``) renders exactly these, so the worst case
@@ -127,6 +169,9 @@ def task_retry_clauses(retry: RetrySettings) -> tuple[RetryClause, ...]:
         RetryClause((LedgerContentionError.__name__,), 1, 6, 1.5),
         # EC2 refuses a reboot/terminate while the instance is pending or stopping; give it time.
         RetryClause((Ec2IncorrectStateError.__name__,), max(5, retry.interval_seconds), 3, 2.0),
+        # Killed at its Lambda timeout (its deadline should have ended it first, so something was
+        # slower than every bound): twice more, a few seconds apart, each up to a full timeout.
+        RetryClause(LAMBDA_TIMEOUT_ERRORS, 2, 2 if idempotent else 0, 2.0),
     )
     return tuple(clause for clause in clauses if clause.max_attempts > 0)
 
@@ -222,15 +267,19 @@ class _Tasks:
     """Worst cases of the workflow's tasks under one retry configuration."""
 
     def __init__(self, retry: RetrySettings, task_timeouts: Mapping[str, int]) -> None:
-        self._clauses = task_retry_clauses(retry)
+        self._retry = retry
         self._timeouts = task_timeouts
 
+    def _clauses(self, name: str) -> tuple[RetryClause, ...]:
+        return task_retry_clauses(self._retry, idempotent=name not in NOT_IDEMPOTENT_TASKS)
+
     def seconds(self, name: str) -> int:
-        return task_worst_case_seconds(self._timeouts[name], self._clauses)
+        return task_worst_case_seconds(self._timeouts[name], self._clauses(name))
 
     def detail(self, name: str) -> str:
-        attempts = 1 + sum(clause.max_attempts for clause in self._clauses)
-        backoff = sum(clause.total_wait_seconds for clause in self._clauses)
+        clauses = self._clauses(name)
+        attempts = 1 + sum(clause.max_attempts for clause in clauses)
+        backoff = sum(clause.total_wait_seconds for clause in clauses)
         return f"{name}: {attempts} attempts x {self._timeouts[name]} s + {backoff:g} s of backoff"
 
 

@@ -36,6 +36,7 @@ from constructs import Construct
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS, ConditionClearedError
 from nodeheal.timing import RetryClause, task_retry_clauses
+from stacks.workflow_tasks import task as task_spec
 
 # Keys under which each task writes its result; the handlers read the same keys.
 ADMISSION = "$.admission"
@@ -249,7 +250,7 @@ class _DefinitionBuilder:
             retry_on_service_exceptions=False,
             result_path=result_path,
         )
-        for clause in task_retry_clauses(self._settings.retry):
+        for clause in task_retry_clauses(self._settings.retry, idempotent=task_spec(function).idempotent):
             self._add_retry(task, clause)
         if catch:
             # A stop is not a failure: catch it first (Catchers are matched in order).

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from nodeheal.timing import TASK_TIMEOUT_SECONDS
+from nodeheal.timing import NOT_IDEMPOTENT_TASKS, TASK_TIMEOUT_SECONDS
 
 
 class LedgerItem(Enum):
@@ -73,6 +73,12 @@ class TaskSpec:
     #: task's comes from ``nodeheal.timing.TASK_TIMEOUT_SECONDS``, which the worst case counts.
     timeout_seconds: int = 30
     memory_mb: int = 256
+
+    @property
+    def idempotent(self) -> bool:
+        """Running the step again after an invocation that may have done part of its work (a Lambda
+        timeout) does no harm, so the state machine retries ``Sandbox.Timedout``/``Lambda.Unknown``."""
+        return self.name not in NOT_IDEMPOTENT_TASKS
 
 
 #: record, record-failure and the finalizer: execution_ended (GetItem of the end marker),

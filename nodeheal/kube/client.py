@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from urllib3.util.retry import Retry
-
+from nodeheal.deadline import UNBOUNDED, Deadline
 from nodeheal.errors import ConfigurationError, KubernetesApiError
 from nodeheal.kube.eks_auth import Clock, ClusterDirectory, CredentialSource, EksTokenSource
 from nodeheal.kube.errors import (
@@ -31,10 +30,16 @@ from nodeheal.kube.errors import (
 from nodeheal.kube.transport import JSON, HttpTransport, KubeTransport, RequestTimeout
 from nodeheal.timeutil import utc_now
 
-#: (connect, read) seconds. A Lambda task has a hard deadline; an API server that does not answer
-#: in this time is treated as unavailable so the state machine's retry, not the Lambda timeout,
-#: decides what happens next.
+#: (connect, read) seconds. An API server that does not answer in this time is treated as
+#: unavailable, so the state machine's retry, not the Lambda timeout, decides what happens next.
+#: The read allows for admission webhooks, whose own timeout may be up to 30 s. Inside a Lambda each
+#: part is further cut to the invocation's remaining time (:class:`~nodeheal.deadline.Deadline`).
 DEFAULT_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
+
+#: Connect attempts after the first, and the first pause between them (doubling): 0.1, 0.2, 0.4 s.
+#: Only connects are retried in-process (see :class:`~nodeheal.kube.transport.HttpTransport`).
+CONNECT_RETRIES = 3
+CONNECT_BACKOFF_SECONDS = 0.1
 
 #: Upper bound of parallel requests NodeHeal makes over one client (eviction fan-out). The pool is
 #: sized to it so connections are reused instead of opened and thrown away per request.
@@ -46,14 +51,6 @@ MERGE_PATCH = "application/merge-patch+json"
 
 class KubeClientProvider(Protocol):
     def transport(self, cluster: str) -> KubeTransport: ...
-
-
-def _retries() -> Retry:
-    # Backoff-and-retry belongs to the state machine, which records every attempt. urllib3 only
-    # retries a connect that never reached the API server; a read that timed out is not repeated
-    # (that would double the wait inside a Lambda), and a POST or PATCH whose outcome is unknown is
-    # never re-sent. urllib3 already drops pooled connections the peer closed before reusing them.
-    return Retry(total=3, connect=3, read=0, redirect=0, status=0, backoff_factor=0.1)
 
 
 def http_transport(
@@ -68,7 +65,8 @@ def http_transport(
     NodeHeal in the API server's audit log, so a person can tell its writes from others'."""
     return HttpTransport(
         host,
-        retries=_retries(),
+        connect_retries=CONNECT_RETRIES,
+        backoff_seconds=CONNECT_BACKOFF_SECONDS,
         pool_size=CONNECTION_POOL_SIZE,
         user_agent=USER_AGENT,
         verify=verify,
@@ -190,18 +188,30 @@ def request_json(
     body: Mapping[str, Any] | None = None,
     content_type: str = JSON,
     timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT,
+    deadline: Deadline = UNBOUNDED,
 ) -> JsonResponse:
     """Send one request and return its status and parsed body, whatever the status.
 
     Transport failures (timeouts, refused or dropped connections, TLS errors) are raised as
     :class:`KubernetesApiUnavailableError`; HTTP error statuses are returned for the caller to
-    classify, because what a 404 or a 429 means depends on the request.
+    classify, because what a 404 or a 429 means depends on the request. With a ``deadline``, a
+    request is not started when too little time is left, its timeouts are cut to the time left, and
+    a failure that ran into the deadline is :class:`~nodeheal.errors.DeadlineExceededError`.
     """
+    deadline.check(action)
     try:
         response = transport.request(
-            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+            method,
+            path,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=timeout,
+            deadline=deadline,
         )
     except TRANSPORT_ERRORS as exc:
+        if deadline.cut_short():
+            raise deadline.exceeded(action, exc) from exc
         raise error_for_exception(exc, action=action) from exc
     parsed: Any = None
     if response.data:

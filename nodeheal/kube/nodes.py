@@ -15,16 +15,18 @@ other controllers, so NodeHeal records whether it flipped the flag itself
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from nodeheal.deadline import UNBOUNDED, Deadline
 from nodeheal.errors import KubernetesApiError, NodeGoneError
 from nodeheal.kube.client import (
     DEFAULT_REQUEST_TIMEOUT,
     MERGE_PATCH,
+    JsonResponse,
     expect_success,
     request_json,
 )
@@ -37,7 +39,7 @@ from nodeheal.kube.model import (
     UNHEALTHY_TAINT_KEY,
     LiveNode,
 )
-from nodeheal.kube.transport import KubeTransport, RequestTimeout
+from nodeheal.kube.transport import JSON, KubeTransport, RequestTimeout
 from nodeheal.timeutil import format_timestamp
 
 logger = logging.getLogger(__name__)
@@ -94,10 +96,38 @@ def _is_ours(taint: Mapping[str, Any]) -> bool:
 
 class NodeOperations:
     def __init__(
-        self, transport: KubeTransport, *, timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT
+        self,
+        transport: KubeTransport,
+        *,
+        timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT,
+        deadline: Deadline = UNBOUNDED,
     ) -> None:
         self._api = transport
         self._timeout = timeout
+        self._deadline = deadline
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        action: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+        content_type: str = JSON,
+    ) -> JsonResponse:
+        """One request with this object's timeout, bounded by its deadline."""
+        return request_json(
+            self._api,
+            method,
+            path,
+            action=action,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=self._timeout,
+            deadline=self._deadline,
+        )
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -115,9 +145,7 @@ class NodeOperations:
                 query.append(("labelSelector", label_selector))
             if continue_token:
                 query.append(("continue", continue_token))
-            response = request_json(
-                self._api, "GET", "/api/v1/nodes", action=action, query=query, timeout=self._timeout
-            )
+            response = self._request("GET", "/api/v1/nodes", action=action, query=query)
             body = expect_success(response, action=action)
             nodes.extend(
                 LiveNode.from_api(item) for item in body.get("items") or [] if isinstance(item, dict)
@@ -128,7 +156,7 @@ class NodeOperations:
 
     def _get_raw(self, name: str) -> dict[str, Any] | None:
         action = f"get node {name}"
-        response = request_json(self._api, "GET", _node_path(name), action=action, timeout=self._timeout)
+        response = self._request("GET", _node_path(name), action=action)
         if response.status == 404:
             return None
         return expect_success(response, action=action)
@@ -147,14 +175,8 @@ class NodeOperations:
 
     def _patch(self, name: str, patch: Mapping[str, Any], action: str) -> tuple[int, dict[str, Any] | None]:
         """Send a merge patch; return (status, body). 409 is returned for the caller to retry."""
-        response = request_json(
-            self._api,
-            "PATCH",
-            _node_path(name),
-            action=action,
-            body=patch,
-            content_type=MERGE_PATCH,
-            timeout=self._timeout,
+        response = self._request(
+            "PATCH", _node_path(name), action=action, body=patch, content_type=MERGE_PATCH
         )
         if response.status == 409:
             return 409, None
@@ -281,13 +303,11 @@ class NodeOperations:
         Node with the same name (which is left alone).
         """
         action = f"delete node {name}"
-        response = request_json(
-            self._api,
+        response = self._request(
             "DELETE",
             _node_path(name),
             action=action,
             body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
-            timeout=self._timeout,
         )
         if response.ok:
             return True

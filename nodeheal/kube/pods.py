@@ -4,7 +4,9 @@ Evictions go through ``policy/v1`` Eviction so the API server enforces PodDisrup
 pod is one request, sent in parallel (bounded) because a p5 node can host dozens of pods and a
 drain round must fit in a short Lambda. Every pod gets its own outcome: one pod's failure never
 stops the others, and nothing is swallowed — a failure carries the HTTP status and the API server's
-message into the report, and the drain loop decides what to do with it on its next round.
+message into the report, and the drain loop decides what to do with it on its next round. A round
+that runs into the invocation's deadline stops starting requests and reports the pods it did not
+get to as ``not-reached``; the drain loop asks for them next round.
 
 Every eviction and deletion names the pod's uid as a precondition. StatefulSet pods keep their
 names when recreated, so without it a retried eviction could hit the healthy replacement pod that
@@ -14,13 +16,14 @@ was just scheduled on another node.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError
+from nodeheal.deadline import MIN_CALL_SECONDS, UNBOUNDED, Deadline
+from nodeheal.errors import DeadlineExceededError, KubernetesApiError, KubernetesApiUnavailableError
 from nodeheal.kube.client import (
     DEFAULT_REQUEST_TIMEOUT,
     JsonResponse,
@@ -29,7 +32,7 @@ from nodeheal.kube.client import (
 )
 from nodeheal.kube.errors import is_retryable_status
 from nodeheal.kube.model import PodView
-from nodeheal.kube.transport import KubeTransport, RequestTimeout
+from nodeheal.kube.transport import JSON, KubeTransport, RequestTimeout
 
 LIST_PAGE_SIZE = 500
 
@@ -44,6 +47,9 @@ class PodOutcome(enum.StrEnum):
     GONE = "gone"
     #: Anything else (admission webhook refusal, RBAC, server error, timeout).
     FAILED = "failed"
+    #: Not sent: the invocation's deadline came first. Nothing happened to the pod; the next
+    #: round (or the state machine's retry) asks again.
+    NOT_REACHED = "not-reached"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +66,7 @@ class PodResult:
     @property
     def retryable(self) -> bool:
         """Whether the same request may succeed later (PDB, overload, no answer)."""
-        if self.outcome == PodOutcome.BLOCKED:
+        if self.outcome in (PodOutcome.BLOCKED, PodOutcome.NOT_REACHED):
             return True
         if self.outcome != PodOutcome.FAILED:
             return False
@@ -90,6 +96,11 @@ class _Report:
     @property
     def failed(self) -> tuple[PodResult, ...]:
         return self._with(PodOutcome.FAILED)
+
+    @property
+    def not_reached(self) -> tuple[PodResult, ...]:
+        """Pods no request was sent for, because the deadline was near."""
+        return self._with(PodOutcome.NOT_REACHED)
 
     def to_json(self) -> dict[str, Any]:
         counts = {outcome.value: 0 for outcome in PodOutcome}
@@ -121,27 +132,72 @@ def _pod_path(pod: PodView) -> str:
 
 
 def _fan_out(
-    pods: Sequence[PodView], parallelism: int, call: Callable[[PodView], PodResult]
+    pods: Sequence[PodView],
+    parallelism: int,
+    call: Callable[[PodView], PodResult],
+    deadline: Deadline,
 ) -> list[PodResult]:
+    """``call`` for each pod, ``parallelism`` at a time; no new request starts once the deadline
+    leaves less than :data:`~nodeheal.deadline.MIN_CALL_SECONDS`, and those pods are reported
+    :attr:`PodOutcome.NOT_REACHED` rather than dropped."""
     if parallelism < 1:
         raise ValueError(f"parallelism must be at least 1, got {parallelism}")
+
+    def call_in_time(pod: PodView) -> PodResult:
+        if not deadline.allows(MIN_CALL_SECONDS):
+            return PodResult(
+                pod=pod.key,
+                uid=pod.uid,
+                outcome=PodOutcome.NOT_REACHED,
+                message=f"not sent: {max(deadline.remaining(), 0.0):.1f}s of this invocation's time left",
+            )
+        return call(pod)
+
     if not pods:
         return []
     if parallelism == 1 or len(pods) == 1:
-        return [call(pod) for pod in pods]
+        return [call_in_time(pod) for pod in pods]
     with ThreadPoolExecutor(
         max_workers=min(parallelism, len(pods)), thread_name_prefix="nodeheal-pod"
     ) as pool:
         # map keeps the input order, so reports read in the order the pods were listed.
-        return list(pool.map(call, pods))
+        return list(pool.map(call_in_time, pods))
 
 
 class PodOperations:
     def __init__(
-        self, transport: KubeTransport, *, timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT
+        self,
+        transport: KubeTransport,
+        *,
+        timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT,
+        deadline: Deadline = UNBOUNDED,
     ) -> None:
         self._api = transport
         self._timeout = timeout
+        self._deadline = deadline
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        action: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+        content_type: str = JSON,
+    ) -> JsonResponse:
+        """One request with this object's timeout, bounded by its deadline."""
+        return request_json(
+            self._api,
+            method,
+            path,
+            action=action,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=self._timeout,
+            deadline=self._deadline,
+        )
 
     def list_on_node(self, node_name: str) -> list[PodView]:
         """Every pod bound to the node, in all namespaces (finished and DaemonSet pods included;
@@ -153,9 +209,7 @@ class PodOperations:
             query = [("fieldSelector", f"spec.nodeName={node_name}"), ("limit", str(LIST_PAGE_SIZE))]
             if continue_token:
                 query.append(("continue", continue_token))
-            response = request_json(
-                self._api, "GET", "/api/v1/pods", action=action, query=query, timeout=self._timeout
-            )
+            response = self._request("GET", "/api/v1/pods", action=action, query=query)
             body = expect_success(response, action=action)
             pods.extend(PodView.from_api(item) for item in body.get("items") or [] if isinstance(item, dict))
             continue_token = str((body.get("metadata") or {}).get("continue") or "")
@@ -165,7 +219,7 @@ class PodOperations:
     # -- eviction --------------------------------------------------------------------------------
 
     def evict(self, pods: Sequence[PodView], *, parallelism: int) -> EvictionReport:
-        return EvictionReport(results=tuple(_fan_out(pods, parallelism, self._evict_one)))
+        return EvictionReport(results=tuple(_fan_out(pods, parallelism, self._evict_one, self._deadline)))
 
     def _evict_one(self, pod: PodView) -> PodResult:
         action = f"evict pod {pod.key}"
@@ -176,15 +230,8 @@ class PodOperations:
             "deleteOptions": {"preconditions": {"uid": pod.uid}} if pod.uid else {},
         }
         try:
-            response = request_json(
-                self._api,
-                "POST",
-                f"{_pod_path(pod)}/eviction",
-                action=action,
-                body=body,
-                timeout=self._timeout,
-            )
-        except (KubernetesApiUnavailableError, KubernetesApiError) as exc:
+            response = self._request("POST", f"{_pod_path(pod)}/eviction", action=action, body=body)
+        except (KubernetesApiUnavailableError, KubernetesApiError, DeadlineExceededError) as exc:
             return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.FAILED, message=str(exc))
         if response.status == 429:
             return PodResult(
@@ -206,7 +253,7 @@ class PodOperations:
         def delete_one(pod: PodView) -> PodResult:
             return self._delete_one(pod, grace_seconds)
 
-        return DeletionReport(results=tuple(_fan_out(pods, parallelism, delete_one)))
+        return DeletionReport(results=tuple(_fan_out(pods, parallelism, delete_one, self._deadline)))
 
     def _delete_one(self, pod: PodView, grace_seconds: int) -> PodResult:
         action = f"delete pod {pod.key}"
@@ -218,10 +265,8 @@ class PodOperations:
         if pod.uid:
             body["preconditions"] = {"uid": pod.uid}
         try:
-            response = request_json(
-                self._api, "DELETE", _pod_path(pod), action=action, body=body, timeout=self._timeout
-            )
-        except (KubernetesApiUnavailableError, KubernetesApiError) as exc:
+            response = self._request("DELETE", _pod_path(pod), action=action, body=body)
+        except (KubernetesApiUnavailableError, KubernetesApiError, DeadlineExceededError) as exc:
             return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.FAILED, message=str(exc))
         return _result(pod, response, action, success=PodOutcome.DELETED)
 

@@ -4,8 +4,17 @@ The adapters (:mod:`nodeheal.kube.nodes`, :mod:`nodeheal.kube.pods`) send JSON a
 never use the generated models of the ``kubernetes`` package, whose strict validation must not be
 able to fail a remediation. What they need from a client is a connection pool to one API server,
 TLS verified against the cluster's CA, a bearer token looked up per request, bounded retries of
-connects only, and per-request timeouts. :class:`HttpTransport` is exactly that, over urllib3,
-which botocore has already loaded in every Lambda container.
+connects only, and per-request timeouts cut to the invocation's :class:`~nodeheal.deadline.Deadline`.
+:class:`HttpTransport` is exactly that, over urllib3, which botocore has already loaded in every
+Lambda container.
+
+What bounds one request: the pool wait, the connect and the read each last at most the configured
+timeout and at most the time the deadline leaves, and all of them together at most that time
+(urllib3's ``total``). A connect that fails before anything was sent is tried again after a short
+pause, only while the pause and another attempt still fit before the deadline. urllib3's read
+timeout bounds each wait for bytes, not the whole body: an API server that trickles an answer byte
+by byte could run past it, and only the Lambda timeout stops that; the API server writes a JSON
+body at once, so this does not happen with it.
 
 Why not the generated ``ApiClient``: importing it loads pydantic, the generated response types and
 ``kubernetes.utils`` (with PyYAML), about 100 ms of each cold start of the six Lambda functions
@@ -17,6 +26,7 @@ kubeconfig, whose exec plugins and client certificates only the ``kubernetes`` p
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +34,8 @@ from typing import Any, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 import urllib3
-from urllib3.util.retry import Retry
+
+from nodeheal.deadline import MIN_CALL_SECONDS, UNBOUNDED, Deadline
 
 #: (connect, read) seconds, or one number for both.
 RequestTimeout = float | tuple[float, float]
@@ -57,6 +68,7 @@ class KubeTransport(Protocol):
         body: Mapping[str, Any] | None,
         content_type: str,
         timeout: RequestTimeout,
+        deadline: Deadline = UNBOUNDED,
     ) -> RawResponse: ...
 
 
@@ -72,11 +84,22 @@ def _headers(body: Mapping[str, Any] | None, content_type: str) -> dict[str, str
     return {"Accept": JSON, "Content-Type": content_type} if body is not None else {"Accept": JSON}
 
 
-def _urllib3_timeout(timeout: RequestTimeout) -> urllib3.Timeout:
+def bounded_timeout(timeout: RequestTimeout, deadline: Deadline) -> RequestTimeout:
+    """``timeout`` with each part cut to the time ``deadline`` leaves."""
     if isinstance(timeout, tuple):
         connect, read = timeout
-        return urllib3.Timeout(connect=connect, read=read)
-    return urllib3.Timeout(total=timeout)
+        return (deadline.cap(connect), deadline.cap(read))
+    return deadline.cap(timeout)
+
+
+def _urllib3_timeout(timeout: RequestTimeout, deadline: Deadline) -> urllib3.Timeout:
+    bounded = bounded_timeout(timeout, deadline)
+    if isinstance(bounded, tuple):
+        connect, read = bounded
+        # ``total`` caps connect and read together, so a slow connect leaves less time to read.
+        total = deadline.cap(connect + read) if deadline.bounded else None
+        return urllib3.Timeout(connect=connect, read=read, total=total)
+    return urllib3.Timeout(total=bounded)
 
 
 def _environment_proxy(url: str) -> str | None:
@@ -98,13 +121,21 @@ class HttpTransport:
     ``bearer_token`` is called before every request, so a token source that re-mints expiring
     tokens (EKS IAM tokens live 15 minutes) keeps a transport cached for hours authenticated.
     ``ca_cert_file`` is a path to a PEM bundle and ``ca_cert_data`` the PEM text itself.
+
+    Only a connect that failed (refused, unresolvable, timed out) is tried again, up to
+    ``connect_retries`` times after pauses of ``backoff_seconds``, doubling: nothing reached the
+    API server, so nothing can happen twice. A read that timed out is not repeated (that would
+    double the wait inside a Lambda) and a POST or PATCH whose outcome is unknown is never re-sent:
+    backoff-and-retry of those belongs to the state machine, which records every attempt. urllib3
+    already drops pooled connections the peer closed before reusing them.
     """
 
     def __init__(
         self,
         host: str,
         *,
-        retries: Retry,
+        connect_retries: int,
+        backoff_seconds: float,
         pool_size: int,
         user_agent: str,
         verify: bool = True,
@@ -117,7 +148,8 @@ class HttpTransport:
         self.ca_cert_data = ca_cert_data
         self.ca_cert_file = ca_cert_file
         self.user_agent = user_agent
-        self._retries = retries
+        self._connect_retries = connect_retries
+        self._backoff_seconds = backoff_seconds
         self._bearer_token = bearer_token
         pool_args: dict[str, Any] = {
             "maxsize": pool_size,
@@ -142,24 +174,41 @@ class HttpTransport:
         body: Mapping[str, Any] | None = None,
         content_type: str = JSON,
         timeout: RequestTimeout = 30.0,
+        deadline: Deadline = UNBOUNDED,
     ) -> RawResponse:
         headers = {**_headers(body, content_type), "User-Agent": self.user_agent}
         encoded = json.dumps(body, separators=(",", ":")).encode("utf-8") if body is not None else None
         token = self._bearer_token() if self._bearer_token is not None else None
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        response = self._pool.request(
-            method,
-            request_url(self.host, path, query),
-            body=encoded,
-            headers=headers,
-            timeout=_urllib3_timeout(timeout),
-            retries=self._retries,
-            # The API server does not redirect; a 3xx is an answer to report, not to follow.
-            redirect=False,
-            preload_content=True,
-        )
-        return RawResponse(status=int(response.status), reason=str(response.reason or ""), data=response.data)
+        url = request_url(self.host, path, query)
+        failed_connects = 0
+        while True:
+            try:
+                response = self._pool.request(
+                    method,
+                    url,
+                    body=encoded,
+                    headers=headers,
+                    timeout=_urllib3_timeout(timeout, deadline),
+                    # Waiting for a free pooled connection counts against the deadline too.
+                    pool_timeout=max(deadline.remaining(), 0.0) if deadline.bounded else None,
+                    retries=False,
+                    # The API server does not redirect; a 3xx is an answer to report, not to follow.
+                    redirect=False,
+                    preload_content=True,
+                )
+            except urllib3.exceptions.ConnectTimeoutError:
+                # NewConnectionError and NameResolutionError are ConnectTimeoutErrors as well.
+                failed_connects += 1
+                pause = self._backoff_seconds * 2 ** (failed_connects - 1)
+                if failed_connects > self._connect_retries or not deadline.allows(pause + MIN_CALL_SECONDS):
+                    raise
+                time.sleep(pause)
+                continue
+            return RawResponse(
+                status=int(response.status), reason=str(response.reason or ""), data=response.data
+            )
 
 
 class GeneratedClientTransport:
@@ -180,7 +229,10 @@ class GeneratedClientTransport:
         body: Mapping[str, Any] | None = None,
         content_type: str = JSON,
         timeout: RequestTimeout = 30.0,
+        deadline: Deadline = UNBOUNDED,
     ) -> RawResponse:
+        """The client's own retry settings (its ``Configuration.retries``) apply; only the CLI builds
+        this transport, and the CLI has no deadline but its user's patience."""
         from kubernetes.client.exceptions import ApiException
 
         headers = _headers(body, content_type)
@@ -193,7 +245,9 @@ class GeneratedClientTransport:
                 body=dict(body) if body is not None else None,
                 auth_settings=["BearerToken"],
             )
-            response = self.api_client.call_api(*serialized, _request_timeout=timeout)
+            response = self.api_client.call_api(
+                *serialized, _request_timeout=bounded_timeout(timeout, deadline)
+            )
         except ApiException as exc:
             # The client's REST layer raises status 0 for failures below HTTP (TLS, for one).
             if not exc.status:

@@ -60,17 +60,25 @@ class Invocation:
 
 @dataclass
 class _FakeLambdaContext:
-    """What Powertools reads from the Lambda context object."""
+    """What Powertools and the handlers' deadline read from the Lambda context object.
+
+    The remaining time counts down from the function's configured timeout, as Lambda's does, from
+    the moment the invocation starts (after it has taken its turn, see ``call_handler``). Nothing
+    kills a handler that overruns it here; the handler's own deadline is what stops it.
+    """
 
     function_name: str
+    timeout_seconds: float = 30.0
     memory_limit_in_mb: int = 256
     invoked_function_arn: str = ""
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     log_group_name: str = ""
     log_stream_name: str = ""
+    started_at: float = field(default_factory=time.monotonic)
 
     def get_remaining_time_in_millis(self) -> int:
-        return 30_000
+        elapsed = time.monotonic() - self.started_at
+        return max(0, int((self.timeout_seconds - elapsed) * 1000))
 
 
 class LocalAws:
@@ -493,14 +501,16 @@ class LocalAws:
         spec = self._functions[logical_id]
         module_name, function_name = spec.handler.rsplit(".", 1)
         handler = getattr(importlib.import_module(module_name), function_name)
-        context = _FakeLambdaContext(
-            function_name=logical_id,
-            invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{logical_id}",
-        )
         # Powertools' Logger and Metrics are per-container singletons that Lambda never calls from
         # two invocations at once; every function shares them in this process, so invocations
-        # take turns here (moto still runs the executions themselves concurrently).
+        # take turns here (moto still runs the executions themselves concurrently). The clock of
+        # the function's timeout starts once it is this invocation's turn.
         with self._invocation_lock, using_runtime(self.runtime_for(logical_id)):
+            context = _FakeLambdaContext(
+                function_name=logical_id,
+                timeout_seconds=spec.timeout_seconds,
+                invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{logical_id}",
+            )
             return handler(payload, context)
 
     @contextlib.contextmanager

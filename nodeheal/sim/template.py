@@ -23,6 +23,8 @@ class FunctionSpec:
     role: str = ""
     #: Cluster -> the Kubernetes groups the role's EKS access entry for that cluster names.
     kubernetes_groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The function's Lambda timeout in seconds (Lambda's default when the template sets none).
+    timeout_seconds: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,7 @@ class SynthesizedApp:
                 environment=properties.get("Environment", {}).get("Variables", {}),
                 role=role,
                 kubernetes_groups=groups.get(role, {}),
+                timeout_seconds=int(properties.get("Timeout", 3)),
             )
         return specs
 

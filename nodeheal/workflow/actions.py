@@ -13,7 +13,7 @@ from typing import Any
 
 from nodeheal.actions import Mode
 from nodeheal.aws.ec2 import verify_ownership
-from nodeheal.errors import KubernetesApiError, NodeGoneError, NodeReplacedError
+from nodeheal.errors import DeadlineExceededError, KubernetesApiError, NodeGoneError, NodeReplacedError
 from nodeheal.kube.model import LiveNode
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard
@@ -103,13 +103,16 @@ def drain_round(
     evicted = int(previous.get("evicted", 0)) + len(report.evicted)
     blocked_now = [f"{r.pod}: {r.message}" for r in report.blocked]
     failed_now = [f"{r.pod}: {r.message}" for r in report.failed]
+    # Pods the round had no time left for are still on the node; the next round asks again.
+    not_reached = len(report.not_reached)
     done = not movable
     timed_out = not done and elapsed >= drain_settings.timeout_seconds
     remaining = len(movable) - len(report.gone)
     summary = (
         f"drain of {state.node_name}: {evicted} pods evicted, {remaining} still on the node "
         f"({terminating} terminating, {len(blocked_now)} blocked by a PodDisruptionBudget, "
-        f"{held_back} with karpenter.sh/do-not-disrupt held back, {len(failed_now)} failed) "
+        f"{held_back} with karpenter.sh/do-not-disrupt held back, {len(failed_now)} failed, "
+        f"{not_reached} not reached before the deadline) "
         f"after {elapsed:.0f}s of {drain_settings.timeout_seconds}s"
     )
     return {
@@ -122,6 +125,7 @@ def drain_round(
         "remaining": remaining,
         "terminating": terminating,
         "heldBackDoNotDisrupt": held_back,
+        "notReached": not_reached,
         "forced": int(previous.get("forced", 0)),
         "done": done,
         "timedOut": timed_out,
@@ -146,6 +150,13 @@ def force_drain(
     leftovers = [pod for pod in kube.pods.list_on_node(state.node_name) if pod.needs_eviction]
     report = kube.pods.delete(leftovers, grace_seconds=grace, parallelism=state.settings.drain.parallelism)
     _fail_on_permanent_errors(report.failed, "forced deletion")
+    if report.not_reached:
+        # "done" would send the node on to reboot or terminate with these pods still on it; the
+        # state machine retries this step instead (deletions are uid-preconditioned, so repeatable).
+        raise DeadlineExceededError(
+            f"forced deletion on {state.node_name}: {len(report.not_reached)} pod(s) not reached "
+            f"before the deadline ({len(report.deleted)} deleted in this attempt)"
+        )
     forced = len(report.deleted)
     summary = (
         f"drain of {state.node_name} timed out; force-deleted {forced} pods with a {grace}s grace period "

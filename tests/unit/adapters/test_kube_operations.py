@@ -376,7 +376,14 @@ def test_eviction_classifies_evicted_blocked_gone(kube: FakeKubeApiServer, pods:
     assert [r.pod for r in report.blocked] == ["ml/trainer-0"]
     assert [r.pod for r in report.gone] == ["ml/vanished"]
     assert report.failed == ()
-    assert report.to_json()["counts"] == {"evicted": 1, "deleted": 0, "blocked": 1, "gone": 1, "failed": 0}
+    assert report.to_json()["counts"] == {
+        "evicted": 1,
+        "deleted": 0,
+        "blocked": 1,
+        "gone": 1,
+        "failed": 0,
+        "not-reached": 0,
+    }
     # The evicted pod is terminating; the blocked one is untouched.
     assert kube.store.get("pods", "trainer-0", "ml")["metadata"].get("deletionTimestamp") is None
 

@@ -186,12 +186,13 @@ from nodeheal.kube.client import StaticClientProvider
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.pods import PodOperations
 from nodeheal.runtime import LambdaEnvironment, Runtime
+from nodeheal.deadline import UNBOUNDED
 runtime = Runtime(
     LambdaEnvironment(region="us-west-2"),
     client_factory=lambda service: None,
     kube_provider_factory=lambda: StaticClientProvider("https://127.0.0.1:1"),
 )
-access = runtime.kube("training-on-eks")
+access = runtime.kube("training-on-eks", UNBOUNDED)
 assert isinstance(access.nodes, NodeOperations) and isinstance(access.pods, PodOperations)
 print(json.dumps({name: name in sys.modules for name in ("kubernetes", "pydantic", "yaml")}))
 """
