@@ -310,8 +310,9 @@ class RemediationSettings:
     retry: RetrySettings = field(default_factory=RetrySettings)
     #: A per-node lock expires after this many seconds, so a crashed execution cannot wedge a node.
     #: It is never renewed, so it must exceed the worst case of one execution holding it by a
-    #: margin (``nodeheal.timing``); 4 h 30 min covers the defaults' 3 h 40 min with room to tune.
-    lock_ttl_seconds: int = 16_200
+    #: margin (``nodeheal.timing``); 9 h covers the defaults' 7 h 47 min with room to tune. It is a
+    #: backstop only: the finalizer releases the lock of every execution that ends (D6).
+    lock_ttl_seconds: int = 32_400
     #: Seconds between two looks at the lock of an execution that waits behind the node's lock
     #: holder; the holder's end is noticed at most this late.
     lock_wait_poll_seconds: int = 30
@@ -355,7 +356,7 @@ class RemediationSettings:
             drain=DrainSettings.read(reader.child("drain")),
             reboot=RebootSettings.read(reader.child("reboot")),
             retry=RetrySettings.read(reader.child("retry")),
-            lock_ttl_seconds=reader.integer("lockTtlSeconds", 16_200, minimum=60, maximum=7 * 86_400),
+            lock_ttl_seconds=reader.integer("lockTtlSeconds", 32_400, minimum=60, maximum=7 * 86_400),
             lock_wait_poll_seconds=reader.integer("lockWaitPollSeconds", 30, minimum=1, maximum=3600),
             delete_node_after_terminate=reader.boolean("deleteNodeAfterTerminate", False),
         )

@@ -212,7 +212,7 @@ class Breakdown:
         raise KeyError(name)
 
     def describe(self) -> str:
-        """``admit 812 + confirmation 600 + ... = 13172 s``, for error messages."""
+        """``admit 3078 + confirmation 600 + ... = 28012 s``, for error messages."""
         parts = " + ".join(f"{term.name} {term.seconds}" for term in self.terms)
         return f"{parts} = {self.total_seconds} s"
 
@@ -225,7 +225,7 @@ class Breakdown:
 
 
 def format_duration(seconds: int) -> str:
-    """``13172`` -> ``3 h 39 min 32 s``; for people reading a refusal."""
+    """``28012`` -> ``7 h 46 min 52 s``; for people reading a refusal."""
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     parts = [f"{hours} h"] if hours else []

@@ -215,7 +215,7 @@ class NodeHealConfig:
             else None
         )
         workflow = reader.child("workflow")
-        timeout_minutes = workflow.integer("timeoutMinutes", 600, minimum=5, maximum=7 * 24 * 60)
+        timeout_minutes = workflow.integer("timeoutMinutes", 1200, minimum=5, maximum=7 * 24 * 60)
         workflow.finish()
         _check_workflow_timeout(timeout_minutes, remediation, workflow.where("timeoutMinutes"))
         exporter = reader.child("exporter")

@@ -333,31 +333,31 @@ def test_defect_6_explain_config_prints_the_worst_case_and_the_i2_bound(
     shipped = str(Path(__file__).resolve().parents[2] / "cdk.json")
     out = explain(capsys, "--config", shipped)
     holding = out["holding"]
-    assert (holding["totalSeconds"], holding["total"]) == (13_172, "3 h 39 min 32 s")
+    assert (holding["totalSeconds"], holding["total"]) == (28_012, "7 h 46 min 52 s")
     assert sum(term["seconds"] for term in holding["terms"]) == holding["totalSeconds"]
-    assert (holding["lockTtlSeconds"], holding["lockTtlMinimumSeconds"]) == (16_200, 14_490)
+    assert (holding["lockTtlSeconds"], holding["lockTtlMinimumSeconds"]) == (32_400, 30_814)
     drain = next(term for term in holding["terms"] if term["name"] == "drain")
     assert drain["detail"].startswith("drain.timeoutSeconds 900 + drain.pollSeconds 10 + 2 eviction rounds")
-    assert out["execution"]["totalSeconds"] == 30_214
-    assert out["execution"]["workflowTimeoutMinimumMinutes"] == 554
+    assert out["execution"]["totalSeconds"] == 63_520
+    assert out["execution"]["workflowTimeoutMinimumMinutes"] == 1165
     bound = out["i2Bound"]
     assert [(term["name"], term["seconds"]) for term in bound["terms"]] == [
         ("confirmation", 600),
-        ("holder's worst case", 13_172),
+        ("holder's worst case", 28_012),
         ("finalizer latency", 360),
     ]
-    assert bound["totalSeconds"] == 14_132
+    assert bound["totalSeconds"] == 28_972
 
 
 def test_defect_6_explain_config_follows_the_configuration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rule = {"GPUProblem": {"action": "replace", "confirmSeconds": 3600}}
-    config = cdk_json(tmp_path, {"policy": {"conditionRules": rule}, "lockTtlSeconds": 20_000})
+    config = cdk_json(tmp_path, {"policy": {"conditionRules": rule}, "lockTtlSeconds": 40_000})
     out = explain(capsys, "--config", config)
     # The hour-long confirmation replaces the built-in 10 minutes: 3000 s more to hold and to wait.
-    assert out["holding"]["totalSeconds"] == 13_172 + 3000
-    assert out["i2Bound"]["totalSeconds"] == 3600 + 16_172 + 360
+    assert out["holding"]["totalSeconds"] == 28_012 + 3000
+    assert out["i2Bound"]["totalSeconds"] == 3600 + 31_012 + 360
 
 
 def test_defect_6_explain_refuses_a_short_lock_ttl(

@@ -41,7 +41,7 @@ def test_defaults() -> None:
     assert config.remediation.mode is Mode.FULL
     assert config.notification_emails == ()
     assert config.lambda_network is None
-    assert config.workflow_timeout_minutes == 600
+    assert config.workflow_timeout_minutes == 1200
     assert config.kubernetes_group_prefix == "nodeheal"
     assert config.kubernetes_groups("drain") == ["nodeheal-drain"]
     assert config.kubernetes_groups("terminate") == ["nodeheal-terminate"]
@@ -148,23 +148,23 @@ def test_bad_email(email: str) -> None:
 
 
 def test_lock_ttl_must_cover_the_worst_case_not_just_drain_and_recovery() -> None:
-    # drain + recovery (1800 s) was the old floor; the worst case with retries is 13172 s (+ 1318).
-    refused(r"nodeheal\.lockTtlSeconds \(1800\) must be at least 14490", lockTtlSeconds=1800)
+    # drain + recovery (1800 s) was the old floor; the worst case with retries is 28012 s (+ 2802).
+    refused(r"nodeheal\.lockTtlSeconds \(1800\) must be at least 30814", lockTtlSeconds=1800)
 
 
 def test_workflow_timeout_must_exceed_the_worst_case() -> None:
     refused(
-        r"nodeheal\.workflow\.timeoutMinutes \(180\) must be at least 554", workflow={"timeoutMinutes": 180}
+        r"nodeheal\.workflow\.timeoutMinutes \(180\) must be at least 1165", workflow={"timeoutMinutes": 180}
     )
 
 
 def test_workflow_timeout_follows_longer_drains() -> None:
-    # drain 3600 s adds 2700 s to the hold (15872 s): the lock TTL needs 15872 + 1588, and the run
-    # 812 + (17460 + 30) + 15872 = 34174 s + 3418 s of margin = 627 minutes.
-    refused(r"lockTtlSeconds \(16200\) must be at least 17460", drain={"timeoutSeconds": 3600})
-    longer = {"drain": {"timeoutSeconds": 3600}, "lockTtlSeconds": 17_460}
-    refused(r"timeoutMinutes \(626\) must be at least 627", workflow={"timeoutMinutes": 626}, **longer)
-    assert parse(workflow={"timeoutMinutes": 627}, **longer).workflow_timeout_minutes == 627
+    # drain 3600 s adds 2700 s to the hold (30712 s): the lock TTL needs 30712 + 3072, and the run
+    # 3078 + (33784 + 30) + 30712 = 67604 s + 6761 s of margin = 1240 minutes.
+    refused(r"lockTtlSeconds \(32400\) must be at least 33784", drain={"timeoutSeconds": 3600})
+    longer = {"drain": {"timeoutSeconds": 3600}, "lockTtlSeconds": 33_784}
+    refused(r"timeoutMinutes \(1239\) must be at least 1240", workflow={"timeoutMinutes": 1239}, **longer)
+    assert parse(workflow={"timeoutMinutes": 1240}, **longer).workflow_timeout_minutes == 1240
 
 
 @pytest.mark.parametrize(

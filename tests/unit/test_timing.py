@@ -133,60 +133,63 @@ def test_defect_6_lock_ttl_equal_to_drain_plus_recovery_is_refused_with_the_numb
     with pytest.raises(ConfigurationError) as refused:
         parse(lockTtlSeconds=900 + 900)
     message = str(refused.value)
-    assert message.startswith("nodeheal.lockTtlSeconds (1800) must be at least 14490: ")
-    assert "hold the lock for 13172 s (3 h 39 min 32 s)" in message
-    assert "margin of 1318 s (10%, at least 300 s)" in message
-    assert "drain 3734 + force drain 1412 + reboot 812 + recovery 2554" in message
-    assert message.endswith("= 13172 s")
+    assert message.startswith("nodeheal.lockTtlSeconds (1800) must be at least 30814: ")
+    assert "hold the lock for 28012 s (7 h 46 min 52 s)" in message
+    assert "margin of 2802 s (10%, at least 300 s)" in message
+    assert "drain 7066 + force drain 3078 + reboot 1612 + recovery 3126" in message
+    assert message.endswith("= 28012 s")
     # The smallest accepted value is exactly the one the message names.
     assert (
-        parse(lockTtlSeconds=14_490, workflow={"timeoutMinutes": 600}).remediation.lock_ttl_seconds == 14_490
+        parse(lockTtlSeconds=30_814, workflow={"timeoutMinutes": 1200}).remediation.lock_ttl_seconds == 30_814
     )
-    with pytest.raises(ConfigurationError, match=r"\(14489\) must be at least 14490"):
-        parse(lockTtlSeconds=14_489)
+    with pytest.raises(ConfigurationError, match=r"\(30813\) must be at least 30814"):
+        parse(lockTtlSeconds=30_813)
 
 
 def test_defect_6_day_long_confirmation_forces_a_bigger_ttl() -> None:
     day_long = {"conditionRules": {"GPUProblem": {"action": "replace", "confirmSeconds": 86_400}}}
-    # 13172 - 600 + 86400 = 98972 s held at worst; + 9898 s (10 %) = 108870.
+    # 28012 - 600 + 86400 = 113812 s held at worst; + 11382 s (10 %) = 125194.
     for policy in (day_long, {"nodePools": {"gpu": day_long}}):
         with pytest.raises(
-            ConfigurationError, match=r"lockTtlSeconds \(16200\) must be at least 108870: .*98972 s"
+            ConfigurationError, match=r"lockTtlSeconds \(32400\) must be at least 125194: .*113812 s"
         ):
             parse(policy=policy)
-        with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(600\) must be at least 3826"):
-            parse(policy=policy, lockTtlSeconds=108_870)
-        config = parse(policy=policy, lockTtlSeconds=108_870, workflow={"timeoutMinutes": 3826})
+        with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1200\) must be at least 4439"):
+            parse(policy=policy, lockTtlSeconds=125_194)
+        config = parse(policy=policy, lockTtlSeconds=125_194, workflow={"timeoutMinutes": 4439})
         assert timing.holding_worst_case(config.remediation).seconds("confirmation") == 86_400
 
 
 def test_defect_6_workflow_timeout_below_the_worst_case_is_refused() -> None:
     with pytest.raises(ConfigurationError) as refused:
-        parse(workflow={"timeoutMinutes": 553})
+        parse(workflow={"timeoutMinutes": 1164})
     message = str(refused.value)
-    assert message.startswith("nodeheal.workflow.timeoutMinutes (553) must be at least 554: ")
-    assert "one execution can run 30214 s (8 h 23 min 34 s)" in message
-    assert "margin of 3022 s" in message
-    assert "admit 812 + wait behind the lock holder 16230 + hold the lock 13172 = 30214 s" in message
-    assert parse(workflow={"timeoutMinutes": 554}).workflow_timeout_minutes == 554
+    assert message.startswith("nodeheal.workflow.timeoutMinutes (1164) must be at least 1165: ")
+    assert "one execution can run 63520 s (17 h 38 min 40 s)" in message
+    assert "margin of 6352 s" in message
+    assert "admit 3078 + wait behind the lock holder 32430 + hold the lock 28012 = 63520 s" in message
+    assert parse(workflow={"timeoutMinutes": 1165}).workflow_timeout_minutes == 1165
 
 
 def test_defect_6_a_longer_lock_ttl_needs_a_longer_workflow_timeout() -> None:
-    # Waiting behind a holder lasts up to the TTL: 812 + 36030 + 13172 = 50014 s, + 5002 s.
-    with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(600\) must be at least 917"):
-        parse(lockTtlSeconds=36_000)
+    # Waiting behind a holder lasts up to the TTL: 3078 + 72030 + 28012 = 103120 s, + 10312 s.
+    with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1200\) must be at least 1891"):
+        parse(lockTtlSeconds=72_000)
 
 
 def test_defect_6_shipped_cdk_json_passes_with_its_margins() -> None:
     config = NodeHealConfig.from_cdk_context(SHIPPED)
     remediation = config.remediation
-    assert timing.holding_worst_case(remediation).total_seconds == 13_172
-    assert timing.required_lock_ttl_seconds(remediation) == 14_490 <= remediation.lock_ttl_seconds == 16_200
-    assert timing.execution_worst_case(remediation).total_seconds == 30_214
+    assert timing.holding_worst_case(remediation).total_seconds == 28_012
+    assert timing.required_lock_ttl_seconds(remediation) == 30_814 <= remediation.lock_ttl_seconds == 32_400
+    assert timing.execution_worst_case(remediation).total_seconds == 63_520
     assert (
-        timing.required_workflow_timeout_minutes(remediation) == 554 <= config.workflow_timeout_minutes == 600
+        timing.required_workflow_timeout_minutes(remediation)
+        == 1165
+        <= config.workflow_timeout_minutes
+        == 1200
     )
-    assert timing.remediation_bound(remediation).total_seconds == 600 + 13_172 + 360
+    assert timing.remediation_bound(remediation).total_seconds == 600 + 28_012 + 360
 
 
 @pytest.mark.parametrize(
