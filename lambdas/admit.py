@@ -19,7 +19,7 @@ def _admit(state: WorkflowState, rt: Runtime, deadline: Deadline) -> dict[str, A
         metrics.add_metric(name="AdmissionsRefused", unit=MetricUnit.Count, value=1)
     if admission.breaker_opened:
         metrics.add_metric(name="BreakerOpened", unit=MetricUnit.Count, value=1)
-    return admission.to_json()
+    return admission.to_json(event_message=state.event.condition.message)
 
 
 handler = workflow_handler("admit", _admit)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from nodeheal.conditions import Condition
 from nodeheal.errors import InvalidEventError
+from nodeheal.payload import MAX_REASON_BYTES, cut_text, json_bytes, state_bytes
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 
 SCHEMA_VERSION = "1"
@@ -26,6 +28,30 @@ DETAIL_TYPE_NODE_EVENT = "Node Event Observed"
 #: are short, but a label map is user-controlled, so the exporter trims to stay under this bound.
 MAX_ENTRY_BYTES = 256 * 1024
 
+#: The node labels an event carries, as JSON (D17). A label is at most 317 + 63 characters (a
+#: qualified key and its value), so 16 KiB holds at least 42 labels of the longest kind and, in
+#: practice, every label of a GPU node with feature discovery (100-150 labels of ~60 bytes).
+#: A node with more keeps the well-known labels first (:data:`PREFERRED_LABEL_PREFIXES`), then
+#: the rest in key order, and the event says ``labelsTrimmed: true``. Rules that filter on
+#: ``node.labels`` should name a well-known key (``karpenter.sh/nodepool``).
+MAX_LABELS_BYTES = 16 * 1024
+PREFERRED_LABEL_PREFIXES = (
+    "karpenter.sh/",
+    "karpenter.k8s.aws/",
+    "eks.amazonaws.com/",
+    "node.kubernetes.io/",
+    "topology.kubernetes.io/",
+    "kubernetes.io/",
+    "nodeheal.io/",
+    "nvidia.com/",
+)
+#: Any other string of the contract (cluster, node name, uid, providerID, condition type...): the
+#: longest Kubernetes qualified name (253-character prefix, "/", 63-character name). Longer is
+#: not something a cluster produces; ingest rejects it rather than guess which part matters.
+MAX_FIELD_CHARS = 317
+#: The event's id copied into the execution input (EventBridge ids are 36-character UUIDs).
+MAX_EVENT_ID_CHARS = 128
+
 _PROVIDER_ID = re.compile(r"^aws:///(?P<zone>[a-z0-9-]*)/(?P<instance>i-[0-9a-f]{8,17})$")
 
 
@@ -35,6 +61,24 @@ def instance_id_from_provider_id(provider_id: str | None) -> str | None:
         return None
     match = _PROVIDER_ID.match(provider_id)
     return match.group("instance") if match else None
+
+
+def bound_labels(labels: Mapping[str, str]) -> tuple[dict[str, str], bool]:
+    """The labels an event carries (at most :data:`MAX_LABELS_BYTES`) and whether any were left out."""
+    if state_bytes(dict(labels)) <= MAX_LABELS_BYTES:
+        return dict(labels), False
+
+    def rank(key: str) -> tuple[int, str]:
+        return (0 if key.startswith(PREFERRED_LABEL_PREFIXES) else 1, key)
+
+    kept: dict[str, str] = {}
+    used = 2  # the braces
+    for key in sorted(labels, key=rank):
+        cost = json_bytes(key) + json_bytes(labels[key]) + 6  # two pairs of quotes, colon, comma
+        if used + cost <= MAX_LABELS_BYTES:
+            kept[key] = labels[key]
+            used += cost
+    return kept, True
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +92,11 @@ class NodeIdentity:
     node_pool: str = ""
     capacity_type: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    #: Some labels were left out to keep the event within :data:`MAX_LABELS_BYTES`.
+    labels_trimmed: bool = False
 
     def to_detail(self) -> dict[str, Any]:
-        return {
+        detail: dict[str, Any] = {
             "name": self.name,
             "uid": self.uid,
             "providerID": self.provider_id,
@@ -61,6 +107,9 @@ class NodeIdentity:
             "capacityType": self.capacity_type,
             "labels": dict(self.labels),
         }
+        if self.labels_trimmed:
+            detail["labelsTrimmed"] = True
+        return detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +174,11 @@ class NodeConditionEvent:
         node = _parse_node(node_raw)
         if "condition" not in detail:
             raise InvalidEventError("condition is required")
-        condition = Condition.from_api(detail["condition"])
+        # An exporter older than D17 may send a message of any length: cut it here as the exporter
+        # now does, so no execution input carries more (idempotent for a message already cut).
+        condition = Condition.from_api(detail["condition"]).bounded()
+        if len(condition.type) > MAX_FIELD_CHARS:
+            raise InvalidEventError(f"condition.type is longer than {MAX_FIELD_CHARS} characters")
         previous_raw = detail.get("previous")
         previous: PreviousState | None = None
         if previous_raw is not None:
@@ -134,7 +187,9 @@ class NodeConditionEvent:
             reason = previous_raw.get("reason") or ""
             if not isinstance(reason, str):
                 raise InvalidEventError("previous.reason must be a string")
-            previous = PreviousState(status=previous_raw["status"], reason=reason)
+            if len(previous_raw["status"]) > MAX_FIELD_CHARS:
+                raise InvalidEventError(f"previous.status is longer than {MAX_FIELD_CHARS} characters")
+            previous = PreviousState(status=previous_raw["status"], reason=cut_text(reason, MAX_REASON_BYTES))
         observed_at = parse_timestamp(detail.get("observedAt"), "observedAt")
         resync = detail.get("resync", False)
         if not isinstance(resync, bool):
@@ -160,6 +215,12 @@ def _required_string(container: dict[str, Any], key: str, prefix: str = "") -> s
     value = container.get(key)
     if not isinstance(value, str) or not value.strip():
         raise InvalidEventError(f"{prefix}{key} is required and must be a non-empty string")
+    return _within_bound(value, key, prefix)
+
+
+def _within_bound(value: str, key: str, prefix: str) -> str:
+    if len(value) > MAX_FIELD_CHARS:
+        raise InvalidEventError(f"{prefix}{key} is longer than {MAX_FIELD_CHARS} characters")
     return value
 
 
@@ -169,7 +230,7 @@ def _optional_string(container: dict[str, Any], key: str, prefix: str) -> str:
         return ""
     if not isinstance(value, str):
         raise InvalidEventError(f"{prefix}{key} must be a string")
-    return value
+    return _within_bound(value, key, prefix)
 
 
 def _parse_node(raw: dict[str, Any]) -> NodeIdentity:
@@ -178,6 +239,8 @@ def _parse_node(raw: dict[str, Any]) -> NodeIdentity:
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):
         raise InvalidEventError("node.labels must be an object of string to string")
+    # An exporter older than D17 ships every label: keep what the exporter now would.
+    kept_labels, trimmed = bound_labels(labels)
     provider_id = _optional_string(raw, "providerID", "node.")
     instance_id = _optional_string(raw, "instanceID", "node.") or (
         instance_id_from_provider_id(provider_id) or ""
@@ -191,7 +254,8 @@ def _parse_node(raw: dict[str, Any]) -> NodeIdentity:
         zone=_optional_string(raw, "zone", "node."),
         node_pool=_optional_string(raw, "nodePool", "node."),
         capacity_type=_optional_string(raw, "capacityType", "node."),
-        labels=dict(labels),
+        labels=kept_labels,
+        labels_trimmed=trimmed or raw.get("labelsTrimmed") is True,
     )
 
 

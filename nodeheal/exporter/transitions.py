@@ -15,7 +15,10 @@ Rules:
 * after every (re)list each currently-bad condition is emitted once with ``resync: true`` (the
   workflow deduplicates), and a condition that recovered while the watch was down emits its
   transition; nodes gone from the list are forgotten silently;
-* a deleted node emits nothing, bad or not: there is nothing left to remediate.
+* a deleted node emits nothing, bad or not: there is nothing left to remediate;
+* what an event carries is bounded (D17): the condition's message is cut to 4 KiB keeping its Xid
+  lines whole, its reason to 1 KiB, and the labels to 16 KiB, so the workflow's state stays small
+  whatever a detector or a user writes on the Node (``nodeheal.payload``, ``bound_labels``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ from typing import Any
 
 from nodeheal.conditions import Condition, is_bad_status
 from nodeheal.errors import InvalidEventError
-from nodeheal.events import NodeConditionEvent, NodeIdentity, PreviousState, instance_id_from_provider_id
+from nodeheal.events import (
+    NodeConditionEvent,
+    NodeIdentity,
+    PreviousState,
+    bound_labels,
+    instance_id_from_provider_id,
+)
 from nodeheal.timeutil import utc_now
 
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
@@ -54,6 +63,7 @@ def node_identity(obj: Mapping[str, Any]) -> NodeIdentity:
     metadata = obj.get("metadata") or {}
     labels: Mapping[str, str] = metadata.get("labels") or {}
     provider_id = str((obj.get("spec") or {}).get("providerID") or "")
+    shipped, trimmed = bound_labels({str(k): str(v) for k, v in labels.items()})
     zone = _first_label(labels, ZONE_LABELS)
     if not zone and provider_id.startswith("aws:///"):
         zone = provider_id[len("aws:///") :].split("/", 1)[0]
@@ -66,7 +76,8 @@ def node_identity(obj: Mapping[str, Any]) -> NodeIdentity:
         zone=zone,
         node_pool=str(labels.get(NODE_POOL_LABEL, "")),
         capacity_type=_capacity_type(labels),
-        labels={str(k): str(v) for k, v in labels.items()},
+        labels=shipped,
+        labels_trimmed=trimmed,
     )
 
 
@@ -194,7 +205,7 @@ class TransitionTracker:
             if not emit and not is_bad:
                 continue
             try:
-                condition = Condition.from_api(raw)
+                condition = Condition.from_api(raw).bounded()
             except InvalidEventError:
                 continue  # a condition the API would not accept either; nothing to decide on
             if is_bad:

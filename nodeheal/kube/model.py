@@ -71,7 +71,9 @@ class LiveNode:
         status = obj.get("status") or {}
         conditions: dict[str, Condition] = {}
         for raw in status.get("conditions") or []:
-            condition = Condition.from_api(raw)
+            # Bounded as the exporter bounds it (D17): what admit reads live and keeps in the
+            # state is never larger than what an event may carry.
+            condition = Condition.from_api(raw).bounded()
             conditions[condition.type] = condition
         gpus = (status.get("capacity") or {}).get("nvidia.com/gpu", "0")
         return cls(

@@ -330,6 +330,10 @@ def _classify_condition_rule(condition: Condition, overrides: PolicyOverrides) -
     )
 
 
+#: Other signals named in an explanation after the one that decided.
+_MAX_OTHER_SIGNALS_LISTED = 10
+
+
 def _most_costly(candidates: list[Classification], condition: Condition) -> Classification:
     # max() keeps the first of equal cost, so a reason's Xid (listed first) speaks for a message
     # that repeats it, and the earliest line of a multi-line message speaks for later equals.
@@ -342,7 +346,12 @@ def _most_costly(candidates: list[Classification], condition: Condition) -> Clas
                 others[candidate.signal] = candidate.action
     reason = winner.reason
     if others:
-        listed = "; ".join(f"{signal} -> {action.value}" for signal, action in others.items())
+        # A message may name hundreds of Xids; the explanation lists a few (it travels in the
+        # workflow's state, the record and the notification: D17).
+        shown = list(others.items())[:_MAX_OTHER_SIGNALS_LISTED]
+        listed = "; ".join(f"{signal} -> {action.value}" for signal, action in shown)
+        if len(others) > len(shown):
+            listed += f"; and {len(others) - len(shown)} more"
         reason += f". Also on {condition.type}: {listed}; the most costly action wins"
     return Classification(
         action=winner.action,

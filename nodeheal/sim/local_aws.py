@@ -10,7 +10,9 @@ here exactly as it would in a real account.
 moto executes the ASL (``stepfunctions.execute_state_machine``) in background threads and calls
 Lambda through its simple backend, whose ``invoke`` is replaced by the in-process dispatcher. A
 handler's exception becomes an ``Unhandled`` function error whose ``errorType`` is the exception's
-class name, as in AWS, so Retry/Catch on domain error names behaves as deployed.
+class name, as in AWS, so Retry/Catch on domain error names behaves as deployed. A task result or
+a state over 256 KiB fails the execution with ``States.DataLimitExceeded``, which no Catch catches,
+as in AWS (:func:`patch_terminal_data_limit`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from unittest import mock
 import boto3
 
 from nodeheal.kube.client import KubeClientProvider
+from nodeheal.payload import STATE_LIMIT_BYTES
 from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
 from nodeheal.sim.rule_targets import RuleTargetPump
 from nodeheal.sim.template import ACCOUNT_ID, FunctionSpec, Resolver, SynthesizedApp, TemplateError
@@ -142,6 +145,7 @@ class LocalAws:
         self._invoke_patch = mock.patch.object(LambdaSimpleBackend, "invoke", invoke)
         self._invoke_patch.start()
         self._patch_ec2_notifications()
+        self._patches.append(patch_terminal_data_limit())
         self._patch_context_start_time()
         self._patch_definition_parsing()
         self._patch_sqs_message_scans()
@@ -709,6 +713,50 @@ class LocalAws:
             "resources": [],
             "detail": dict(detail),
         }
+
+
+def patch_terminal_data_limit() -> Any:
+    """Correctness (written for moto 5.2.5): ``States.DataLimitExceeded`` is terminal.
+
+    In AWS a task result, a state's input after ``Parameters`` or a state's output over 256 KiB
+    fails the execution with ``States.DataLimitExceeded``, an error ``States.ALL`` does not match
+    ("Error handling in Step Functions"): no Catch runs, so nothing is recorded. moto raises the
+    error where AWS does (``moto.stepfunctions.parser.quotas``) but lets ``States.ALL`` match it
+    like any other, so the workflow's catch-all would record a failure AWS never records. With this
+    patch only a clause naming ``States.DataLimitExceeded`` itself matches it, in Retry and Catch
+    alike. Returns the started patcher; ``tests/unit/sim/test_local_aws_patches.py`` fails when
+    the internals it relies on change.
+    """
+    from moto.stepfunctions.parser import quotas
+    from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import (
+        ErrorEqualsDecl,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
+        StatesErrorName,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
+
+    if quotas.MAX_STATE_SIZE_UTF8_BYTES != STATE_LIMIT_BYTES:
+        raise RuntimeError(
+            "moto's Step Functions payload quota is no longer 256 KiB "
+            f"({quotas.MAX_STATE_SIZE_UTF8_BYTES}); revisit patch_terminal_data_limit"
+        )
+    data_limit = StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded)
+    original = ErrorEqualsDecl._eval_body
+
+    def eval_body(decl: Any, env: Any) -> None:
+        # moto pushes the error's name; the declaration pops it and pushes whether it matched.
+        if env.stack and env.stack[-1] == data_limit and data_limit not in decl.error_names:
+            env.stack.pop()
+            env.stack.append(False)
+            return
+        original(decl, env)
+
+    patcher = mock.patch.object(ErrorEqualsDecl, "_eval_body", eval_body)
+    patcher.start()
+    return patcher
 
 
 def _warm_moto_routing() -> None:

@@ -15,10 +15,20 @@ from nodeheal.actions import Mode
 from nodeheal.aws.ec2 import verify_ownership
 from nodeheal.errors import DeadlineExceededError, KubernetesApiError, NodeGoneError, NodeReplacedError
 from nodeheal.kube.model import LiveNode
+from nodeheal.payload import cut_text
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard
 from nodeheal.workflow.ports import InstancePort, KubeAccess, LedgerPort, PodOutcomeView
 from nodeheal.workflow.state import WorkflowState
+
+#: One pod's line in a drain result (``namespace/name: the API server's message``): the pod's name
+#: takes at most 317 characters, the rest is the message's beginning (D17: the state stays small
+#: however long a webhook's or a PDB's explanation is).
+MAX_POD_LINE_BYTES = 512
+
+
+def _pod_line(result: PodOutcomeView) -> str:
+    return cut_text(f"{result.pod}: {result.message}", MAX_POD_LINE_BYTES)
 
 
 def _stamp(now: datetime) -> str:
@@ -28,7 +38,7 @@ def _stamp(now: datetime) -> str:
 def _fail_on_permanent_errors(failed: Sequence[PodOutcomeView], what: str) -> None:
     """A refusal no retry can fix (403 from RBAC, a webhook's 400) must not be waited out until the
     drain timeout and then forced past: stop now, leave the node cordoned, tell a person."""
-    permanent = [f"{result.pod}: {result.message}" for result in failed if not result.retryable]
+    permanent = [_pod_line(result) for result in failed if not result.retryable]
     if permanent:
         raise KubernetesApiError(f"{what} refused for {len(permanent)} pod(s): " + "; ".join(permanent[:5]))
 
@@ -101,8 +111,8 @@ def drain_round(
     report = kube.pods.evict(to_evict, parallelism=drain_settings.parallelism)
     _fail_on_permanent_errors(report.failed, "eviction")
     evicted = int(previous.get("evicted", 0)) + len(report.evicted)
-    blocked_now = [f"{r.pod}: {r.message}" for r in report.blocked]
-    failed_now = [f"{r.pod}: {r.message}" for r in report.failed]
+    blocked_now = [_pod_line(r) for r in report.blocked]
+    failed_now = [_pod_line(r) for r in report.failed]
     # Pods the round had no time left for are still on the node; the next round asks again.
     not_reached = len(report.not_reached)
     done = not movable
@@ -165,7 +175,7 @@ def force_drain(
     return {
         **previous,
         "forced": int(previous.get("forced", 0)) + forced,
-        "forceFailed": [f"{r.pod}: {r.message}" for r in report.failed][:10],
+        "forceFailed": [_pod_line(r) for r in report.failed][:10],
         "done": True,
         "timedOut": True,
         "summary": summary,

@@ -58,12 +58,18 @@ class Admission:
     #: The execution this one took the lock from (D2), if it preempted one.
     preempted: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, event_message: str | None = None) -> dict[str, Any]:
+        """The result stored at ``$.admission``. The live condition's message is left out when it
+        is the event's, which ``$.event`` already holds (D17: no step copies a message again);
+        a message that changed since the event is new and is kept (bounded, as read)."""
+        condition = self.condition.to_api() if self.condition else None
+        if condition is not None and condition["message"] == event_message:
+            del condition["message"]
         return {
             "verdict": self.verdict,
             "decision": self.decision.to_json() if self.decision else None,
             "node": self.node.to_json() if self.node else None,
-            "condition": self.condition.to_api() if self.condition else None,
+            "condition": condition,
             "waitSeconds": self.wait_seconds,
             "lockHeld": self.lock_held,
             "note": self.note,

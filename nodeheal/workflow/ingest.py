@@ -19,6 +19,7 @@ from nodeheal.errors import DuplicateExecutionError, InvalidEventError
 from nodeheal.events import (
     DETAIL_TYPE_CONDITION_CHANGED,
     DETAIL_TYPE_EXPORTER_HEARTBEAT,
+    MAX_EVENT_ID_CHARS,
     ExporterHeartbeat,
     NodeConditionEvent,
 )
@@ -93,7 +94,7 @@ def ingest(
     ledger: LedgerPort,
     now: datetime,
 ) -> IngestResult:
-    event_id = str(payload.get("id", "")) if isinstance(payload, dict) else ""
+    event_id = str(payload.get("id", ""))[:MAX_EVENT_ID_CHARS] if isinstance(payload, dict) else ""
     try:
         detail = _detail_of(payload, settings)
         event = NodeConditionEvent.from_detail(detail)

@@ -19,6 +19,7 @@ from nodeheal.errors import (
     RemediationPausedError,
     SupersededError,
 )
+from nodeheal.payload import bound_message
 from nodeheal.policy.catalog import lookup
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
@@ -40,6 +41,10 @@ _STAGES: tuple[tuple[str, str], ...] = (
     ("recovered", "recovery"),
     ("uncordoned", "uncordon"),
 )
+
+
+#: The condition message as a notification shows it (an e-mail, not the ledger's full copy).
+_NOTIFIED_MESSAGE_BYTES = 500
 
 
 def _timestamp(value: Any) -> datetime | None:
@@ -231,7 +236,8 @@ def _finish(
     node = state.admitted_node
     drain = state.step("drain") or {}
     times = stage_times(state, now)
-    condition = admission.get("condition") or state.event.condition.to_api()
+    # Admit keeps the live message only when it differs from the event's (D17); else it is the event's.
+    condition = {**state.event.condition.to_api(), **(admission.get("condition") or {})}
     xid = decision.get("xid")
     record_ = RemediationRecord(
         cluster=state.cluster,
@@ -379,7 +385,8 @@ def render_notification(record_: RemediationRecord, state: WorkflowState, *, reg
         f"Instance:  {record_.instance_id or '-'}",
         f"Fault:     {fault or '-'}",
         "Condition: " + " ".join(f"{k}={record_.condition.get(k, '')}" for k in ("type", "status", "reason")),
-        f"Message:   {record_.condition.get('message', '')[:500]}",
+        # The Xid lines are kept whole even when the rest of a long message is cut.
+        f"Message:   {bound_message(record_.condition.get('message', ''), _NOTIFIED_MESSAGE_BYTES)}",
     ]
     if entry is not None:
         lines.append(f"Xid {entry.xid}:   {entry.name} - {entry.meaning}")

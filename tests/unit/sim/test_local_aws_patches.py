@@ -1,0 +1,74 @@
+"""The moto internals ``nodeheal.sim.local_aws`` patches for correctness, checked against the
+installed moto: when an upgrade moves them, these fail here rather than letting the local harness
+silently stop behaving like Step Functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from moto.stepfunctions.parser import quotas
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import ErrorEqualsDecl
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+    StatesErrorNameType,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
+from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
+
+from nodeheal.payload import STATE_LIMIT_BYTES
+from nodeheal.sim.local_aws import patch_terminal_data_limit
+
+ALL = StatesErrorName(typ=StatesErrorNameType.StatesALL)
+DATA_LIMIT = StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded)
+
+
+class _Env:
+    """The part of moto's Environment an ErrorEquals declaration reads."""
+
+    def __init__(self, error: Any) -> None:
+        self.stack: list[Any] = [error]
+        self.next_field_name: str | None = None
+
+    def is_running(self) -> bool:
+        return True
+
+
+def matches(error_names: list[Any], error: Any) -> bool:
+    env = _Env(error)
+    ErrorEqualsDecl(error_names=error_names).eval(env)  # type: ignore[arg-type]
+    (result,) = env.stack
+    return bool(result)
+
+
+@pytest.fixture
+def terminal_data_limit() -> Any:
+    patcher = patch_terminal_data_limit()
+    yield
+    patcher.stop()
+
+
+def test_defect_4_moto_still_raises_data_limit_exceeded_where_step_functions_does() -> None:
+    # moto 5.2.5 checks a Lambda task's result and every state's output against 256 KiB.
+    assert quotas.MAX_STATE_SIZE_UTF8_BYTES == STATE_LIMIT_BYTES
+    assert not quotas.is_within_size_quota("x" * STATE_LIMIT_BYTES)
+    assert quotas.is_within_size_quota("x" * (STATE_LIMIT_BYTES - 16))
+    assert callable(StateTaskLambda._verify_size_quota)
+    assert callable(CommonStateField._verify_size_quota)
+    assert DATA_LIMIT.error_name == "States.DataLimitExceeded"
+
+
+def test_defect_4_unpatched_moto_lets_states_all_catch_data_limit_exceeded() -> None:
+    # The behaviour the patch corrects; if moto fixes it, the patch can go.
+    assert matches([ALL], DATA_LIMIT)
+
+
+def test_defect_4_states_all_does_not_match_data_limit_exceeded(terminal_data_limit: None) -> None:
+    assert not matches([ALL], DATA_LIMIT)
+    assert matches([DATA_LIMIT], DATA_LIMIT)  # named explicitly, it still matches
+    # Everything else matches exactly as before.
+    assert matches([ALL], CustomErrorName("KubernetesApiError"))
+    assert matches([ALL], StatesErrorName(typ=StatesErrorNameType.StatesTaskFailed))
+    assert matches([CustomErrorName("LedgerContentionError")], CustomErrorName("LedgerContentionError"))
+    assert not matches([CustomErrorName("LedgerContentionError")], CustomErrorName("KubernetesApiError"))
