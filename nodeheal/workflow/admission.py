@@ -21,6 +21,7 @@ from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow import budget
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.records import node_history
+from nodeheal.workflow.scope import out_of_scope
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
 
 # Verdicts the state machine branches on ("Admitted?").
@@ -85,6 +86,9 @@ def admit(state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datet
             now,
             note=f"condition {state.condition_type} is no longer bad on the live node ({shown})",
         )
+    scope_note = out_of_scope(settings.scope, node.labels, live)
+    if scope_note:
+        return Admission(STOP, None, admitted_node, live, now, note=f"out-of-scope: {scope_note}")
 
     history = node_history(
         ledger.node_records(
