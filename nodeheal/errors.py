@@ -13,7 +13,7 @@ class NodeHealError(Exception):
 
 
 class InvalidEventError(NodeHealError):
-    """An event does not follow contract v1 (missing or malformed field). Never retried."""
+    """An event does not follow the event contract (missing or malformed field). Never retried."""
 
 
 class ConfigurationError(NodeHealError):
