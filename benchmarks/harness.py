@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 from nodeheal.conditions import Condition
-from nodeheal.events import NodeConditionEvent, PreviousState
+from nodeheal.events import DEFAULT_SOURCE, NodeConditionEvent, PreviousState, cluster_source
 from nodeheal.exporter.transitions import node_identity
 from nodeheal.kube.client import StaticClientProvider
 from nodeheal.sim.apiserver import FakeKubeApiServer
@@ -51,7 +51,8 @@ os.environ.pop("AWS_PROFILE", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = "training-on-eks"
-SOURCE = "nodeheal.exporter"
+#: What the cluster's own exporter sends (contract 1.1): ingest drops other sources as forged.
+SOURCE = cluster_source(DEFAULT_SOURCE, CLUSTER)
 XID_79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
 XID_48 = (
     "NVRM: Xid (PCI:0000:a8:00): 48, pid=2411, name=python3, An uncorrectable double bit error (DBE) "

@@ -1,4 +1,5 @@
-"""Ingest: validate contract v1, drop stale and foreign events, start a named execution."""
+"""Ingest: validate the contract and the sender's Source, drop stale and foreign events, start a
+named execution."""
 
 from typing import Any
 
@@ -8,12 +9,25 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from nodeheal.deadline import Deadline, applied
 from nodeheal.lambda_support import logger, metrics
 from nodeheal.runtime import Runtime, runtime
-from nodeheal.workflow.ingest import heartbeat, ingest, is_heartbeat
+from nodeheal.workflow.ingest import (
+    heartbeat,
+    heartbeat_refusal,
+    ingest,
+    is_heartbeat,
+    record_refused_heartbeat,
+)
 
 
 def _heartbeat(event: dict[str, Any], rt: Runtime) -> dict[str, str]:
     """Count an exporter heartbeat per cluster: the alarm on missing heartbeats reads these."""
     beat = heartbeat(event, rt.ingest_settings)
+    refusal = heartbeat_refusal(event, rt.ingest_settings) if beat is None else None
+    if refusal is not None:
+        # One cluster's exporter speaking for another would keep that cluster's alarm quiet.
+        dropped = record_refused_heartbeat(event, *refusal, ledger=rt.ledger, now=rt.now())
+        metrics.add_metric(name="HeartbeatsRefused", unit=MetricUnit.Count, value=1)
+        logger.warning("heartbeat refused", extra={"result": dropped.to_json(), "eventId": event.get("id")})
+        return {"status": "dropped", "reason": dropped.reason, "category": dropped.category}
     if beat is None:
         logger.warning(
             "heartbeat ignored (malformed, foreign source or cluster)", extra={"eventId": event.get("id")}
@@ -40,6 +54,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, str]:
             event, settings=rt.ingest_settings, starter=rt.starter, ledger=rt.ledger, now=rt.now()
         )
     metrics.add_metric(name=f"Events{result.status.capitalize()}", unit=MetricUnit.Count, value=1)
+    if result.warning:
+        # Contract "1" is accepted for one release: this counts the exporters still to upgrade.
+        metrics.add_metric(name="EventsLegacyContract", unit=MetricUnit.Count, value=1)
+        logger.warning("legacy contract event", extra={"warning": result.warning, "eventId": event.get("id")})
     if result.status == "dropped":
         logger.warning("event dropped", extra={"result": result.to_json(), "eventId": event.get("id")})
     else:

@@ -9,11 +9,12 @@ pattern, e-mails, VPC) live in ``stacks/config.py``; the Lambdas never read ``cd
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from nodeheal.actions import Action, Mode
+from nodeheal.conditions import CONDITION_STATUSES
 from nodeheal.errors import ConfigurationError
 from nodeheal.settings_reader import SettingsReader
 
@@ -45,6 +46,74 @@ class ConditionRule:
 
 def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
     return MappingProxyType(dict(mapping))
+
+
+#: Bad transitions in scope by default: every GPU, kernel and readiness signal the detectors set,
+#: in the direction that means "unhealthy". Recoveries never start a workflow.
+DEFAULT_SCOPE_CONDITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("GPUProblem", ("True",)),
+    ("GPUUnavailable", ("True",)),
+    ("AcceleratedHardwareReady", ("False",)),
+    ("KernelReady", ("False",)),
+    ("ContainerRuntimeReady", ("False",)),
+    ("NetworkingReady", ("False",)),
+    ("StorageReady", ("False",)),
+    ("KernelDeadlock", ("True",)),
+    ("ReadonlyFilesystem", ("True",)),
+    ("Ready", ("False", "Unknown")),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeCondition:
+    type: str
+    statuses: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "statuses": list(self.statuses)}
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> ScopeCondition:
+        reader = SettingsReader(raw, where)
+        condition = cls(type=reader.string("type"), statuses=reader.string_list("statuses", non_empty=True))
+        reader.finish()
+        bad = [s for s in condition.statuses if s not in CONDITION_STATUSES]
+        if bad:
+            raise ConfigurationError(f"{where}.statuses has {bad}; allowed: True, False, Unknown")
+        return condition
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeSettings:
+    """Which nodes and transitions NodeHeal acts on: the ``rule`` object of ``cdk.json``.
+
+    The stack builds the EventBridge rule from it, and the same object travels in every
+    execution's settings (as ``scope``), so admit checks the LIVE node against exactly what the
+    rule matched on the event's own claims (see :func:`nodeheal.workflow.scope.out_of_scope`).
+    """
+
+    conditions: tuple[ScopeCondition, ...] = tuple(ScopeCondition(t, s) for t, s in DEFAULT_SCOPE_CONDITIONS)
+    #: Node label filters: label -> accepted values (e.g. ``{"karpenter.sh/nodepool": ["gpu"]}``).
+    node_labels: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: _frozen({}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "conditions": [condition.to_json() for condition in self.conditions],
+            "nodeLabels": {key: list(values) for key, values in sorted(self.node_labels.items())},
+        }
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> ScopeSettings:
+        default_conditions = [{"type": t, "statuses": list(s)} for t, s in DEFAULT_SCOPE_CONDITIONS]
+        conditions = reader.each("conditions", ScopeCondition.parse, default_conditions)
+        if not conditions:
+            raise ConfigurationError(f"{reader.where('conditions')} must list at least one condition")
+        labels_reader = reader.child("nodeLabels")
+        labels = {key: labels_reader.string_list(key, non_empty=True) for key in labels_reader.key_names()}
+        labels_reader.finish()
+        settings = cls(conditions=conditions, node_labels=_frozen(labels))
+        reader.finish()
+        return settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +388,9 @@ class RemediationSettings:
     #: Delete the Node object right after the EC2 terminate call instead of waiting for Karpenter
     #: to notice the instance is gone (it does within a minute or two; see the README).
     delete_node_after_terminate: bool = False
+    #: The rule's scope, checked by admit against the live node. Not read by :meth:`read`: the
+    #: stack derives it from the ``rule`` keys (``stacks/config.py``) so rule and check cannot drift.
+    scope: ScopeSettings = field(default_factory=ScopeSettings)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -331,12 +403,14 @@ class RemediationSettings:
             "lockTtlSeconds": self.lock_ttl_seconds,
             "lockWaitPollSeconds": self.lock_wait_poll_seconds,
             "deleteNodeAfterTerminate": self.delete_node_after_terminate,
+            "scope": self.scope.to_json(),
         }
 
     @classmethod
     def from_json(cls, raw: Any, path: str = "settings", *, check_timing: bool = True) -> RemediationSettings:
         reader = SettingsReader(raw, path)
-        settings = cls.read(reader, check_timing=check_timing)
+        scope = ScopeSettings.read(reader.child("scope"))
+        settings = replace(cls.read(reader, check_timing=check_timing), scope=scope)
         reader.finish()
         return settings
 

@@ -13,7 +13,7 @@ class NodeHealError(Exception):
 
 
 class InvalidEventError(NodeHealError):
-    """An event does not follow contract v1 (missing or malformed field). Never retried."""
+    """An event does not follow the event contract (missing or malformed field). Never retried."""
 
 
 class ConfigurationError(NodeHealError):
@@ -60,10 +60,6 @@ class SupersededError(RemediationStoppedError):
     """Another execution took this node's lock (a more urgent fault, D2): leave the node to it."""
 
 
-class OutOfScopeError(RemediationStoppedError):
-    """The live node or condition is outside what this deployment's rule selects."""
-
-
 class DrainAbortedError(NodeHealError):
     """The drain timed out and the drain policy is ``abort``: the node stays cordoned for a person."""
 
@@ -103,5 +99,4 @@ STOP_ERRORS: tuple[type[RemediationStoppedError], ...] = (
     ConditionClearedError,
     RemediationPausedError,
     SupersededError,
-    OutOfScopeError,
 )

@@ -1,8 +1,14 @@
-"""Event contract v1: what the exporter puts on the bus and what ingest accepts.
+"""Event contract 1.1: what the exporter puts on the bus and what ingest accepts.
 
-``Source`` is ``nodeheal.exporter`` (configurable), ``DetailType`` is ``Node Condition Changed``.
+``Source`` is ``<prefix>.<cluster>`` (prefix ``nodeheal.exporter``, configurable), so IAM can bind
+each cluster's exporter role to its own source (``events:source`` is the only identity a PutEvents
+condition sees; the detail is invisible to IAM). ``DetailType`` is ``Node Condition Changed``.
 Unknown fields are ignored so producers can add fields without breaking consumers; a missing or
 mistyped required field is rejected with an :class:`InvalidEventError` naming the field.
+
+1.1 over 1: ``node.uid`` is required. Version "1" (uid optional, Source the bare prefix) is still
+accepted for one release so exporters upgraded after the stack are not lost; see
+``nodeheal.workflow.ingest.check_source`` for what that costs.
 """
 
 from __future__ import annotations
@@ -19,7 +25,12 @@ from nodeheal.errors import InvalidEventError
 from nodeheal.payload import MAX_REASON_BYTES, cut_text, json_bytes, state_bytes
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "1.1"
+#: Accepted at ingest for one release, with a warning: exporters not yet upgraded send it.
+LEGACY_SCHEMA_VERSION = "1"
+SUPPORTED_SCHEMA_VERSIONS = (LEGACY_SCHEMA_VERSION, SCHEMA_VERSION)
+#: The source prefix; an exporter sends ``<prefix>.<cluster>``. Exporters older than contract 1.1
+#: send the bare prefix (the "legacy source").
 DEFAULT_SOURCE = "nodeheal.exporter"
 DETAIL_TYPE_CONDITION_CHANGED = "Node Condition Changed"
 DETAIL_TYPE_NODE_EVENT = "Node Event Observed"
@@ -53,6 +64,11 @@ MAX_FIELD_CHARS = 317
 MAX_EVENT_ID_CHARS = 128
 
 _PROVIDER_ID = re.compile(r"^aws:///(?P<zone>[a-z0-9-]*)/(?P<instance>i-[0-9a-f]{8,17})$")
+
+
+def cluster_source(prefix: str, cluster: str) -> str:
+    """The ``Source`` of a cluster's exporter: ``nodeheal.exporter`` + ``training-on-eks``."""
+    return f"{prefix}.{cluster}"
 
 
 def instance_id_from_provider_id(provider_id: str | None) -> str | None:
@@ -163,15 +179,16 @@ class NodeConditionEvent:
         if not isinstance(detail, dict):
             raise InvalidEventError(f"event detail must be a JSON object, got {type(detail).__name__}")
         version = detail.get("schemaVersion")
-        if version != SCHEMA_VERSION:
+        if version not in SUPPORTED_SCHEMA_VERSIONS:
             raise InvalidEventError(
-                f"unsupported schemaVersion {version!r}; this NodeHeal understands {SCHEMA_VERSION!r}"
+                f"unsupported schemaVersion {version!r}; this NodeHeal understands "
+                + " and ".join(repr(v) for v in SUPPORTED_SCHEMA_VERSIONS)
             )
         cluster = _required_string(detail, "cluster")
         node_raw = detail.get("node")
         if not isinstance(node_raw, dict):
             raise InvalidEventError("node must be an object")
-        node = _parse_node(node_raw)
+        node = _parse_node(node_raw, uid_required=version != LEGACY_SCHEMA_VERSION)
         if "condition" not in detail:
             raise InvalidEventError("condition is required")
         # An exporter older than D17 may send a message of any length: cut it here as the exporter
@@ -201,7 +218,13 @@ class NodeConditionEvent:
             observed_at=observed_at,
             previous=previous,
             resync=resync,
+            schema_version=str(version),
         )
+
+    @property
+    def is_legacy(self) -> bool:
+        """Contract "1": no required uid, sent by an exporter not yet upgraded."""
+        return self.schema_version == LEGACY_SCHEMA_VERSION
 
 
 def unwrap_eventbridge_envelope(payload: Any) -> Any:
@@ -233,7 +256,7 @@ def _optional_string(container: dict[str, Any], key: str, prefix: str) -> str:
     return _within_bound(value, key, prefix)
 
 
-def _parse_node(raw: dict[str, Any]) -> NodeIdentity:
+def _parse_node(raw: dict[str, Any], *, uid_required: bool) -> NodeIdentity:
     labels = raw.get("labels") or {}
     if not isinstance(labels, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
@@ -247,7 +270,8 @@ def _parse_node(raw: dict[str, Any]) -> NodeIdentity:
     )
     return NodeIdentity(
         name=_required_string(raw, "name", "node."),
-        uid=_optional_string(raw, "uid", "node."),
+        # Required since 1.1: without it a new Node that took an old name is indistinguishable.
+        uid=_required_string(raw, "uid", "node.") if uid_required else _optional_string(raw, "uid", "node."),
         provider_id=provider_id,
         instance_id=instance_id,
         instance_type=_optional_string(raw, "instanceType", "node."),
@@ -280,10 +304,11 @@ class ExporterHeartbeat:
     published: int = 0
     publish_failures: int = 0
     dropped: int = 0
+    schema_version: str = SCHEMA_VERSION
 
     def to_detail(self) -> dict[str, Any]:
         return {
-            "schemaVersion": SCHEMA_VERSION,
+            "schemaVersion": self.schema_version,
             "cluster": self.cluster,
             "identity": self.identity,
             "sentAt": format_timestamp(self.sent_at, millis=True),
@@ -313,6 +338,9 @@ class ExporterHeartbeat:
         interval = detail.get("intervalSeconds", 0)
         if not isinstance(interval, int | float) or isinstance(interval, bool):
             raise InvalidEventError("heartbeat intervalSeconds must be a number")
+        version = detail.get("schemaVersion")
+        if version not in SUPPORTED_SCHEMA_VERSIONS:
+            raise InvalidEventError(f"heartbeat schemaVersion {version!r} is not supported")
         return cls(
             cluster=_required_string(detail, "cluster"),
             identity=_optional_string(detail, "identity", ""),
@@ -322,4 +350,5 @@ class ExporterHeartbeat:
             published=count(counters, "published"),
             publish_failures=count(counters, "publishFailures"),
             dropped=count(counters, "dropped"),
+            schema_version=str(version),
         )

@@ -8,13 +8,16 @@ the Lambdas; this module adds what only the deployment needs.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nodeheal import timing
-from nodeheal.conditions import CONDITION_STATUSES
-from nodeheal.config import RemediationSettings
+from nodeheal.config import (
+    DEFAULT_SCOPE_CONDITIONS,
+    RemediationSettings,
+    ScopeCondition,
+    ScopeSettings,
+)
 from nodeheal.errors import ConfigurationError
 from nodeheal.events import DEFAULT_SOURCE
 from nodeheal.rbac import DEFAULT_GROUP_PREFIX, groups_of
@@ -32,58 +35,11 @@ _SLACK_CHANNEL = re.compile(r"^[A-Za-z0-9]+$")
 #: longest function suffix, ``-terminate-delete-nodes``, must fit in the 63 characters of a label.
 _GROUP_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 
-#: Bad transitions the rule forwards by default: every GPU, kernel and readiness signal the
-#: detectors set, in the direction that means "unhealthy". Recoveries never start a workflow.
-DEFAULT_RULE_CONDITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("GPUProblem", ("True",)),
-    ("GPUUnavailable", ("True",)),
-    ("AcceleratedHardwareReady", ("False",)),
-    ("KernelReady", ("False",)),
-    ("ContainerRuntimeReady", ("False",)),
-    ("NetworkingReady", ("False",)),
-    ("StorageReady", ("False",)),
-    ("KernelDeadlock", ("True",)),
-    ("ReadonlyFilesystem", ("True",)),
-    ("Ready", ("False", "Unknown")),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class RuleCondition:
-    type: str
-    statuses: tuple[str, ...]
-
-    @classmethod
-    def parse(cls, raw: Any, where: str) -> RuleCondition:
-        reader = SettingsReader(raw, where)
-        condition = cls(type=reader.string("type"), statuses=reader.string_list("statuses", non_empty=True))
-        reader.finish()
-        bad = [s for s in condition.statuses if s not in CONDITION_STATUSES]
-        if bad:
-            raise ConfigurationError(f"{where}.statuses has {bad}; allowed: True, False, Unknown")
-        return condition
-
-
-@dataclass(frozen=True, slots=True)
-class RuleSettings:
-    """Knobs of the EventBridge rule that decides which transitions start a remediation."""
-
-    conditions: tuple[RuleCondition, ...]
-    #: Node label filters: label -> accepted values (e.g. ``{"karpenter.sh/nodepool": ["gpu"]}``).
-    node_labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-
-    @classmethod
-    def read(cls, reader: SettingsReader) -> RuleSettings:
-        default_conditions = [{"type": t, "statuses": list(s)} for t, s in DEFAULT_RULE_CONDITIONS]
-        conditions = reader.each("conditions", RuleCondition.parse, default_conditions)
-        if not conditions:
-            raise ConfigurationError(f"{reader.where('conditions')} must list at least one condition")
-        labels_reader = reader.child("nodeLabels")
-        labels = {key: labels_reader.string_list(key, non_empty=True) for key in labels_reader.key_names()}
-        labels_reader.finish()
-        settings = cls(conditions=conditions, node_labels=labels)
-        reader.finish()
-        return settings
+#: The rule's knobs are the workflow's scope: one type, parsed once, so the EventBridge pattern and
+#: admit's live check (``nodeheal.workflow.scope``) read the same conditions and labels.
+DEFAULT_RULE_CONDITIONS = DEFAULT_SCOPE_CONDITIONS
+RuleCondition = ScopeCondition
+RuleSettings = ScopeSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +146,8 @@ class NodeHealConfig:
         ingest = reader.child("ingest")
         stale = ingest.integer("staleEventSeconds", 900, minimum=30, maximum=86_400)
         ingest.finish()
-        remediation = RemediationSettings.read(reader)
+        # The rule's scope rides along in every execution's settings: admit re-checks it live.
+        remediation = replace(RemediationSettings.read(reader), scope=rule)
         notifications = reader.child("notifications")
         emails = notifications.string_list("emails", ())
         for email in emails:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
+from nodeheal.events import cluster_source
 from stacks.config import NodeHealConfig
 from stacks.constructs.access import AccessConstruct
 from stacks.constructs.exporter_access import ExporterAccess
@@ -79,6 +81,7 @@ class NodeHealStack(Stack):
             "ExporterAccess",
             bus=self.ingest.bus,
             clusters=config.clusters,
+            source_prefix=config.event_source,
             namespace=config.exporter_namespace,
             service_account=config.exporter_service_account,
         )
@@ -105,14 +108,16 @@ class NodeHealStack(Stack):
             self,
             "EventBusArn",
             value=self.ingest.bus.event_bus_arn,
-            description="Grant the exporter's role events:PutEvents on this ARN",
+            description="Bus the exporters put events on (only their roles may)",
         )
-        CfnOutput(
-            self,
-            "ExporterRoleArn",
-            value=self.exporter_access.role.role_arn,
-            description="Role the exporter assumes through EKS Pod Identity (events:PutEvents on the bus)",
-        )
+        for cluster, role in self.exporter_access.roles.items():
+            CfnOutput(
+                self,
+                f"ExporterRoleArn{_pascal(cluster)}",
+                value=role.role_arn,
+                description=f"Role the exporter of {cluster} assumes through EKS Pod Identity "
+                f"(events:PutEvents on the bus as {cluster_source(self.config.event_source, cluster)})",
+            )
         CfnOutput(
             self,
             "StateMachineArn",
@@ -152,4 +157,4 @@ class NodeHealStack(Stack):
 
 
 def _pascal(name: str) -> str:
-    return "".join(part.capitalize() for part in name.split("-"))
+    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name))

@@ -1,7 +1,12 @@
 """The EventBridge pattern that decides which condition transitions start a remediation.
 
 A pure function of the config so tests compare the synthesized rule with it, and so the contract
-it encodes (contract v1 field names, see ``nodeheal.events``) is visible in one place.
+it encodes (contract 1.1 field names, see ``nodeheal.events``) is visible in one place.
+
+Sources (D9): each cluster's exporter sends ``<prefix>.<cluster>``, matched by the prefix
+``<prefix>.``; for one release the bare ``<prefix>`` too, which exporters not yet upgraded to
+contract 1.1 send, so their events are not lost while the fleet upgrades (stack first, then
+exporters). Which source may speak for which cluster is IAM's and ingest's business, not the rule's.
 """
 
 from __future__ import annotations
@@ -10,6 +15,11 @@ from typing import Any
 
 from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, DETAIL_TYPE_EXPORTER_HEARTBEAT
 from stacks.config import NodeHealConfig
+
+
+def exporter_sources(config: NodeHealConfig) -> list[Any]:
+    """The rule's ``source`` filter: every cluster exporter's own source, and the legacy one."""
+    return [{"prefix": f"{config.event_source}."}, config.event_source]
 
 
 def build_event_pattern(config: NodeHealConfig) -> dict[str, Any]:
@@ -35,7 +45,7 @@ def build_event_pattern(config: NodeHealConfig) -> dict[str, Any]:
     if config.rule.node_labels:
         detail["node"] = {"labels": {key: list(values) for key, values in config.rule.node_labels.items()}}
     return {
-        "source": [config.event_source],
+        "source": exporter_sources(config),
         "detail-type": [DETAIL_TYPE_CONDITION_CHANGED],
         "detail": detail,
     }
@@ -44,7 +54,7 @@ def build_event_pattern(config: NodeHealConfig) -> dict[str, Any]:
 def build_heartbeat_pattern(config: NodeHealConfig) -> dict[str, Any]:
     """The exporters' heartbeats of the configured clusters (counted by ingest, alarmed when missing)."""
     return {
-        "source": [config.event_source],
+        "source": exporter_sources(config),
         "detail-type": [DETAIL_TYPE_EXPORTER_HEARTBEAT],
         "detail": {"cluster": list(config.clusters)},
     }

@@ -13,7 +13,7 @@ Shape (state names are what a person reads in the console)::
                     reboot  -> Reboot instance -> Wait for reboot <-> Check recovery
                                recovered -> Uncordon -> Record outcome
                                not recovered -> Terminate instance (escalation)
-    any task's stop (node replaced/gone, condition cleared, paused, superseded, out of scope)
+    any task's stop (node replaced/gone, condition cleared, paused, superseded)
              -> Uncordon after the condition cleared? -> [Uncordon (condition cleared)] -> Record outcome
     any task failure -> Record failure -> Remediation failed
 
@@ -198,9 +198,9 @@ class _DefinitionBuilder:
         return wait
 
     def _build_stop_path(self) -> sfn.IChainable:
-        """Where a step's stop (node replaced or gone, condition cleared, paused, superseded, out of
-        scope) leads: ``Record outcome``, through an uncordon when the condition cleared after
-        NodeHeal cordoned and the policy says ``drain.onConditionCleared: uncordon``."""
+        """Where a step's stop (node replaced or gone, condition cleared, paused, superseded)
+        leads: ``Record outcome``, through an uncordon when the condition cleared after NodeHeal
+        cordoned and the policy says ``drain.onConditionCleared: uncordon``."""
         stopped = sfn.Choice(
             self._scope,
             "Uncordon after the condition cleared?",

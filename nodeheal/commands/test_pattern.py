@@ -5,7 +5,7 @@ The patterns come from the synthesized template (``--template``, or synthesized 
 rules deployed on the bus (``--deployed``), which EventBridge itself evaluates through
 ``TestEventPattern``, with the local engine adding the explanation.
 
-An EVENT is a file (or ``-``) with a full EventBridge event, a contract-v1 ``detail`` (wrapped in
+An EVENT is a file (or ``-``) with a full EventBridge event, a contract ``detail`` (wrapped in
 an envelope with NodeHeal's source and detail-type), or a JSON array of either.
 """
 
@@ -54,7 +54,7 @@ class RulePattern:
 class LabelledEvent:
     label: str
     event: Mapping[str, Any]
-    #: True when a bare contract-v1 detail was wrapped in an envelope.
+    #: True when a bare contract detail was wrapped in an envelope.
     wrapped: bool = False
 
 
@@ -97,7 +97,7 @@ def register(subparsers: Any) -> None:
         "events",
         metavar="EVENT",
         nargs="+",
-        help="file with an EventBridge event, a contract-v1 detail, or a JSON array of them; - for stdin",
+        help="file with an EventBridge event, a contract detail, or a JSON array of them; - for stdin",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
@@ -117,7 +117,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--source",
-        help=f"Source for wrapped contract-v1 details (default: the rule's, else {DEFAULT_SOURCE})",
+        help="Source for wrapped contract details (default: the rule's source prefix + the detail's "
+        f"cluster, else {DEFAULT_SOURCE}.<cluster>)",
     )
     parser.add_argument("--bus", help=f"event bus with --deployed (default: the stack's {BUS_OUTPUT} output)")
     parser.add_argument(
@@ -261,12 +262,19 @@ def _select(rules: Sequence[RulePattern], wanted: Sequence[str]) -> list[RulePat
 
 
 def _rule_source(rules: Sequence[RulePattern]) -> str:
-    """The source a wrapped detail gets: the one the first rule insists on, if it names exactly one."""
+    """The source a wrapped detail gets: a cluster exporter's (``<prefix>.``, completed with the
+    detail's cluster) when the first rule matches a source prefix, else the one exact source a rule
+    insists on."""
     for rule in rules:
         sources = rule.pattern.get("source")
-        if isinstance(sources, list) and len(sources) == 1 and isinstance(sources[0], str):
+        if not isinstance(sources, list):
+            continue
+        for entry in sources:
+            if isinstance(entry, dict) and isinstance(entry.get("prefix"), str):
+                return str(entry["prefix"])
+        if len(sources) == 1 and isinstance(sources[0], str):
             return sources[0]
-    return DEFAULT_SOURCE
+    return DEFAULT_SOURCE + "."
 
 
 # -- events ----------------------------------------------------------------------------------------
@@ -290,13 +298,14 @@ def _as_event(item: Any, label: str, source: str) -> LabelledEvent:
         envelope = {
             **_PLACEHOLDER_ENVELOPE,
             "detail-type": DETAIL_TYPE_CONDITION_CHANGED,
-            "source": source,
+            # A prefix ("nodeheal.exporter.") becomes the detail's cluster exporter's own source.
+            "source": source + str(item.get("cluster", "")) if source.endswith(".") else source,
             "time": format_timestamp(utc_now()),
             "detail": item,
         }
         return LabelledEvent(label, envelope, wrapped=True)
     raise InvalidEventError(
-        f"{label}: neither an EventBridge event (source, detail-type, detail) nor a contract-v1 detail"
+        f"{label}: neither an EventBridge event (source, detail-type, detail) nor a contract detail"
     )
 
 
@@ -366,7 +375,7 @@ def evaluate_deployed(
 
 def _notes(event: LabelledEvent) -> tuple[str, ...]:
     if event.wrapped:
-        return (f"contract-v1 detail wrapped with source {event.event['source']!r}",)
+        return (f"contract detail wrapped with source {event.event['source']!r}",)
     return ()
 
 

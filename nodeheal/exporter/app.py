@@ -99,7 +99,7 @@ class Exporter:
         self.publisher = EventPublisher(
             events_client,
             event_bus=settings.event_bus,
-            source=settings.source,
+            source=settings.entry_source,
             queue=self.queue,
             metrics=self.metrics,
             batch_entries=settings.publish_batch_entries,
@@ -236,7 +236,7 @@ class Exporter:
             extra=fields(
                 cluster=s.cluster_name,
                 bus=s.event_bus,
-                source=s.source,
+                source=s.entry_source,
                 label_selector=s.label_selector,
                 condition_types=list(s.condition_types) or "all but " + ",".join(s.ignored_condition_types),
                 leader_election=s.leader_election,

@@ -18,7 +18,7 @@ from typing import Any
 
 from nodeheal.conditions import KUBELET_PRESSURE_CONDITIONS
 from nodeheal.errors import ConfigurationError
-from nodeheal.events import DEFAULT_SOURCE
+from nodeheal.events import DEFAULT_SOURCE, cluster_source
 
 ENV_PREFIX = "NODEHEAL_"
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -30,7 +30,8 @@ class ExporterSettings:
     cluster_name: str
     #: Name (or ARN) of the EventBridge bus the events go to.
     event_bus: str = "nodeheal"
-    #: ``Source`` of every entry; the bus rules match on it.
+    #: Prefix of every entry's ``Source``: the exporter sends ``<source>.<cluster_name>``, the only
+    #: Source its cluster's IAM role may put on the bus (the stack's ``eventBus.source``).
     source: str = DEFAULT_SOURCE
     #: Condition types to export. Empty means every condition except ``ignored_condition_types``.
     condition_types: tuple[str, ...] = ()
@@ -109,6 +110,11 @@ class ExporterSettings:
         return condition_type not in self.ignored_condition_types
 
     @property
+    def entry_source(self) -> str:
+        """The ``Source`` of every entry this exporter puts: ``nodeheal.exporter.<cluster>``."""
+        return cluster_source(self.source, self.cluster_name)
+
+    @property
     def watch_read_timeout_seconds(self) -> float:
         return self.watch_timeout_seconds + self.watch_client_margin_seconds
 
@@ -181,7 +187,7 @@ def _log_level(where: str, raw: str) -> str:
 OPTIONS: tuple[_Option, ...] = (
     _Option("cluster_name", _required_string, "cluster name written into every event (required)"),
     _Option("event_bus", _required_string, "EventBridge bus name or ARN"),
-    _Option("source", _required_string, "Source of the EventBridge entries"),
+    _Option("source", _required_string, "Source prefix of the entries (sent as <prefix>.<cluster>)"),
     _Option("condition_types", _csv, "comma-separated condition types to export (default: all but ignored)"),
     _Option("ignored_condition_types", _csv, "condition types skipped when --condition-types is empty"),
     _Option("label_selector", _string, "label selector for the Nodes to watch"),

@@ -29,7 +29,7 @@ from nodeheal.aws.ledger import Ledger
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS
-from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, PreviousState
+from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, PreviousState, cluster_source
 from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.exporter.transitions import node_identity
@@ -224,6 +224,8 @@ class LocalPipeline:
         self._recorded: Counter[str] = Counter()
         self._dropped: Counter[str] = Counter()
         self.cluster_name = CLUSTER
+        #: The deployment's Source prefix, and the Source this cluster's exporter sends.
+        self.event_source_prefix = ""
         self.event_source = ""
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -237,7 +239,8 @@ class LocalPipeline:
             self._aws = aws.__enter__()
             ingest = aws.runtime_for(aws.function_logical_id("lambdas.ingest.handler")).ingest_settings
             self.cluster_name = sorted(ingest.clusters)[0]
-            self.event_source = ingest.event_source
+            self.event_source_prefix = ingest.event_source
+            self.event_source = cluster_source(ingest.event_source, self.cluster_name)
             aws.on_invocation.append(self._on_invocation)
             self._cluster = SimulatedCluster(
                 self.store,
@@ -296,7 +299,7 @@ class LocalPipeline:
         values: dict[str, Any] = {
             "cluster_name": self.cluster_name,
             "event_bus": self.aws.event_bus_name,
-            "source": self.event_source,
+            "source": self.event_source_prefix,
             "watch_timeout_seconds": 60,
             "watch_client_margin_seconds": 5.0,
             "request_timeout_seconds": 5.0,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
+from nodeheal.events import cluster_source
 from nodeheal.kube.model import UNHEALTHY_TAINT_KEY
 from nodeheal.sim.cluster import (
     DCGM_ERROR,
@@ -616,8 +617,10 @@ def _bad_events_play(run: ScenarioRun) -> None:
         return detail
 
     foreign = bad(cluster="someone-elses-cluster")
+    # Sent as that cluster's own exporter would (its own Source), so only the cluster is foreign.
+    foreign_source = cluster_source(pipeline.event_source_prefix, "someone-elses-cluster")
     timeline.emit("sim", "published", "an event for cluster someone-elses-cluster put on the bus")
-    pipeline.publish(foreign)
+    pipeline.publish(foreign, source=foreign_source)
     stale = bad(observed_at=utc_now() - timedelta(hours=2))
     timeline.emit("sim", "published", "an event observed 2 hours ago put on the bus")
     pipeline.publish(stale)
@@ -639,7 +642,7 @@ def _bad_events_play(run: ScenarioRun) -> None:
     # An archive replay through a broader rule, or a rule edited by hand, would still hand it to
     # ingest: the function must refuse it on its own.
     timeline.emit("sim", "replayed", "the foreign event delivered straight to ingest (as a replay would)")
-    pipeline.aws.deliver(pipeline.aws.event_envelope(foreign, source=pipeline.event_source))
+    pipeline.aws.deliver(pipeline.aws.event_envelope(foreign, source=foreign_source))
     wait_until(
         lambda: len(pipeline.dropped_events()) >= 3, timeout=run.seconds(30), what="3 dropped-event records"
     )

@@ -29,6 +29,7 @@ from nodeheal.workflow import budget
 from nodeheal.workflow.locks import LockClaim, may_preempt
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.records import identity_key, node_history
+from nodeheal.workflow.scope import out_of_scope
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
 
 # Verdicts the state machine branches on ("Admitted?").
@@ -131,6 +132,10 @@ def admit(
             now,
             note=f"condition {state.condition_type} is no longer bad on the live node ({shown})",
         )
+    scope_note = out_of_scope(settings.scope, node.labels, live)
+    if scope_note:
+        ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
+        return Admission(STOP, None, admitted_node, live, now, note=f"out-of-scope: {scope_note}")
 
     history = node_history(
         ledger.instance_records(

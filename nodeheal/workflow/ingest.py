@@ -1,9 +1,16 @@
 """Ingest: from an EventBridge event to a named execution, or a recorded reason why not.
 
-The execution name is deterministic (cluster, node, condition, transition time), so every copy
-of the same transition (EventBridge at-least-once delivery, exporter resyncs after a restart,
-archive replays) collapses onto one execution: Step Functions refuses a second execution with
-the same name for 90 days after the first closes.
+The execution name is deterministic (a readable prefix and a hash of the whole transition, D3), so
+every copy of the same transition (EventBridge at-least-once delivery, exporter resyncs after a
+restart, archive replays) collapses onto one execution: Step Functions refuses a second execution
+with the same name for 90 days after the first closes.
+
+Identity (D9): IAM lets each cluster's exporter role put events only with its own Source,
+``<prefix>.<cluster>``, so the Source is the proof of who sent an event; the detail is not (IAM
+cannot see it). Ingest accepts an event only when its Source and ``detail.cluster`` agree. For one
+release the legacy Source (the bare prefix) is accepted for contract "1" events, which exporters not
+yet upgraded send; every exporter role may use it, so for those events the cluster is the
+exporter's word alone (the README's upgrade section says so).
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ from nodeheal.errors import DuplicateExecutionError, InvalidEventError
 from nodeheal.events import (
     DETAIL_TYPE_CONDITION_CHANGED,
     DETAIL_TYPE_EXPORTER_HEARTBEAT,
+    LEGACY_SCHEMA_VERSION,
     MAX_EVENT_ID_CHARS,
+    SCHEMA_VERSION,
     ExporterHeartbeat,
     NodeConditionEvent,
+    cluster_source,
 )
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.ports import ExecutionStarter, LedgerPort
@@ -31,12 +41,21 @@ from nodeheal.workflow.records import DroppedEvent
 MAX_EXECUTION_NAME = 80
 _ILLEGAL = re.compile(r"[^A-Za-z0-9_-]+")
 _EXCERPT_BYTES = 2048
+#: Hex digits of the transition hash in every name: 48 bits, so two transitions of one node
+#: colliding is out of reach for any fleet.
+_DIGEST_CHARS = 12
+
+#: Dropped-event categories of a Source that does not speak for the event's cluster.
+FOREIGN_SOURCE = "foreign-source"
+FORGED = "forged"
 
 
 @dataclass(frozen=True, slots=True)
 class IngestSettings:
     clusters: frozenset[str]
     stale_after: timedelta
+    #: The Source prefix: a cluster's exporter sends ``<event_source>.<cluster>``; exporters of
+    #: contract "1" send ``event_source`` itself (accepted for one release).
     event_source: str
 
 
@@ -47,6 +66,8 @@ class IngestResult:
     execution: str = ""
     execution_arn: str = ""
     category: str = ""
+    #: Set when the event was accepted under the legacy contract "1" (one release only).
+    warning: str = ""
 
     def to_json(self) -> dict[str, str]:
         return {
@@ -55,6 +76,7 @@ class IngestResult:
             "execution": self.execution,
             "executionArn": self.execution_arn,
             "category": self.category,
+            "warning": self.warning,
         }
 
 
@@ -63,27 +85,68 @@ def _clean(part: str) -> str:
 
 
 def execution_name(event: NodeConditionEvent) -> str:
-    """``<cluster>-<node>-<condition>-<transition time>``, at most 80 legal characters.
+    """``<cluster>-<node>-<condition>-<transition time>-<hash>``, at most 80 legal characters (D3).
 
-    The node's DNS suffix (``.us-west-2.compute.internal``) is dropped: it is the same for every
-    node of a cluster. When the parts still do not fit they are shortened and an 8-character hash
-    of the full key keeps names of different transitions apart.
+    The prefix is for people reading the console; the hash, of the full key (cluster, node name,
+    node UID, condition type, status, reason, transition time), keeps two different transitions
+    apart even when the prefix is the same: a new Node that took an old name, or a reason that
+    changed within the same second. The Source is not in the key, so a legacy and a 1.1 delivery of
+    the same transition by the same node object share a name. The node's DNS suffix
+    (``.us-west-2.compute.internal``) is dropped from the prefix: it is the same for every node of
+    a cluster. Parts are shortened when the name would not fit.
     """
     transition = event.condition.last_transition_time or event.observed_at
     stamp = transition.strftime("%Y%m%dT%H%M%SZ")
+    key = "\x1f".join(
+        (
+            event.cluster,
+            event.node.name,
+            event.node.uid,
+            event.condition.type,
+            event.condition.status,
+            event.condition.reason,
+            stamp,
+        )
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:_DIGEST_CHARS]
     cluster = _clean(event.cluster)
     node = _clean(event.node.name.split(".", 1)[0])
     condition = _clean(event.condition.type)
-    name = f"{cluster}-{node}-{condition}-{stamp}"
+    name = f"{cluster}-{node}-{condition}-{stamp}-{digest}"
     if len(name) <= MAX_EXECUTION_NAME:
         return name
-    key = f"{event.cluster}/{event.node.name}/{event.condition.type}/{stamp}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     budget = MAX_EXECUTION_NAME - len(stamp) - len(digest) - 4  # four separators
     cluster_part = cluster[: max(8, budget // 4)]
     condition_part = condition[: max(8, budget // 4)]
     node_part = node[: budget - len(cluster_part) - len(condition_part)]
     return f"{cluster_part}-{node_part}-{condition_part}-{stamp}-{digest}"[:MAX_EXECUTION_NAME]
+
+
+def check_source(source: Any, *, cluster: str, schema_version: str, prefix: str) -> tuple[str, str] | None:
+    """``(category, reason)`` when ``source`` may not speak for ``cluster``; None when it may.
+
+    * ``<prefix>.<cluster>``: the cluster's own exporter (IAM allows no other role that Source).
+    * ``<prefix>`` exactly, contract "1" only: an exporter not yet upgraded (one release).
+    * ``<prefix>.<other>``, or the legacy Source on a 1.1 event: an exporter speaking for a
+      cluster that is not its own, or a publisher hiding behind the legacy allowance: ``forged``.
+    * anything else: ``foreign-source``.
+    """
+    own = cluster_source(prefix, cluster)
+    if source == own:
+        return None
+    if source == prefix:
+        if schema_version == LEGACY_SCHEMA_VERSION:
+            return None
+        return FORGED, (
+            f"source {source!r} is the legacy source, which only contract {LEGACY_SCHEMA_VERSION!r} "
+            f"exporters may use; a {schema_version!r} event of cluster {cluster!r} must come from {own!r}"
+        )
+    if isinstance(source, str) and source.startswith(f"{prefix}."):
+        return FORGED, (
+            f"source {source!r} speaks for cluster {source[len(prefix) + 1 :]!r}, "
+            f"but the event claims cluster {cluster!r}"
+        )
+    return FOREIGN_SOURCE, f"source {source!r} is neither {own!r} nor the legacy {prefix!r}"
 
 
 def ingest(
@@ -96,7 +159,7 @@ def ingest(
 ) -> IngestResult:
     event_id = str(payload.get("id", ""))[:MAX_EVENT_ID_CHARS] if isinstance(payload, dict) else ""
     try:
-        detail = _detail_of(payload, settings)
+        detail = _detail_of(payload)
         event = NodeConditionEvent.from_detail(detail)
     except InvalidEventError as invalid:
         return _drop(ledger, now, event_id, "malformed", f"invalid event: {invalid}", payload=payload)
@@ -104,6 +167,14 @@ def ingest(
     def drop(category: str, reason: str) -> IngestResult:
         return _drop(ledger, now, event_id, category, reason, payload=payload, event=event)
 
+    refusal = check_source(
+        payload.get("source"),
+        cluster=event.cluster,
+        schema_version=event.schema_version,
+        prefix=settings.event_source,
+    )
+    if refusal is not None:
+        return drop(*refusal)
     if event.cluster not in settings.clusters:
         return drop(
             "foreign-cluster",
@@ -120,6 +191,7 @@ def ingest(
     if not event.is_bad:
         return drop("not-bad", f"{event.condition.type}={event.condition.status} is the healthy direction")
 
+    warning = _legacy_warning(event)
     name = execution_name(event)
     execution_input = {
         "event": event.to_detail(),
@@ -129,8 +201,10 @@ def ingest(
     try:
         arn = starter.start(name, execution_input)
     except DuplicateExecutionError:
-        return IngestResult("duplicate", f"execution {name} exists: this transition is handled", name)
-    return IngestResult("started", "", name, arn)
+        return IngestResult(
+            "duplicate", f"execution {name} exists: this transition is handled", name, warning=warning
+        )
+    return IngestResult("started", "", name, arn, warning=warning)
 
 
 def is_heartbeat(payload: Any) -> bool:
@@ -140,19 +214,63 @@ def is_heartbeat(payload: Any) -> bool:
 def heartbeat(payload: Any, settings: IngestSettings) -> ExporterHeartbeat | None:
     """The exporter heartbeat in ``payload``, or None when it is not one this deployment counts.
 
-    A heartbeat is never an error and never a dropped-event record: one arrives every minute per
-    cluster, and a malformed or foreign one only means the alarm on missing heartbeats decides.
+    A malformed heartbeat or one of another cluster is never an error and never a dropped-event
+    record: one arrives every minute per cluster, and it only means the alarm on missing
+    heartbeats decides. A heartbeat whose Source does not speak for its cluster is not counted
+    either (one cluster must not keep another's alarm quiet); :func:`heartbeat_refusal` says why,
+    so the caller can record it.
     """
-    if not is_heartbeat(payload) or payload.get("source") != settings.event_source:
+    if not is_heartbeat(payload):
         return None
     try:
         beat = ExporterHeartbeat.from_detail(payload.get("detail"))
     except InvalidEventError:
         return None
+    if _heartbeat_source_refusal(payload, beat, settings) is not None:
+        return None
     return beat if beat.cluster in settings.clusters else None
 
 
-def _detail_of(payload: Any, settings: IngestSettings) -> Any:
+def heartbeat_refusal(payload: Any, settings: IngestSettings) -> tuple[str, str] | None:
+    """``(category, reason)`` when a well-formed heartbeat's Source does not speak for its cluster."""
+    if not is_heartbeat(payload):
+        return None
+    try:
+        beat = ExporterHeartbeat.from_detail(payload.get("detail"))
+    except InvalidEventError:
+        return None
+    return _heartbeat_source_refusal(payload, beat, settings)
+
+
+def record_refused_heartbeat(
+    payload: Any, category: str, reason: str, *, ledger: LedgerPort, now: datetime
+) -> IngestResult:
+    event_id = str(payload.get("id", "")) if isinstance(payload, dict) else ""
+    return _drop(ledger, now, event_id, category, f"heartbeat: {reason}", payload=payload)
+
+
+def _heartbeat_source_refusal(
+    payload: Any, beat: ExporterHeartbeat, settings: IngestSettings
+) -> tuple[str, str] | None:
+    return check_source(
+        payload.get("source"),
+        cluster=beat.cluster,
+        schema_version=beat.schema_version,
+        prefix=settings.event_source,
+    )
+
+
+def _legacy_warning(event: NodeConditionEvent) -> str:
+    if not event.is_legacy:
+        return ""
+    return (
+        f"contract {LEGACY_SCHEMA_VERSION!r} event from cluster {event.cluster!r}: accepted for one "
+        f"release (the workflow binds to the live node's uid); upgrade its exporter to "
+        f"{SCHEMA_VERSION!r}, which sends node.uid and its own source"
+    )
+
+
+def _detail_of(payload: Any) -> Any:
     if not isinstance(payload, dict):
         raise InvalidEventError(f"expected an EventBridge event object, got {type(payload).__name__}")
     if "detail" not in payload:
@@ -160,9 +278,6 @@ def _detail_of(payload: Any, settings: IngestSettings) -> Any:
     detail_type = payload.get("detail-type")
     if detail_type != DETAIL_TYPE_CONDITION_CHANGED:
         raise InvalidEventError(f"detail-type {detail_type!r} is not {DETAIL_TYPE_CONDITION_CHANGED!r}")
-    source = payload.get("source")
-    if source != settings.event_source:
-        raise InvalidEventError(f"source {source!r} is not {settings.event_source!r}")
     return payload["detail"]
 
 

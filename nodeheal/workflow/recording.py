@@ -15,7 +15,6 @@ from nodeheal.errors import (
     LedgerContentionError,
     NodeGoneError,
     NodeReplacedError,
-    OutOfScopeError,
     RemediationPausedError,
     SupersededError,
 )
@@ -97,7 +96,6 @@ _STOP_OUTCOMES: dict[str, tuple[Outcome, str]] = {
     NodeGoneError.__name__: (Outcome.SKIPPED, "node gone"),
     NodeReplacedError.__name__: (Outcome.SKIPPED, "node replaced"),
     ConditionClearedError.__name__: (Outcome.SKIPPED, "condition cleared"),
-    OutOfScopeError.__name__: (Outcome.SKIPPED, "out of scope"),
     RemediationPausedError.__name__: (Outcome.PAUSED, "paused"),
     SupersededError.__name__: (Outcome.SUPERSEDED, "superseded"),
 }

@@ -8,7 +8,7 @@ failed on after Lambda's own retries (with the error in the record).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aws_cdk import Acknowledgment, Duration, Validations
@@ -166,5 +166,19 @@ class IngestConstruct(Construct):
 
 def _to_event_pattern(pattern: Mapping[str, Any]) -> events.EventPattern:
     return events.EventPattern(
-        source=pattern["source"], detail_type=pattern["detail-type"], detail=pattern["detail"]
+        source=_source_matcher(pattern["source"]),
+        detail_type=pattern["detail-type"],
+        detail=pattern["detail"],
     )
+
+
+def _source_matcher(sources: Sequence[Any]) -> Sequence[str]:
+    """The pattern's ``source`` list for CDK, whose typed ``source`` takes strings: a
+    ``{"prefix": ...}`` entry becomes ``Match.prefix``; the synthesized JSON is the pattern's own."""
+    matchers = [
+        events.Match.prefix(entry["prefix"])
+        if isinstance(entry, Mapping)
+        else events.Match.exact_string(entry)
+        for entry in sources
+    ]
+    return matchers[0] if len(matchers) == 1 else events.Match.any_of(*matchers)

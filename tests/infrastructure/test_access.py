@@ -283,7 +283,8 @@ def test_exporter_gets_a_pod_identity_association_per_cluster(full_stack: Synthe
         assert association["Properties"]["Namespace"] == "nodeheal"
         assert association["Properties"]["ServiceAccount"] == "nodeheal-exporter"
     policies = full_stack.resources("AWS::Events::EventBusPolicy")
-    assert len(policies) == 1
+    # Per cluster an Allow and a Deny of other sources, and the Deny of every other principal.
+    assert len(policies) == 2 * len(full_stack.config.clusters) + 1
 
 
 def readme_ledger_cell(spec: TaskSpec) -> str:

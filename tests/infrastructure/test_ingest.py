@@ -37,7 +37,8 @@ def test_rule_pattern_is_build_event_pattern_of_the_config(default_stack: Synthe
 
 def test_default_pattern_matches_contract_v1_bad_transitions() -> None:
     pattern = build_event_pattern(config_with())
-    assert pattern["source"] == [DEFAULT_SOURCE]
+    # Every cluster exporter's own source, and (one release) the legacy one of contract "1" exporters.
+    assert pattern["source"] == [{"prefix": f"{DEFAULT_SOURCE}."}, DEFAULT_SOURCE]
     assert pattern["detail-type"] == [DETAIL_TYPE_CONDITION_CHANGED] == ["Node Condition Changed"]
     assert pattern["detail"]["cluster"] == ["training-on-eks"]
     branches = pattern["detail"]["$or"]
@@ -71,7 +72,7 @@ def test_single_condition_group_is_a_plain_match_and_labels_filter_node_labels()
             eventBus={"source": "acme.gpu"},
         )
     )
-    assert pattern["source"] == ["acme.gpu"]
+    assert pattern["source"] == [{"prefix": "acme.gpu."}, "acme.gpu"]
     assert "$or" not in pattern["detail"]
     assert pattern["detail"]["condition"] == {"type": ["GPUProblem", "KernelDeadlock"], "status": ["True"]}
     assert pattern["detail"]["node"] == {
@@ -84,7 +85,7 @@ def test_full_config_pattern_lists_both_clusters_and_the_label_filter(full_stack
     detail = rule["Properties"]["EventPattern"]["detail"]
     assert detail["cluster"] == ["training-a", "inference-b"]
     assert detail["node"] == {"labels": {"karpenter.sh/nodepool": ["gpu", "gpu-spot"]}}
-    assert rule["Properties"]["EventPattern"]["source"] == ["acme.nodeheal"]
+    assert rule["Properties"]["EventPattern"]["source"] == [{"prefix": "acme.nodeheal."}, "acme.nodeheal"]
 
 
 def test_rule_is_on_the_custom_bus_and_targets_ingest_with_retry_policy_and_dlq(

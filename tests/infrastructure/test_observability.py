@@ -164,7 +164,7 @@ def test_heartbeat_rule_routes_only_heartbeats_to_ingest(default_stack: Synthesi
     )
     heartbeat = build_heartbeat_pattern(default_stack.config)
     beat = {
-        "source": "nodeheal.exporter",
+        "source": "nodeheal.exporter.training-on-eks",
         "detail-type": DETAIL_TYPE_EXPORTER_HEARTBEAT,
         "detail": {"cluster": "training-on-eks"},
     }

@@ -70,7 +70,7 @@ def _transition(index: int) -> QueuedEvent:
     bad = flip % 2 == 0
     event = NodeConditionEvent(
         cluster="training-on-eks",
-        node=NodeIdentity(name=node, instance_id=f"i-{index % NODES:017x}"),
+        node=NodeIdentity(name=node, uid=f"uid-{index % NODES}", instance_id=f"i-{index % NODES:017x}"),
         condition=Condition(
             type="GPUProblem",
             status="True" if bad else "False",

@@ -1,4 +1,4 @@
-"""Contract v1: what the exporter sends and ingest accepts."""
+"""Contract 1.1 (and "1" for one release): what the exporter sends and ingest accepts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from nodeheal.errors import InvalidEventError
 from nodeheal.events import NodeConditionEvent, instance_id_from_provider_id, unwrap_eventbridge_envelope
 
 DESIGN_EXAMPLE: dict[str, Any] = {
-    "schemaVersion": "1",
+    "schemaVersion": "1.1",
     "cluster": "training-on-eks",
     "node": {
         "name": "ip-10-0-158-235.us-west-2.compute.internal",
@@ -80,6 +80,7 @@ def test_instance_id_is_derived_from_the_provider_id_when_absent() -> None:
         ("cluster", "cluster is required"),
         ("node", "node must be an object"),
         ("node.name", "node.name is required"),
+        ("node.uid", "node.uid is required"),
         ("condition", "condition is required"),
         ("condition.type", "condition.type must be a non-empty string"),
         ("condition.status", "condition.status must be one of True, False, Unknown"),
@@ -121,3 +122,13 @@ def test_the_eventbridge_envelope_is_unwrapped() -> None:
     }
     assert unwrap_eventbridge_envelope(envelope) is DESIGN_EXAMPLE
     assert unwrap_eventbridge_envelope(DESIGN_EXAMPLE) is DESIGN_EXAMPLE
+
+
+def test_defect_9_contract_1_is_parsed_without_a_uid_and_1_1_is_what_the_exporter_sends() -> None:
+    legacy = json.loads(json.dumps(DESIGN_EXAMPLE))
+    legacy["schemaVersion"] = "1"
+    del legacy["node"]["uid"]
+    event = NodeConditionEvent.from_detail(legacy)
+    assert event.is_legacy and event.node.uid == "" and event.to_detail()["schemaVersion"] == "1"
+    current = NodeConditionEvent.from_detail(DESIGN_EXAMPLE)
+    assert not current.is_legacy and current.to_detail()["schemaVersion"] == "1.1"

@@ -54,6 +54,8 @@ def test_cdk_json_spells_out_the_defaults() -> None:
     # Every remediation key is written out, so users see what they can tune; a new setting must
     # be added to cdk.json with its default.
     remediation_keys = RemediationSettings().to_json()
+    # The workflow's scope is the rule: cdk.json spells it out once, under "rule".
+    assert context["rule"] == remediation_keys.pop("scope")
     assert {key: context[key] for key in remediation_keys} == remediation_keys
 
 
@@ -81,6 +83,9 @@ def test_full_config() -> None:
     )
     assert config.clusters == ("a", "b-2")
     assert config.rule.node_labels == {"karpenter.sh/nodepool": ("gpu",)}
+    # Defect 9: the same rule object is the scope every execution's admit re-checks live.
+    assert config.remediation.scope is config.rule
+    assert config.remediation.to_json()["scope"]["nodeLabels"] == {"karpenter.sh/nodepool": ["gpu"]}
     assert config.remediation.mode is Mode.DRY_RUN
     assert config.lambda_network == LambdaNetwork("vpc-1", ("us-west-2a",), ("subnet-1",), ("sg-1",))
     assert config.notification_emails == ("sre@example.com",)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from nodeheal.conditions import Condition
-from nodeheal.events import NodeConditionEvent, PreviousState
+from nodeheal.events import DEFAULT_SOURCE, NodeConditionEvent, PreviousState, cluster_source
 from nodeheal.exporter.transitions import node_identity
 from nodeheal.sim import cluster as sim_cluster
 from nodeheal.sim.apiserver import FakeKubeApiServer
@@ -26,7 +26,7 @@ from nodeheal.workflow.records import RemediationRecord
 
 __all__ = ["CLUSTER", "XID_13", "XID_48", "XID_79", "Pipeline", "wait_until"]
 
-SOURCE = "nodeheal.exporter"
+SOURCE = cluster_source(DEFAULT_SOURCE, CLUSTER)
 XID_79 = sim_cluster.XID_79.message
 XID_48 = sim_cluster.XID_48.message
 XID_13 = sim_cluster.XID_13.message

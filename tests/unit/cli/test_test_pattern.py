@@ -56,7 +56,8 @@ def test_reports_matches_and_why_not(cli: Cli, template: str, good: str, bad: st
     assert lines[1].startswith(good) and "MATCH" in lines[1]
     assert lines[2].startswith(bad) and "no match" in lines[2]
     assert 'detail.condition.status: is "False"; expected "True"' in lines[2]
-    assert "note: contract-v1 detail wrapped with source 'nodeheal.exporter'" in result.out
+    # Wrapped as the detail's own cluster exporter would send it (contract 1.1).
+    assert "note: contract detail wrapped with source 'nodeheal.exporter.training-on-eks'" in result.out
     assert "1 of 2 event(s) match at least one rule" in result.out
 
 
@@ -76,7 +77,9 @@ def test_json_and_full_envelopes_and_arrays(cli: Cli, template: str, tmp_path: P
     events = write(tmp_path / "events.json", [envelope, foreign])
     verdicts = cli("test-pattern", "--template", template, events, "--json").json()
     assert [(v["event"], v["matched"]) for v in verdicts] == [(f"{events}[0]", True), (f"{events}[1]", False)]
-    assert verdicts[1]["reasons"] == ['source: is "someone.else"; expected "nodeheal.exporter"']
+    assert verdicts[1]["reasons"] == [
+        'source: is "someone.else"; expected "nodeheal.exporter" or prefix "nodeheal.exporter."'
+    ]
     assert "notes" not in verdicts[0]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,13 +26,13 @@ SETTINGS = IngestSettings(
 )
 
 
-def beat_event(detail: Any, source: str = "nodeheal.exporter") -> dict[str, Any]:
+def beat_event(detail: Any, source: str = "nodeheal.exporter.training-on-eks") -> dict[str, Any]:
     return {"id": "1", "source": source, "detail-type": DETAIL_TYPE_EXPORTER_HEARTBEAT, "detail": detail}
 
 
 def beat_detail(**overrides: Any) -> dict[str, Any]:
     return {
-        "schemaVersion": "1",
+        "schemaVersion": "1.1",
         "cluster": "training-on-eks",
         "identity": "nodeheal-exporter-0",
         "sentAt": "2026-11-21T10:00:00.000Z",
@@ -78,9 +78,15 @@ def test_heartbeats_are_off_with_zero(running: Callable[..., tuple[Exporter, Rec
 def test_ingest_accepts_only_this_deployments_heartbeats() -> None:
     beat = heartbeat(beat_event(beat_detail()), SETTINGS)
     assert beat is not None and (beat.published, beat.publish_failures, beat.queue_depth) == (5, 1, 2)
-    assert heartbeat(beat_event(beat_detail(cluster="other")), SETTINGS) is None
+    assert (
+        heartbeat(beat_event(beat_detail(cluster="other"), source="nodeheal.exporter.other"), SETTINGS)
+        is None
+    )
     assert heartbeat(beat_event(beat_detail(), source="someone.else"), SETTINGS) is None
     assert heartbeat(beat_event(beat_detail(sentAt="yesterday")), SETTINGS) is None
+    # An exporter not yet upgraded: contract "1" from the legacy source still counts (one release).
+    legacy = heartbeat(beat_event(beat_detail(schemaVersion="1"), source="nodeheal.exporter"), SETTINGS)
+    assert legacy is not None and legacy.cluster == "training-on-eks"
     assert (
         heartbeat(
             beat_event({"cluster": "training-on-eks", "sentAt": "2026-11-21T10:00:00Z", "queueDepth": -1}),
@@ -102,8 +108,33 @@ def test_ingest_turns_a_heartbeat_into_per_cluster_metrics(capsys: pytest.Captur
     assert blob["cluster"] == "training-on-eks" and blob["service"] == "nodeheal"
     counts = (blob["ExporterHeartbeats"], blob["ExporterPublishFailures"], blob["ExporterQueueDepth"])
     assert tuple(map(value, counts)) == (1.0, 1.0, 2.0)
-    ignored = _heartbeat(beat_event(beat_detail(cluster="other")), runtime)  # type: ignore[arg-type]
+    other = beat_event(beat_detail(cluster="other"), source="nodeheal.exporter.other")
+    ignored = _heartbeat(other, runtime)  # type: ignore[arg-type]
     assert ignored["status"] == "ignored"
+
+
+def test_defect_9_one_cluster_cannot_send_another_clusters_heartbeat(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The exporter of "inference-eks" keeping training-on-eks's missing-heartbeat alarm quiet.
+    forged = beat_event(beat_detail(), source="nodeheal.exporter.inference-eks")
+    assert heartbeat(forged, SETTINGS) is None
+    assert heartbeat(beat_event(beat_detail(), source="nodeheal.exporter"), SETTINGS) is None  # 1.1 + legacy
+
+    dropped: list[Any] = []
+    runtime = SimpleNamespace(
+        ingest_settings=SETTINGS,
+        ledger=SimpleNamespace(put_dropped_event=dropped.append),
+        now=lambda: datetime(2026, 11, 21, 10, 0, 5, tzinfo=UTC),
+    )
+    result = _heartbeat(forged, runtime)  # type: ignore[arg-type]
+    assert result["status"] == "dropped" and result["category"] == "forged"
+    assert [(d.category, d.cluster) for d in dropped] == [("forged", "")]
+    assert "speaks for cluster 'inference-eks'" in dropped[0].reason
+    capsys.readouterr()
+    metrics.flush_metrics()
+    (blob,) = emf_lines(capsys.readouterr().out)
+    assert value(blob["HeartbeatsRefused"]) == 1.0 and "ExporterHeartbeats" not in blob
 
 
 class FakeState:

@@ -61,7 +61,8 @@ def test_list_watch_emits_exactly_the_transitions(server: FakeKubeApiServer, run
         "p5.48xlarge",
     )
     assert (
-        events.entries[0]["Source"] == "nodeheal.exporter" and events.entries[0]["EventBusName"] == "nodeheal"
+        events.entries[0]["Source"] == "nodeheal.exporter.training-on-eks"
+        and events.entries[0]["EventBusName"] == "nodeheal"
     )
     assert exporter.metrics.total("relists_total") == 1
     assert exporter.metrics.value("node_updates_total", watcher="nodes") >= 3 + 6

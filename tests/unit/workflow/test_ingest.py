@@ -22,7 +22,7 @@ SETTINGS = IngestSettings(
 
 def detail(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "schemaVersion": "1",
+        "schemaVersion": "1.1",
         "cluster": "training-on-eks",
         "node": {
             "name": "ip-10-0-158-235.us-west-2.compute.internal",
@@ -49,11 +49,13 @@ def detail(**overrides: Any) -> dict[str, Any]:
 
 
 def envelope(body: Any, **overrides: Any) -> dict[str, Any]:
+    """As EventBridge delivers it; by default sent by the exporter of the detail's own cluster."""
+    cluster = body.get("cluster", "training-on-eks") if isinstance(body, dict) else "training-on-eks"
     event = {
         "version": "0",
         "id": "0d4f8b1c-ab14-4b63-8a8e-2c3c0b8a3c01",
         "detail-type": "Node Condition Changed",
-        "source": "nodeheal.exporter",
+        "source": f"nodeheal.exporter.{cluster}",
         "account": "123456789012",
         "time": "2026-11-21T10:00:01Z",
         "region": "us-west-2",
@@ -92,7 +94,10 @@ def run(payload: Any) -> tuple[dict[str, str], RecordingStarter, DropLedger]:
 def test_starts_a_readable_deterministic_execution() -> None:
     result, starter, ledger = run(envelope(detail()))
     assert result["status"] == "started"
-    assert result["execution"] == "training-on-eks-ip-10-0-158-235-GPUProblem-20261121T100000Z"
+    assert re.fullmatch(
+        r"training-on-eks-ip-10-0-158-235-GPUProblem-20261121T100000Z-[0-9a-f]{12}", result["execution"]
+    )
+    assert result["warning"] == ""
     payload = starter.started[result["execution"]]
     assert payload["eventId"] == "0d4f8b1c-ab14-4b63-8a8e-2c3c0b8a3c01"
     assert payload["event"]["node"]["instanceID"] == "i-0abc1234def567890"
@@ -140,7 +145,6 @@ def test_drops_are_recorded_with_a_reason(body: Any, category: str, fragment: st
         "text",
         [],
         {"detail-type": "Node Condition Changed"},
-        envelope(detail(), source="someone.else"),
         envelope(detail(), **{"detail-type": "Something Else"}),
         envelope("{not json"),
     ],
@@ -164,3 +168,58 @@ def test_execution_names_are_legal_and_bounded() -> None:
         NodeConditionEvent.from_detail({**long, "node": {**long["node"], "name": "m" * 253}})
     )
     assert other != name
+
+
+def test_defect_9_execution_names_follow_the_whole_transition() -> None:
+    def name(**changes: Any) -> str:
+        body = detail(**changes)
+        return execution_name(NodeConditionEvent.from_detail(body))
+
+    base = name()
+    # Every delivery of the same transition (a resync observed later, a replay) gets the same name.
+    assert name(resync=True, previous=None, observedAt="2026-11-21T10:03:00Z") == base
+    assert name() == base
+    # Transitions differing only in the node object, the status or the reason never share one.
+    assert name(node={**detail()["node"], "uid": "another-uid"}) != base
+    assert name(condition={**detail()["condition"], "reason": "NvidiaXidError"}) != base
+    assert name(condition={**detail()["condition"], "status": "Unknown"}) != base
+
+
+@pytest.mark.parametrize(
+    ("source", "body", "category", "fragment"),
+    [
+        # Cluster A's exporter speaking for cluster B (IAM refuses it; ingest refuses it too).
+        ("nodeheal.exporter.inference-eks", detail(), "forged", "speaks for cluster 'inference-eks'"),
+        # A 1.1 event behind the legacy source, which every exporter role may still use.
+        ("nodeheal.exporter", detail(), "forged", "legacy source"),
+        ("someone.else", detail(), "foreign-source", "neither 'nodeheal.exporter.training-on-eks'"),
+        ("nodeheal.exporterx.training-on-eks", detail(), "foreign-source", "neither"),
+    ],
+)
+def test_defect_9_a_source_that_does_not_speak_for_the_cluster_is_dropped(
+    source: str, body: dict[str, Any], category: str, fragment: str
+) -> None:
+    result, starter, ledger = run(envelope(body, source=source))
+    assert result["status"] == "dropped" and result["category"] == category
+    assert fragment in result["reason"]
+    assert starter.started == {}
+    assert [(d.category, d.cluster) for d in ledger.dropped] == [(category, "training-on-eks")]
+
+
+def test_defect_9_node_uid_is_required_in_contract_1_1() -> None:
+    body = detail(node={k: v for k, v in detail()["node"].items() if k != "uid"})
+    result, starter, ledger = run(envelope(body))
+    assert result["category"] == "malformed" and "node.uid is required" in result["reason"]
+    assert starter.started == {} and [d.category for d in ledger.dropped] == ["malformed"]
+
+
+def test_defect_9_contract_1_from_the_legacy_source_is_accepted_with_a_warning() -> None:
+    legacy = detail(schemaVersion="1", node={k: v for k, v in detail()["node"].items() if k != "uid"})
+    result, starter, ledger = run(envelope(legacy, source="nodeheal.exporter"))
+    assert result["status"] == "started" and ledger.dropped == []
+    assert "contract '1'" in result["warning"] and "upgrade its exporter" in result["warning"]
+    # Without a uid the workflow binds to the live node's uid at admit.
+    assert starter.started[result["execution"]]["event"]["node"]["uid"] == ""
+    # An upgraded exporter's own source is fine for a "1" event too (IAM proved the cluster).
+    result, _, _ = run(envelope(detail(schemaVersion="1")))
+    assert result["status"] == "started" and result["warning"]
