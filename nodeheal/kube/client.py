@@ -222,6 +222,45 @@ def request_json(
     return JsonResponse(status=response.status, body=parsed, http_reason=response.reason, raw=response.data)
 
 
+class ApiOperations:
+    """Base of the adapters (nodes, pods): one transport, one request timeout, one deadline for
+    every request they send (the deadline is per Lambda invocation, the transport per container)."""
+
+    def __init__(
+        self,
+        transport: KubeTransport,
+        *,
+        timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT,
+        deadline: Deadline = UNBOUNDED,
+    ) -> None:
+        self._api = transport
+        self._timeout = timeout
+        self._deadline = deadline
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        action: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+        content_type: str = JSON,
+    ) -> JsonResponse:
+        """One request with this object's timeout, bounded by its deadline."""
+        return request_json(
+            self._api,
+            method,
+            path,
+            action=action,
+            query=query,
+            body=body,
+            content_type=content_type,
+            timeout=self._timeout,
+            deadline=self._deadline,
+        )
+
+
 def expect_success(response: JsonResponse, *, action: str) -> dict[str, Any]:
     """The JSON object of a 2xx response; the mapped domain error otherwise."""
     if not response.ok:

@@ -15,20 +15,17 @@ other controllers, so NodeHeal records whether it flipped the flag itself
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from nodeheal.deadline import UNBOUNDED, Deadline
 from nodeheal.errors import KubernetesApiError, NodeGoneError
 from nodeheal.kube.client import (
-    DEFAULT_REQUEST_TIMEOUT,
     MERGE_PATCH,
-    JsonResponse,
+    ApiOperations,
     expect_success,
-    request_json,
 )
 from nodeheal.kube.errors import error_for_status
 from nodeheal.kube.model import (
@@ -39,7 +36,6 @@ from nodeheal.kube.model import (
     UNHEALTHY_TAINT_KEY,
     LiveNode,
 )
-from nodeheal.kube.transport import JSON, KubeTransport, RequestTimeout
 from nodeheal.timeutil import format_timestamp
 
 logger = logging.getLogger(__name__)
@@ -94,41 +90,7 @@ def _is_ours(taint: Mapping[str, Any]) -> bool:
     return taint.get("key") == UNHEALTHY_TAINT_KEY
 
 
-class NodeOperations:
-    def __init__(
-        self,
-        transport: KubeTransport,
-        *,
-        timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT,
-        deadline: Deadline = UNBOUNDED,
-    ) -> None:
-        self._api = transport
-        self._timeout = timeout
-        self._deadline = deadline
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        action: str,
-        query: Sequence[tuple[str, str]] = (),
-        body: Mapping[str, Any] | None = None,
-        content_type: str = JSON,
-    ) -> JsonResponse:
-        """One request with this object's timeout, bounded by its deadline."""
-        return request_json(
-            self._api,
-            method,
-            path,
-            action=action,
-            query=query,
-            body=body,
-            content_type=content_type,
-            timeout=self._timeout,
-            deadline=self._deadline,
-        )
-
+class NodeOperations(ApiOperations):
     # -- reads -----------------------------------------------------------------------------------
 
     def get(self, name: str) -> LiveNode | None:

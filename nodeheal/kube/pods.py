@@ -16,23 +16,21 @@ was just scheduled on another node.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from nodeheal.deadline import MIN_CALL_SECONDS, UNBOUNDED, Deadline
+from nodeheal.deadline import MIN_CALL_SECONDS, Deadline
 from nodeheal.errors import DeadlineExceededError, KubernetesApiError, KubernetesApiUnavailableError
 from nodeheal.kube.client import (
-    DEFAULT_REQUEST_TIMEOUT,
+    ApiOperations,
     JsonResponse,
     expect_success,
-    request_json,
 )
 from nodeheal.kube.errors import is_retryable_status
 from nodeheal.kube.model import PodView
-from nodeheal.kube.transport import JSON, KubeTransport, RequestTimeout
 
 LIST_PAGE_SIZE = 500
 
@@ -164,41 +162,7 @@ def _fan_out(
         return list(pool.map(call_in_time, pods))
 
 
-class PodOperations:
-    def __init__(
-        self,
-        transport: KubeTransport,
-        *,
-        timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT,
-        deadline: Deadline = UNBOUNDED,
-    ) -> None:
-        self._api = transport
-        self._timeout = timeout
-        self._deadline = deadline
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        action: str,
-        query: Sequence[tuple[str, str]] = (),
-        body: Mapping[str, Any] | None = None,
-        content_type: str = JSON,
-    ) -> JsonResponse:
-        """One request with this object's timeout, bounded by its deadline."""
-        return request_json(
-            self._api,
-            method,
-            path,
-            action=action,
-            query=query,
-            body=body,
-            content_type=content_type,
-            timeout=self._timeout,
-            deadline=self._deadline,
-        )
-
+class PodOperations(ApiOperations):
     def list_on_node(self, node_name: str) -> list[PodView]:
         """Every pod bound to the node, in all namespaces (finished and DaemonSet pods included;
         :attr:`PodView.needs_eviction` says which ones a drain must move)."""

@@ -83,6 +83,20 @@ class Pipeline:
     def block_with_pdb(self, name: str) -> None:
         self.store.add(make_pdb(f"trainer-{name}", "training", {"node": name}, min_available="100%"))
 
+    def start_blocked_drain(self, name: str = "gpu-a") -> tuple[str, str]:
+        """A replace of ``name`` whose evictions a PDB refuses: (instance, execution ARN), returned
+        once the drain loop runs, so a test decides what happens mid-drain."""
+        instance = self.add_gpu_node(name)
+        self.block_with_pdb(name)
+        started = self.deliver(self.fault(name, "GPUProblem", "True", "GPUHardwareError", XID_79))
+        arn = str(started["executionArn"])
+        wait_until(
+            lambda: "Wait between eviction rounds" in self.aws.state_names(arn),
+            timeout=60,
+            what="the drain loop running",
+        )
+        return instance, arn
+
     # -- faults and events -----------------------------------------------------------------------
 
     def fault(self, name: str, condition_type: str, status: str, reason: str, message: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.records import Outcome
-from tests.workflow.conftest import CLUSTER, XID_79, Pipeline, wait_until
+from tests.workflow.conftest import CLUSTER, XID_79, Pipeline
 
 FINALIZER = "lambdas.finalize.handler"
 #: A drain that outlasts the test: the execution is still draining when it is stopped.
@@ -46,20 +46,6 @@ def status_change_event(execution: dict[str, Any], state_machine_arn: str) -> di
     }
 
 
-def drain_in_progress(pipeline: Pipeline) -> tuple[str, str]:
-    """An execution stuck in its drain loop (a PDB refuses every eviction): (instance, ARN)."""
-    instance = pipeline.add_gpu_node("gpu-a")
-    pipeline.block_with_pdb("gpu-a")
-    started = pipeline.deliver(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_79))
-    arn = started["executionArn"]
-    wait_until(
-        lambda: "Wait between eviction rounds" in pipeline.aws.state_names(arn),
-        timeout=60,
-        what="the drain loop running",
-    )
-    return instance, arn
-
-
 def finalizer_call(pipeline: Pipeline, payload: Any) -> dict[str, Any]:
     result: dict[str, Any] = pipeline.aws.call_handler(pipeline.aws.function_logical_id(FINALIZER), payload)
     return result
@@ -67,7 +53,7 @@ def finalizer_call(pipeline: Pipeline, payload: Any) -> dict[str, Any]:
 
 @pytest.mark.nodeheal_config(LONG_DRAIN)
 def test_defect_5_an_aborted_execution_is_recorded_released_and_notified(pipeline: Pipeline) -> None:
-    instance, arn = drain_in_progress(pipeline)
+    instance, arn = pipeline.start_blocked_drain()
     sfn = pipeline.aws.client("stepfunctions")
     assert pipeline.lock_holder("gpu-a") is not None
     sfn.stop_execution(executionArn=arn, error="OperatorStopped", cause="stopped by hand")
@@ -100,7 +86,7 @@ def test_defect_5_an_aborted_execution_is_recorded_released_and_notified(pipelin
 
 @pytest.mark.nodeheal_config(LONG_DRAIN)
 def test_defect_5_the_sweeper_finds_an_end_whose_event_was_lost(pipeline: Pipeline) -> None:
-    _, arn = drain_in_progress(pipeline)
+    _, arn = pipeline.start_blocked_drain()
     pipeline.aws.client("stepfunctions").stop_execution(executionArn=arn)
     pipeline.aws.wait_for_execution(arn, timeout=30)
 

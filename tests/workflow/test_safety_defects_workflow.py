@@ -9,24 +9,10 @@ import pytest
 
 from nodeheal.sim.objects import make_node, make_pod
 from nodeheal.workflow.records import Outcome
-from tests.workflow.conftest import CLUSTER, XID_79, Pipeline, wait_until
+from tests.workflow.conftest import CLUSTER, Pipeline
 
 #: Draining outlasts each test, so the tests decide what happens mid-drain.
 LONG_DRAIN = {"drain": {"timeoutSeconds": 600}}
-
-
-def start_blocked_drain(pipeline: Pipeline) -> tuple[str, str]:
-    """A replace of gpu-a whose evictions a PDB refuses: (instance, execution ARN) once draining."""
-    instance = pipeline.add_gpu_node("gpu-a")
-    pipeline.block_with_pdb("gpu-a")
-    started = pipeline.deliver(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_79))
-    arn = started["executionArn"]
-    wait_until(
-        lambda: "Wait between eviction rounds" in pipeline.aws.state_names(arn),
-        timeout=60,
-        what="the drain loop running",
-    )
-    return instance, arn
 
 
 def pods_named(pipeline: Pipeline, node: str) -> set[str]:
@@ -39,7 +25,7 @@ def pods_named(pipeline: Pipeline, node: str) -> set[str]:
 def test_defect_1_a_new_node_taking_the_name_mid_drain_is_never_drained_or_terminated(
     pipeline: Pipeline,
 ) -> None:
-    old_instance, arn = start_blocked_drain(pipeline)
+    old_instance, arn = pipeline.start_blocked_drain()
     # Spot reclaim: the instance goes away, its Node and pods with it, and a new healthy node
     # joins under the same private-IP name with a job of its own (and the same PDB selector).
     for pod in pipeline.pods_on("gpu-a"):
@@ -69,7 +55,7 @@ def test_defect_1_a_new_node_taking_the_name_mid_drain_is_never_drained_or_termi
 
 @pytest.mark.nodeheal_config({"drain": {"timeoutSeconds": 2, "onTimeout": "force"}})
 def test_defect_2_a_node_that_recovers_mid_drain_is_never_forced_past_its_pdb(pipeline: Pipeline) -> None:
-    instance, arn = start_blocked_drain(pipeline)
+    instance, arn = pipeline.start_blocked_drain()
     protected = pods_named(pipeline, "gpu-a")
     pipeline.store.set_node_condition("gpu-a", "GPUProblem", "False", "GPUHealthy", "ok")
 
@@ -87,7 +73,7 @@ def test_defect_2_a_node_that_recovers_mid_drain_is_never_forced_past_its_pdb(pi
 
 @pytest.mark.nodeheal_config({"drain": {"timeoutSeconds": 600, "onConditionCleared": "uncordon"}})
 def test_defect_2_with_uncordon_policy_nodeheal_removes_its_own_cordon(pipeline: Pipeline) -> None:
-    _, arn = start_blocked_drain(pipeline)
+    _, arn = pipeline.start_blocked_drain()
     pipeline.store.set_node_condition("gpu-a", "GPUProblem", "False", "GPUHealthy", "ok")
 
     execution = pipeline.aws.wait_for_execution(arn, timeout=90)
@@ -102,7 +88,7 @@ def test_defect_2_with_uncordon_policy_nodeheal_removes_its_own_cordon(pipeline:
 
 @pytest.mark.nodeheal_config(LONG_DRAIN)
 def test_defect_8_pause_stops_a_drain_in_flight(pipeline: Pipeline) -> None:
-    instance, arn = start_blocked_drain(pipeline)
+    instance, arn = pipeline.start_blocked_drain()
     ledger: Any = pipeline.aws.runtime_for(pipeline.aws.function_logical_id("lambdas.record.handler")).ledger
     from dataclasses import replace
 
