@@ -50,7 +50,7 @@ DEPLOY_ONLY_KEYS = frozenset(
         "observability",
         "lambdaNetwork",
         "workflow",
-        "kubernetesGroup",
+        "kubernetesGroupPrefix",
         "exporter",
         "logRetentionDays",
         "stackName",

@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from nodeheal.timing import TASK_TIMEOUT_SECONDS, task_retry_clauses, task_worst_case_seconds
+from nodeheal.timing import (
+    NOT_IDEMPOTENT_TASKS,
+    TASK_TIMEOUT_SECONDS,
+    task_retry_clauses,
+    task_worst_case_seconds,
+)
 from stacks.constructs.lambda_function import CLOUDWATCH_RETENTION_DAYS, retention_in_days
 from stacks.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 from tests.infrastructure.conftest import Synthesized, function_resource
@@ -134,13 +139,14 @@ def test_defect_6_the_worst_case_counts_every_retry_the_state_machine_has(defaul
     text = "".join(part if isinstance(part, str) else part.get("Fn::GetAtt", ["TOKEN"])[0] for part in parts)
     states = json.loads(text)["States"]
     functions = default_stack.resources("AWS::Lambda::Function")
-    clauses = task_retry_clauses(default_stack.config.remediation.retry)
+    retry = default_stack.config.remediation.retry
     seen = set()
     for state_name, state in states.items():
         if state["Type"] != "Task":
             continue
         function = functions[state["Resource"]]["Properties"]
         task = function["FunctionName"].removeprefix("NodeHeal-")
+        clauses = task_retry_clauses(retry, idempotent=task not in NOT_IDEMPOTENT_TASKS)
         retries = state.get("Retry", [])
         assert [tuple(retry["ErrorEquals"]) for retry in retries] == [c.errors for c in clauses], state_name
         attempts = 1 + sum(retry.get("MaxAttempts", 3) for retry in retries)

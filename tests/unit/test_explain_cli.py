@@ -364,4 +364,4 @@ def test_defect_6_explain_refuses_a_short_lock_ttl(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     error = fails(capsys, "--config", cdk_json(tmp_path, {"lockTtlSeconds": 7200}))
-    assert "context.nodeheal.lockTtlSeconds (7200) must be at least 14490" in error
+    assert "context.nodeheal.lockTtlSeconds (7200) must be at least 30814" in error

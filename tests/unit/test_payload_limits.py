@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodeheal.actions import Action
+from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
 from nodeheal.config import PolicyOverrides, RemediationSettings
 from nodeheal.errors import KubernetesApiError
@@ -292,8 +292,9 @@ def test_defect_4_drain_results_cap_each_pods_message() -> None:
     state = workflow_state(live)
     admission = admit(state, kube(nodes), ledger, NOW).to_json(event_message=state.event.condition.message)
     state = workflow_state(live, extra={"admission": admission})
+    nodes.taint(live.name)  # cordoned by this execution, as a drain round requires
 
-    result = drain_round(state, KubeAccess(nodes=nodes, pods=BlockingPods(pods)), ledger, NOW)
+    result = drain_round(state, KubeAccess(nodes=nodes, pods=BlockingPods(pods)), ledger, NOW, mode=Mode.FULL)
 
     assert result["pdbBlocked"] == 30 and len(result["lastBlocked"]) == 10
     assert all(json_bytes(line) <= MAX_POD_LINE_BYTES for line in result["lastBlocked"])

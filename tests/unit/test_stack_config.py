@@ -77,7 +77,7 @@ def test_full_config() -> None:
             "subnetIds": ["subnet-1"],
             "securityGroupIds": ["sg-1"],
         },
-        workflow={"timeoutMinutes": 720},
+        workflow={"timeoutMinutes": 1440},
         kubernetesGroupPrefix="gpu-remediators",
         logRetentionDays=90,
     )

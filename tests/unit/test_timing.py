@@ -53,50 +53,55 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
         drain={"timeoutSeconds": 100, "pollSeconds": 5, "doNotDisruptWaitSeconds": 0},
         reboot={"recoveryTimeoutSeconds": 200, "pollSeconds": 10},
         retry={"intervalSeconds": 1, "maxAttempts": 1, "backoffRate": 1.0},
-        lockTtlSeconds=11_405,
+        lockTtlSeconds=25_617,
     )
-    # Retry clauses of every task:
+    # Retry clauses of every idempotent task:
     #   Lambda service errors  6 attempts, 2 + 4 + 8 + 16 + 32 + 64        = 126 s
     #   transient (retry)      1 attempt,  1                               =   1 s
     #   ledger contention      6 attempts, 1 + 1.5 + ... + 1.5^5           =  20.78125 s
     #   EC2 incorrect state    3 attempts, 5 + 10 + 20                     =  35 s
-    # so 17 attempts and 182.78125 s of backoff: a 30 s task 693 s, a 60 s task 1203 s.
+    #   Lambda timeouts        2 attempts, 2 + 4                           =   6 s
+    # so 19 attempts and 188.78125 s of backoff; reboot (not idempotent) has no timeout clause: 17
+    # attempts and 182.78125 s. Task timeouts (TASK_TIMEOUT_SECONDS, from their call counts):
+    # admit, drain, force drain 130 s; terminate 110; cordon, uncordon 90; reboot 70; record 60;
+    # check recovery 40. So admit 19 * 130 + 188.78 = 2659 s, cordon 1899, reboot 17 * 70 + 182.78
+    # = 1373, check recovery 949, terminate 2279, record 1329.
     holding = timing.holding_worst_case(config)
     assert [(term.name, term.seconds) for term in holding.terms] == [
-        ("admit", 693),
+        ("admit", 2659),
         ("confirmation", 900),
-        ("admit after confirmation", 693),
-        ("cordon", 693),
-        ("drain", 100 + 5 + 2 * 1203),
-        ("force drain", 1203),
-        ("reboot", 693),
-        ("recovery", 200 + 10 + 2 * 693),
-        ("terminate (escalation)", 693),
-        ("record", 693),
+        ("admit after confirmation", 2659),
+        ("cordon", 1899),
+        ("drain", 100 + 5 + 2 * 2659),
+        ("force drain", 2659),
+        ("reboot", 1373),
+        ("recovery", 200 + 10 + 2 * 949),
+        ("terminate (escalation)", 2279),
+        ("record", 1329),
     ]
-    assert holding.total_seconds == 6 * 693 + 900 + 2511 + 1203 + 1596 == 10_368
-    assert holding.describe().endswith("record 693 = 10368 s")
-    # Margin: 10 % (1036.8, rounded up) is more than the 5-minute floor.
-    assert timing.margin_seconds(10_368) == 1037
-    assert timing.required_lock_ttl_seconds(config) == 11_405
+    assert holding.total_seconds == 3 * 2659 + 900 + 1899 + 5423 + 1373 + 2108 + 2279 + 1329 == 23_288
+    assert holding.describe().endswith("record 1329 = 23288 s")
+    # Margin: 10 % (2328.8, rounded up) is more than the 5-minute floor.
+    assert timing.margin_seconds(23_288) == 2329
+    assert timing.required_lock_ttl_seconds(config) == 25_617
 
     execution = timing.execution_worst_case(config)
     assert [(term.name, term.seconds) for term in execution.terms] == [
-        ("admit", 693),
-        ("wait behind the lock holder", 11_405 + 30),
-        ("hold the lock", 10_368),
+        ("admit", 2659),
+        ("wait behind the lock holder", 25_617 + 30),
+        ("hold the lock", 23_288),
     ]
-    # 22496 s + a margin of 2250 s = 24746 s, i.e. 412.43 minutes.
-    assert execution.total_seconds == 22_496
-    assert timing.required_workflow_timeout_minutes(config) == 413
+    # 51594 s + a margin of 5160 s = 56754 s, i.e. 945.9 minutes.
+    assert execution.total_seconds == 51_594
+    assert timing.required_workflow_timeout_minutes(config) == 946
 
     bound = timing.remediation_bound(config)
     assert [(term.name, term.seconds) for term in bound.terms] == [
         ("confirmation", 900),
-        ("holder's worst case", 10_368),
+        ("holder's worst case", 23_288),
         ("finalizer latency", 300 + 60),
     ]
-    assert bound.total_seconds == 11_628
+    assert bound.total_seconds == 24_548
 
 
 def test_defect_6_abort_has_no_forced_deletion_and_a_long_hold_extends_the_drain() -> None:
@@ -123,7 +128,7 @@ def test_defect_6_every_workflow_task_deploys_the_timeout_the_worst_case_counts(
 def test_defect_6_zero_retries_drop_their_clause() -> None:
     clauses = timing.task_retry_clauses(RetrySettings(interval_seconds=2, max_attempts=0, backoff_rate=2.0))
     assert timing.TRANSIENT_ERRORS not in [clause.errors for clause in clauses]
-    assert len(clauses) == 3
+    assert len(clauses) == 4  # service errors, ledger contention, EC2 state, Lambda timeouts
 
 
 # -- refusals ------------------------------------------------------------------------------------
