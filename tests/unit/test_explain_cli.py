@@ -205,7 +205,7 @@ def cdk_json(tmp_path: Path, nodeheal: dict[str, Any]) -> str:
                 "notifications": {"emails": ["oncall@example.com"]},
                 "lambdaNetwork": {"subnetIds": []},
                 "workflow": {"timeoutMinutes": 180},
-                "kubernetesGroup": "nodeheal-remediator",
+                "kubernetesGroupPrefix": "nodeheal",
                 "logRetentionDays": 30,
                 "stackName": "NodeHeal",
                 **nodeheal,
