@@ -106,7 +106,8 @@ def admit(
         previous.node.uid != admitted_node.uid or previous.node.instance_id != admitted_node.instance_id
     ):
         # Re-admitting after a wait: the name now belongs to another node or instance.
-        ledger.release_lock(state.cluster, previous.node.subject, state.execution.name)
+        if previous.lock_held:
+            ledger.release_lock(state.cluster, previous.node.subject, state.execution.name)
         return Admission(
             STOP,
             None,
@@ -123,7 +124,8 @@ def admit(
     if live is None or not live.is_bad:
         shown = f"{live.status}/{live.reason}" if live else "absent"
         # A waiting or confirming execution may hold the lock from an earlier admit.
-        ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
+        if previous.lock_held:
+            ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
         return Admission(
             STOP,
             None,
@@ -134,7 +136,8 @@ def admit(
         )
     scope_note = out_of_scope(settings.scope, node.labels, live)
     if scope_note:
-        ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
+        if previous.lock_held:
+            ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
         return Admission(STOP, None, admitted_node, live, now, note=f"out-of-scope: {scope_note}")
 
     history = node_history(
@@ -165,7 +168,8 @@ def admit(
     )
     if not decision.action.mutates_cluster:
         # An alert or a record touches nothing: no lock, and it never waits behind one.
-        ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
+        if previous.lock_held:
+            ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
         if remaining > 0:
             return _confirming(decision, admitted_node, live, now, remaining, lock_held=False)
         return Admission(PROCEED, decision, admitted_node, live, now)
@@ -219,6 +223,8 @@ class _Previous:
     node: AdmittedNode | None = None
     decision: Decision | None = None
     waiting_since: datetime | None = None
+    #: It took the node's lock (to confirm): a stop now must give it back.
+    lock_held: bool = False
 
 
 def _previous_admission(state: WorkflowState) -> _Previous:
@@ -231,6 +237,7 @@ def _previous_admission(state: WorkflowState) -> _Previous:
         node=state.admitted_node,
         decision=Decision.from_json(decision_raw) if isinstance(decision_raw, Mapping) else None,
         waiting_since=parse_timestamp(waiting, "admission.waitingSince") if waiting else None,
+        lock_held=bool(raw.get("lockHeld")),
     )
 
 
