@@ -158,7 +158,9 @@ class Publication:
 
     entry: Mapping[str, Any]
     event_id: str
-    at: float  # time.monotonic()
+    #: time.monotonic() when PutEvents was sent: the rule may deliver the event (and the timeline
+    #: show it matched) before the call returns, so the timeline places "published" by this.
+    at: float
 
     @property
     def detail(self) -> dict[str, Any]:
@@ -174,11 +176,11 @@ class ObservedEvents:
         self._on_published = on_published
 
     def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803 - boto3's name
+        sent = time.monotonic()
         response: dict[str, Any] = self._client.put_events(Entries=Entries)
-        now = time.monotonic()
         for entry, result in zip(Entries, response.get("Entries", []), strict=False):
             if result.get("EventId"):
-                self._on_published(Publication(entry=entry, event_id=result["EventId"], at=now))
+                self._on_published(Publication(entry=entry, event_id=result["EventId"], at=sent))
         return response
 
 
@@ -367,6 +369,7 @@ class LocalPipeline:
             "published",
             f"PutEvents to bus {self.aws.event_bus_name}: event {publication.event_id[:8]}",
             node=node,
+            at=publication.at,
         )
 
     def _on_matched(self, rule: str, envelope: Mapping[str, Any]) -> None:

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow
 
 
 def kinds_in_order(run: ScenarioRun) -> list[str]:
-    return [event.kind for event in run.pipeline.timeline.events()]
+    """Kinds by when they happened (the timeline lists them as their threads reported them: the rule
+    can report an event matched before the exporter's PutEvents call has returned)."""
+    return [event.kind for event in sorted(run.pipeline.timeline.events(), key=lambda event: event.at)]
 
 
 def test_xid_79_travels_the_whole_pipeline_and_the_node_is_replaced(play) -> None:
