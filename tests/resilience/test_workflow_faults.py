@@ -86,8 +86,16 @@ def test_kubernetes_api_failing_10_percent_of_requests(pipeline: Pipeline) -> No
         assert record.outcome in DEFINED_OUTCOMES, record.summary
         assert pipeline.lock_holder(name) is None, "a failed remediation must release its lock"
         if record.outcome is Outcome.FAILED:
+            # Which step ran out of retries depends on where the injected faults land: a failure
+            # before or during cordon leaves the node as it was, a later one leaves it cordoned,
+            # and the record says which.
             node = pipeline.node(name)
-            assert node is not None and node["spec"].get("unschedulable"), "failed: node stays cordoned"
+            assert node is not None
+            cordoned = bool(node["spec"].get("unschedulable"))
+            if "node left cordoned for a person" in record.summary:
+                assert cordoned, "failed after cordon: the node stays cordoned"
+            else:
+                assert "node was not cordoned" in record.summary, record.summary
         # Retries are bounded by the definition: each task at most 1 + retry.maxAttempts (2) tries
         # for transient errors, plus Lambda service retries that never fire here.
         history = pipeline.aws.history(execution["executionArn"])
