@@ -48,6 +48,11 @@ _DIGEST_CHARS = 12
 #: Dropped-event categories of a Source that does not speak for the event's cluster.
 FOREIGN_SOURCE = "foreign-source"
 FORGED = "forged"
+FUTURE_DATED = "future-dated"
+#: How far ahead of ingest's clock an event may claim to have been observed: clocks of EKS nodes
+#: and Lambda are NTP-synchronised, so more than this is a wrong clock or a forged event, and its
+#: transition time would give it an execution name no genuine delivery shares (D3).
+FUTURE_TOLERANCE = timedelta(minutes=5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +192,16 @@ def ingest(
             "stale",
             f"event observed {int(age.total_seconds())}s ago, older than the "
             f"{int(settings.stale_after.total_seconds())}s bound",
+        )
+    ahead = max(
+        event.observed_at - now,
+        (event.condition.last_transition_time or event.observed_at) - now,
+    )
+    if ahead > FUTURE_TOLERANCE:
+        return drop(
+            FUTURE_DATED,
+            f"event dated {int(ahead.total_seconds())}s ahead of this clock (tolerance "
+            f"{int(FUTURE_TOLERANCE.total_seconds())}s): a wrong clock or a forged event",
         )
     if not event.is_bad:
         return drop("not-bad", f"{event.condition.type}={event.condition.status} is the healthy direction")

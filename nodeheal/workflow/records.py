@@ -181,7 +181,7 @@ class DroppedEvent:
     at: datetime
     event_id: str
     reason: str
-    category: str  # malformed | foreign-cluster | stale | not-bad | duplicate
+    category: str  # malformed | foreign-cluster | foreign-source | forged | stale | future-dated | not-bad
     cluster: str = ""
     node: str = ""
     condition_type: str = ""

@@ -118,6 +118,20 @@ def test_the_same_transition_collapses_onto_one_execution() -> None:
     [
         (detail(cluster="someone-else"), "foreign-cluster", "not one of this deployment's"),
         (detail(observedAt="2026-11-21T09:30:00Z"), "stale", "older than the 900s bound"),
+        # Found by the seeded simulation: a future-dated event got a name of its own and acted.
+        (detail(observedAt="2026-11-22T10:00:00Z"), "future-dated", "ahead of this clock"),
+        (
+            detail(
+                condition={
+                    "type": "GPUProblem",
+                    "status": "True",
+                    "reason": "GPUHardwareError",
+                    "lastTransitionTime": "2026-11-21T11:00:00Z",
+                }
+            ),
+            "future-dated",
+            "3595s ahead of this clock",
+        ),
         (
             detail(condition={"type": "GPUProblem", "status": "False", "reason": "GPUHealthy"}),
             "not-bad",
