@@ -24,6 +24,8 @@ ANNOTATION_CORDONED_AT = "nodeheal.io/cordoned-at"
 ANNOTATION_CORDONED_BY_NODEHEAL = "nodeheal.io/cordoned-by-nodeheal"
 
 DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
+#: EKS managed node groups label their nodes with the group's name.
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 

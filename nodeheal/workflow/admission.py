@@ -22,7 +22,7 @@ from typing import Any
 
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
-from nodeheal.kube.model import UNHEALTHY_TAINT_KEY, LiveNode
+from nodeheal.kube.model import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, decide
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
@@ -350,6 +350,24 @@ def _confirmation_remaining(
     return max(0, math.ceil(confirm_seconds - elapsed))
 
 
+#: The budget key of nodes that carry neither a NodePool nor a node group label: they are one pool.
+UNLABELLED_POOL = "(no pool label)"
+
+
+def budget_pool(labels: Mapping[str, str], pool_label: str) -> tuple[str, str]:
+    """(key, label selector) of the pool whose unhealthy share a node counts toward (invariant 5).
+
+    A Karpenter NodePool (``pool_label``), else an EKS managed node group, else every node that
+    has neither label: each kind of node is held to the share, none escapes it by lacking a label.
+    A Karpenter pool's key is its name alone, as budget slots have always recorded it.
+    """
+    if labels.get(pool_label):
+        return labels[pool_label], f"{pool_label}={labels[pool_label]}"
+    if labels.get(NODEGROUP_LABEL):
+        return f"{NODEGROUP_LABEL}={labels[NODEGROUP_LABEL]}", f"{NODEGROUP_LABEL}={labels[NODEGROUP_LABEL]}"
+    return UNLABELLED_POOL, f"!{pool_label},!{NODEGROUP_LABEL}"
+
+
 def _take_budget_slot(
     state: WorkflowState,
     kube: KubeAccess,
@@ -359,13 +377,14 @@ def _take_budget_slot(
     now: datetime,
 ) -> budget.BudgetVerdict:
     settings = state.settings
-    pool = admitted.pool
+
+    pool_key, selector = budget_pool(node.labels, settings.policy.node_pool_label)
 
     def pool_health() -> budget.PoolHealth:
         # Lists the whole pool: read only when the budget gets that far (see budget.admit).
-        pool_nodes = kube.nodes.list(f"{settings.policy.node_pool_label}={pool}") if pool else [node]
+        pool_nodes = kube.nodes.list(selector)
         return budget.PoolHealth(
-            pool=pool,
+            pool=pool_key,
             size=len(pool_nodes),
             unhealthy_nodes=frozenset(
                 identity_key(n.instance_id or "", n.uid, n.name)
