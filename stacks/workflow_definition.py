@@ -75,6 +75,8 @@ class _DefinitionBuilder:
         reboot = self._task("Reboot instance", "reboot", INSTANCE).next(
             sfn.Choice(self._scope, "Was the instance rebooted?")
             .when(sfn.Condition.boolean_equals("$.instance.performed", True), recovery_loop)
+            # The fault worsened to one a reboot does not heal (severity only rises, D2).
+            .when(sfn.Condition.string_equals("$.instance.escalateTo", "replace"), terminate)
             .otherwise(record)
         )
         instance_action = (

@@ -11,11 +11,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodeheal.actions import Mode
+from nodeheal.actions import Action, Mode
 from nodeheal.aws.ec2 import verify_ownership
 from nodeheal.errors import DeadlineExceededError, KubernetesApiError, NodeGoneError, NodeReplacedError
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube.model import LiveNode, PodView
 from nodeheal.payload import cut_text
+from nodeheal.policy.classify import classify
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard
 from nodeheal.workflow.ports import InstancePort, KubeAccess, LedgerPort, PodOutcomeView
@@ -100,7 +101,7 @@ def drain_round(
     previous: Mapping[str, Any] = state.step("drain") or {}
     started_at = parse_timestamp(previous["startedAt"], "drain.startedAt") if previous else now
     elapsed = (now - started_at).total_seconds()
-    pods = kube.pods.list_on_node(state.node_name)
+    pods = _listed_on_admitted_node(state, kube)
     movable = [pod for pod in pods if pod.needs_eviction]
     not_yet_deleting = [pod for pod in movable if not pod.deletion_requested]
     terminating = len(movable) - len(not_yet_deleting)
@@ -144,6 +145,20 @@ def drain_round(
     }
 
 
+def _listed_on_admitted_node(state: WorkflowState, kube: KubeAccess) -> list[PodView]:
+    """The pods bound to the admitted Node object.
+
+    Pods are listed by node name, and the name may pass to a new Node between the guard's proof and
+    the list (EC2 reuses private IPs). Proving the node again after the list closes that window: a
+    name cannot go back from a new Node to the admitted one, so if the admitted object still holds
+    the name now, every pod listed was bound to it. Evictions and deletions then name each pod's
+    uid as a precondition, so a later replacement cannot redirect them either.
+    """
+    pods = kube.pods.list_on_node(state.node_name)
+    guard.prove_admitted(state, kube, require_taint=True)
+    return pods
+
+
 def force_drain(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -157,7 +172,7 @@ def force_drain(
     )
     previous: Mapping[str, Any] = state.step("drain") or {}
     grace = state.settings.drain.force_grace_seconds
-    leftovers = [pod for pod in kube.pods.list_on_node(state.node_name) if pod.needs_eviction]
+    leftovers = [pod for pod in _listed_on_admitted_node(state, kube) if pod.needs_eviction]
     report = kube.pods.delete(leftovers, grace_seconds=grace, parallelism=state.settings.drain.parallelism)
     _fail_on_permanent_errors(report.failed, "forced deletion")
     if report.not_reached:
@@ -205,7 +220,9 @@ def terminate(
     *,
     mode: Mode,
 ) -> dict[str, Any]:
-    escalation = (state.step("recovery") or {}).get("status") == "failed"
+    escalation = (state.step("recovery") or {}).get("status") == "failed" or bool(
+        (state.step("instance") or {}).get("escalateTo")
+    )
     node = guard.before_mutation(
         state,
         kube,
@@ -247,6 +264,12 @@ def reboot(
     node = guard.before_mutation(
         state, kube, ledger, live_mode=mode, allowed=(Mode.FULL,), step="reboot", require_taint=True
     )
+    worse = _worsened_to_replacement(state, node, now)
+    if worse:
+        # Severity only rises (D2): a confirmed fault on the node now calls for replacement (a
+        # worse message on this condition, which NPD announces with no new event, or another
+        # condition whose own execution has not taken the node over yet). Replace instead.
+        return {"performed": False, "escalateTo": Action.REPLACE.value, "skipped": worse, "at": _stamp(now)}
     admitted = guard.admitted_node(state)
     instance = _verified_instance(state, node, ec2)
     if instance is None or instance.state in ("shutting-down", "terminated"):
@@ -259,6 +282,26 @@ def reboot(
         "rebootedAt": _stamp(now),
         "at": _stamp(now),
     }
+
+
+def _worsened_to_replacement(state: WorkflowState, node: LiveNode, now: datetime) -> str:
+    """Why the instance now calls for replacement, or "" when it does not: any confirmed fault on
+    the live node (this execution's condition with a worse message, or another condition) whose
+    classification is ``replace``. A fault still inside its confirmation time does not count yet."""
+    policy = state.settings.policy
+    overrides = policy.for_pool(node.labels.get(policy.node_pool_label))
+    for condition_type, live in sorted(node.conditions.items()):
+        if condition_type == "Ready" or not live.is_bad:
+            continue
+        classification = classify(live, overrides, policy.unknown_action)
+        since = live.last_transition_time or now
+        confirmed = (now - since).total_seconds() >= classification.confirm_seconds
+        if classification.action is Action.REPLACE and confirmed:
+            return (
+                f"{condition_type} now reads {classification.signal}, which calls for replacement: "
+                "replacing instead of rebooting"
+            )
+    return ""
 
 
 def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dict[str, Any]:

@@ -141,6 +141,11 @@ def _outcome(state: WorkflowState, decision_action: Action) -> tuple[Outcome, st
     if instance.get("skipped"):
         return Outcome.SKIPPED, _skip_explanation(str(instance.get("skipped")))
     recovery = state.step("recovery") or {}
+    if instance.get("escalation") and recovery.get("status") != "failed":
+        return Outcome.REPLACED, (
+            f"the fault worsened before the reboot; instance {instance.get('instanceId', '')} "
+            "replaced instead"
+        )
     if instance.get("escalation") or recovery.get("status") == "failed":
         return Outcome.REPLACED, f"reboot did not heal the node ({recovery.get('detail', '')}); replaced"
     if decision_action is Action.REPLACE:
@@ -262,7 +267,13 @@ def _finish(
         pdb_blocked=int(drain.get("pdbBlocked", 0)),
         pods_forced=int(drain.get("forced", 0)),
         escalated=bool(decision.get("escalated"))
-        or (outcome is Outcome.REPLACED and bool((state.step("recovery") or {}).get("status") == "failed")),
+        or (
+            outcome is Outcome.REPLACED
+            and (
+                (state.step("recovery") or {}).get("status") == "failed"
+                or bool((state.step("instance") or {}).get("escalation"))
+            )
+        ),
         error=error,
         error_cause=error_cause,
     )
