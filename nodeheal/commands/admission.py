@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from nodeheal.aws.ledger import Ledger
@@ -20,7 +19,8 @@ from nodeheal.commands.history import open_ledger
 from nodeheal.commands.output import confirm, print_json, print_table
 from nodeheal.errors import ConfigurationError, LedgerContentionError
 from nodeheal.timeutil import format_timestamp, utc_now
-from nodeheal.workflow.budget import BreakerState, ClusterAdmissionState
+from nodeheal.workflow import budget
+from nodeheal.workflow.budget import ClusterAdmissionState
 
 #: Attempts of a conditional write that lost a race with an admission (which takes milliseconds).
 WRITE_ATTEMPTS = 5
@@ -206,18 +206,12 @@ def _mutate_clusters(
 
 
 def run_reset(args: argparse.Namespace) -> int:
-    def close(state: ClusterAdmissionState) -> ClusterAdmissionState | None:
-        if not state.breaker.open:
-            return None
-        # The refusals that tripped it go too, or the next refusal would trip it again at once.
-        return replace(state, breaker=BreakerState(), recent_refusals=())
-
     return _mutate_clusters(
         args,
         question=lambda clusters: (
             f"Close the circuit breaker of {', '.join(clusters)}? Remediations start again."
         ),
-        change=close,
+        change=budget.closed_breaker,
         done="breaker closed; remediations are admitted again",
         unchanged="breaker was already closed",
     )
@@ -228,32 +222,22 @@ def run_pause(args: argparse.Namespace) -> int:
     if not reason:
         raise ConfigurationError("--reason must say why")
 
-    def pause(state: ClusterAdmissionState) -> ClusterAdmissionState | None:
-        if state.paused and state.paused_reason == reason:
-            return None
-        return replace(state, paused=True, paused_reason=reason)
-
     return _mutate_clusters(
         args,
         question=lambda clusters: (
             f"Pause NodeHeal in {', '.join(clusters)} ({reason})? No new remediation will start."
         ),
-        change=pause,
+        change=lambda state: budget.paused(state, reason),
         done=f"paused ({reason}); resume with `nodeheal resume`",
         unchanged="already paused for this reason",
     )
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    def resume(state: ClusterAdmissionState) -> ClusterAdmissionState | None:
-        if not state.paused:
-            return None
-        return replace(state, paused=False, paused_reason="")
-
     return _mutate_clusters(
         args,
         question=lambda clusters: f"Resume NodeHeal in {', '.join(clusters)}? Remediations start again.",
-        change=resume,
+        change=budget.resumed,
         done="resumed; remediations are admitted again",
         unchanged="was not paused",
     )

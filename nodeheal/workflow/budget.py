@@ -213,6 +213,28 @@ def release(state: ClusterAdmissionState, *, node: str, execution: str) -> Clust
     return replace(state, in_flight={n: s for n, s in state.in_flight.items() if n != node})
 
 
+def closed_breaker(state: ClusterAdmissionState) -> ClusterAdmissionState | None:
+    """A person's ``nodeheal breaker reset``: the state with the breaker closed (None if it was)."""
+    if not state.breaker.open:
+        return None
+    # The refusals that tripped it go too, or the next refusal would trip it again at once.
+    return replace(state, breaker=BreakerState(), recent_refusals=())
+
+
+def paused(state: ClusterAdmissionState, reason: str) -> ClusterAdmissionState | None:
+    """A person's ``nodeheal pause``: the paused state (None if already paused for this reason)."""
+    if state.paused and state.paused_reason == reason:
+        return None
+    return replace(state, paused=True, paused_reason=reason)
+
+
+def resumed(state: ClusterAdmissionState) -> ClusterAdmissionState | None:
+    """A person's ``nodeheal resume`` (None if it was not paused)."""
+    if not state.paused:
+        return None
+    return replace(state, paused=False, paused_reason="")
+
+
 def pool_allowance(pool: PoolHealth, settings: BudgetSettings) -> int:
     """Nodes of the pool that may be unhealthy at once: the share, but never below the floor."""
     return max(settings.min_pool_allowance, math.floor(pool.size * settings.max_unhealthy_pool_share))
