@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from nodeheal.config import RemediationSettings
-from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededError
 from nodeheal.kube.model import UNHEALTHY_TAINT_KEY, LiveNode, PodView, Taint
 from nodeheal.sim.objects import make_node
-from nodeheal.workflow.budget import ClusterAdmissionState
-from nodeheal.workflow.locks import LockClaim, LockView
+from nodeheal.sim.seeded.ledger import MemoryLedger
 from nodeheal.workflow.ports import KubeAccess
-from nodeheal.workflow.records import DroppedEvent, RemediationRecord
 from nodeheal.workflow.state import WorkflowState
 
 NOW = datetime(2026, 11, 21, 10, 5, tzinfo=UTC)
@@ -91,127 +88,8 @@ class NoPods:
         raise AssertionError("no deletion expected")
 
 
-@dataclass
-class Lock:
-    acquired: bool
-    holder: str
-    held_by: LockView | None = None
-
-
-@dataclass
-class FakeLedger:
-    """The ledger's contract in memory: locks keyed by identity (instance), with the same
-    conditional semantics as nodeheal.aws.ledger.Ledger (tests/unit/workflow/test_ledger.py)."""
-
-    locks: dict[str, LockView] = field(default_factory=dict)
-    states: dict[str, ClusterAdmissionState] = field(default_factory=dict)
-    records: list[RemediationRecord] = field(default_factory=list)
-    dropped: list[DroppedEvent] = field(default_factory=list)
-    ended: dict[str, str] = field(default_factory=dict)
-    now: datetime = NOW
-    contention_once: bool = False
-
-    def _live(self, subject: str) -> LockView | None:
-        held = self.locks.get(subject)
-        return held if held is not None and held.expires_at > self.now else None
-
-    def _view(self, execution: str, ttl: timedelta, claim: LockClaim | None, **extra: Any) -> LockView:
-        if claim is None:
-            return LockView(execution=execution, expires_at=self.now + ttl, **extra)
-        return LockView(
-            execution=execution,
-            expires_at=self.now + ttl,
-            node=claim.node,
-            condition_type=claim.condition_type,
-            action=claim.action,
-            acts_at=claim.acts_at,
-            **extra,
-        )
-
-    def acquire_lock(
-        self, cluster: str, subject: str, execution: str, ttl: timedelta, claim: LockClaim | None = None
-    ) -> Lock:
-        held = self._live(subject)
-        if held is not None and held.execution != execution:
-            return Lock(False, held.execution, held)
-        keep = {"mutated": held.mutated, "busy_until": held.busy_until} if held else {}
-        self.locks[subject] = self._view(execution, ttl, claim, **keep)
-        return Lock(True, execution)
-
-    def preempt_lock(
-        self,
-        cluster: str,
-        subject: str,
-        execution: str,
-        ttl: timedelta,
-        claim: LockClaim,
-        *,
-        holder: LockView,
-        require_unmutated: bool,
-    ) -> bool:
-        current = self.locks.get(subject)
-        if (
-            current is None
-            or current.execution != holder.execution
-            or current.expires_at != holder.expires_at
-        ):
-            return False
-        if current.busy_until is not None and current.busy_until >= self.now:
-            return False
-        if require_unmutated and current.mutated:
-            return False
-        self.locks[subject] = self._view(execution, ttl, claim)
-        return True
-
-    def claim_mutation(
-        self, cluster: str, subject: str, execution: str, *, step: str, busy_for: timedelta
-    ) -> None:
-        held = self._live(subject)
-        if held is None:
-            raise LockNotHeldError(f"{execution} no longer holds the lock of {subject}")
-        if held.execution != execution:
-            raise SupersededError(f"{held.execution} took over {subject}")
-        self.locks[subject] = replace(held, mutated=True, busy_until=self.now + busy_for)
-
-    def lock_holder(self, cluster: str, subject: str) -> str | None:
-        held = self._live(subject)
-        return held.execution if held else None
-
-    def release_lock(self, cluster: str, subject: str, execution: str) -> bool:
-        held = self.locks.get(subject)
-        if held is not None and held.execution == execution:
-            del self.locks[subject]
-            return True
-        return False
-
-    def read_admission_state(self, cluster: str) -> ClusterAdmissionState:
-        return self.states.get(cluster, ClusterAdmissionState(cluster))
-
-    def write_admission_state(self, state: ClusterAdmissionState) -> ClusterAdmissionState:
-        if self.contention_once:
-            self.contention_once = False
-            raise LedgerContentionError("lost a race")
-        if self.read_admission_state(state.cluster).version != state.version:
-            raise LedgerContentionError("stale")
-        written = replace(state, version=state.version + 1)
-        self.states[state.cluster] = written
-        return written
-
-    def put_record(self, record: RemediationRecord) -> None:
-        self.records = [r for r in self.records if r.execution != record.execution]
-        self.records.append(record)
-
-    def instance_records(self, cluster: str, subject: str, since: datetime) -> list[RemediationRecord]:
-        return [r for r in self.records if r.subject == subject and r.started_at >= since]
-
-    def execution_ended(self, cluster: str, execution: str) -> bool:
-        return execution in self.ended
-
-    def mark_execution_ended(self, cluster: str, execution: str, outcome: str, by: str) -> None:
-        self.ended.setdefault(execution, outcome)
-
-    def put_dropped_event(self, dropped: DroppedEvent) -> None:
-        self.dropped.append(dropped)
+#: The in-memory ledger lives in the package: the seeded simulation runs over it too (D7).
+FakeLedger = MemoryLedger
 
 
 def workflow_state(

@@ -1,0 +1,41 @@
+"""The seeded simulation: NodeHeal's safety invariants, checked after every step of many schedules.
+
+A schedule is a seed. From it come a cluster (Karpenter pools, a managed node group, unlabelled
+nodes, pods under a PodDisruptionBudget), a few variations of the deployed settings, a plan of
+faults, and every choice the scheduler makes. The workflow runs as deployed: the state machine is
+read from the synthesized template (:mod:`.asl` walks it one state at a time, with its Choice
+rules, Retry and Catch clauses and timeout) and every Task runs the real Lambda handler over
+in-memory adapters (:mod:`.world`, :mod:`.ledger`) that pass the same contract tests as the real
+ones (DESIGN D7). :mod:`.schedule` interleaves executions, the cluster and the faults; inside a
+handler, each adapter call is a point where other work or a fault may come first. A violation
+stops the schedule; :func:`.runner.shrink` cuts its plan to the fewest faults that still break the
+same invariant (delta debugging), and ``make simulate SEED=n`` replays it with the trace.
+
+The invariants (:mod:`.invariants`), and the safety invariants of DESIGN.md each one enforces:
+
+=====  =======================================================================  ===============
+Check  What it asserts                                                          DESIGN.md
+=====  =======================================================================  ===============
+I1     only the admitted Node object (UID + instance) and its own, owned          1, 2, 3
+       instance are cordoned, drained, rebooted or terminated
+I2     every condition that stays bad past its confirmation gets a recorded       4, 5
+       decision within D5's bound (none dropped behind a lock, a stale delivery
+       or a superseded holder)
+I3     in flight, per hour and pool share (with its floor) hold at each cordon,   5
+       for Karpenter pools, managed node groups and unlabelled nodes alike
+I4     every ended execution has a ledger record; its lock and slot are freed     9
+I5     two transitions never share a base name; one transition has one name       6
+I6     forged, foreign, stale and future-dated events start nothing;              6
+       duplicates and replays only reach their original's name
+I7     a step that began in dry-run, cordon-only or paused mutates nothing        8
+I8     at each destructive step the condition was still bad when the step         1, 7
+       began, and no reboot where a confirmed fault calls for replacement
+I9     two executions never mutate a node at once; a superseded one never again   4
+I10    nothing is force-deleted past a PDB on a node that is no longer bad        7
+I11    no state exceeds 64 KiB (D17); none hits States.DataLimitExceeded          9
+I12    no remediation admitted while the breaker is open; only a person closes    5
+       it
+R1     a single injected transient fault (5xx, throttle, deadline, Lambda         D6
+       timeout) never ends a remediation in Record failure
+=====  =======================================================================  ===============
+"""

@@ -1,0 +1,247 @@
+"""What each planned fault does to the simulated world (nodeheal.sim.seeded.faults lists them)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from nodeheal.actions import Mode
+from nodeheal.events import NodeConditionEvent
+from nodeheal.sim.seeded.faults import PlannedFault
+from nodeheal.workflow import budget
+
+if TYPE_CHECKING:
+    from nodeheal.sim.seeded.schedule import Simulation
+
+#: The conditions the detectors in the simulated cluster write, with their bad status.
+GPU_CONDITIONS = (
+    ("GPUProblem", "True", "GPUHardwareError"),
+    ("AcceleratedHardwareReady", "False", "NvidiaXIDError"),
+    ("KernelDeadlock", "True", "DockerHung"),
+)
+#: Faults that act on one of the in-flight calls (armed now, consumed by the next matching call).
+ARMED = frozenset(
+    {
+        "api-5xx",
+        "api-slow",
+        "api-timeout",
+        "lambda-killed-after-side-effect",
+        "ledger-contention",
+        "ec2-throttled",
+        "finalizer-event-lost",
+    }
+)
+
+
+def _message(severity: str, rng: random.Random) -> str:
+    from nodeheal.sim.seeded.schedule import XID_MESSAGES
+
+    base = XID_MESSAGES[severity]
+    return base.replace("pid=2411", f"pid={rng.randrange(1000, 9999)}")
+
+
+def _bad_conditions(sim: Simulation) -> list[tuple[str, str]]:
+    found = []
+    for name in sorted(sim.world.nodes):
+        for condition_type, _, _ in GPU_CONDITIONS:
+            if sim.world.is_bad(name, condition_type):
+                found.append((name, condition_type))
+        if sim.world.is_bad(name, "Ready"):
+            found.append((name, "Ready"))
+    return found
+
+
+def _pick(rng: random.Random, items: list[Any]) -> Any:
+    return items[rng.randrange(len(items))] if items else None
+
+
+def inject(sim: Simulation, fault: PlannedFault) -> None:
+    rng = random.Random(fault.seed)
+    kind = fault.kind
+    sim.invariants.coverage[kind] += 1
+    world = sim.world
+    nodes = sorted(world.nodes)
+    if kind in ARMED:
+        sim.armed[kind] = sim.armed.get(kind, 0) + 1
+        return
+    if kind == "gpu-fault":
+        name = _pick(rng, nodes)
+        if name is None:
+            return
+        condition_type, status, reason = GPU_CONDITIONS[rng.randrange(len(GPU_CONDITIONS))]
+        if condition_type == "KernelDeadlock":
+            world.set_condition(
+                name, condition_type, status, reason, "task docker:1234 blocked for more than 120 seconds"
+            )
+        else:
+            severity = rng.choice(["replace", "replace", "reboot", "none"])
+            world.set_condition(name, condition_type, status, reason, _message(severity, rng))
+        return
+    bad = _bad_conditions(sim)
+    if kind in ("condition-clears", "condition-flaps"):
+        target = _pick(rng, bad)
+        if target is None:
+            return
+        name, condition_type = target
+        previous = world.condition(name, condition_type) or {}
+        healthy = "True" if condition_type in ("AcceleratedHardwareReady", "Ready") else "False"
+        world.set_condition(name, condition_type, healthy, "Healthy", "the detector reports healthy")
+        if kind == "condition-flaps":
+            delay = rng.uniform(1, 120)
+
+            def again() -> None:
+                world.set_condition(
+                    name,
+                    condition_type,
+                    str(previous.get("status")),
+                    str(previous.get("reason")),
+                    str(previous.get("message")),
+                )
+
+            world.at(delay, f"{condition_type} on {name.split('.')[0]} goes bad again", again)
+        return
+    if kind == "second-condition":
+        target = _pick(rng, bad)
+        if target is None:
+            return
+        name, condition_type = target
+        others = [c for c in GPU_CONDITIONS if c[0] != condition_type and not world.is_bad(name, c[0])]
+        other = _pick(rng, others)
+        if other is not None:
+            severity = rng.choice(["replace", "reboot"])
+            world.set_condition(name, other[0], other[1], other[2], _message(severity, rng))
+        return
+    if kind in ("message-more-severe", "message-less-severe"):
+        gpu = [(n, t) for n, t in bad if t in ("GPUProblem", "AcceleratedHardwareReady")]
+        target = _pick(rng, gpu)
+        if target is None:
+            return
+        name, condition_type = target
+        current = world.condition(name, condition_type) or {}
+        severity = "replace" if kind == "message-more-severe" else rng.choice(["reboot", "none"])
+        world.set_condition(
+            name, condition_type, str(current["status"]), str(current["reason"]), _message(severity, rng)
+        )
+        return
+    if kind == "node-replaced-same-name":
+        name = _pick(rng, nodes)
+        if name is None:
+            return
+        old = world.nodes[name]
+        instance = world.instance_of(name)
+        world.instances[instance].state = "terminated"
+        world.delete_node_object(name)
+        world.join_node(name, old)
+        return
+    if kind == "instance-gone":
+        name = _pick(rng, nodes)
+        if name is not None:
+            instance = world.instances[world.instance_of(name)]
+            if instance.state == "running":
+                instance.state = "shutting-down"
+                world.instance_stopped(instance.instance_id)
+        return
+    if kind == "karpenter-deletes-node":
+        name = _pick(rng, nodes)
+        if name is not None:
+            instance = world.instances[world.instance_of(name)]
+            instance.state = "terminated"
+            world.delete_node_object(name)
+        return
+    if kind == "kubelet-dead":
+        name = _pick(rng, nodes)
+        if name is not None:
+            world.dead_kubelets.add(name)
+            world.set_condition(
+                name, "Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
+            )
+        return
+    if kind in (
+        "duplicate-event",
+        "replayed-event",
+        "forged-event",
+        "foreign-event",
+        "future-dated-event",
+        "stale-event",
+        "oversized-event",
+    ):
+        _event_fault(sim, kind, rng)
+        return
+    if kind == "exporter-resync":
+        for event in sim.tracker.resync_from_memory():
+            sim._publish(event, "resync")
+        return
+    if kind == "lock-ttl-expiry":
+        # Time passes beyond the lock TTL with nothing running (an outage of the region's Step
+        # Functions and Lambda): every lock taken before it has expired when work resumes.
+        outage = timedelta(seconds=sim.settings.lock_ttl_seconds + 1)
+        sim.invariants.outages.append((sim.clock, outage))
+        sim.clock += outage
+        return
+    if kind in ("execution-timeout", "execution-abort"):
+        running = sorted(
+            (
+                e
+                for e in sim.executions.values()
+                if not e.run.done and not any(inv.execution == e.run.name for inv in sim.stack)
+            ),
+            key=lambda e: e.run.name,
+        )
+        target = _pick(rng, running)
+        if target is not None:
+            if kind == "execution-timeout":
+                target.run.stop("TIMED_OUT", sim.clock, "States.Timeout", "simulated workflow timeout")
+            else:
+                target.run.stop("ABORTED", sim.clock, "", "aborted by a person")
+            sim._end(target)
+        return
+    if kind in ("pause", "resume", "breaker-reset"):
+        state = sim.ledger.states.get("training-on-eks") or budget.ClusterAdmissionState("training-on-eks")
+        changed = {
+            "pause": lambda: budget.paused(state, "simulated maintenance"),
+            "resume": lambda: budget.resumed(state),
+            "breaker-reset": lambda: budget.closed_breaker(state),
+        }[kind]()
+        if changed is not None:
+            sim.ledger.states["training-on-eks"] = replace(changed, version=state.version + 1)
+            sim.invariants.operator_changed(kind)
+        return
+    if kind == "mode-flip":
+        sim.deployed_mode = rng.choice([Mode.DRY_RUN.value, Mode.CORDON_ONLY.value, Mode.FULL.value])
+        sim.log(f"redeployed in {sim.deployed_mode} mode")
+        return
+    raise ValueError(f"unknown fault kind {kind!r}")
+
+
+def _event_fault(sim: Simulation, kind: str, rng: random.Random) -> None:
+    genuine = [d for d in sim.sent_events if d.kind in ("genuine", "resync")]
+    original = _pick(rng, genuine)
+    if original is None:
+        return
+    detail = dict(original.envelope["detail"])
+    event = NodeConditionEvent.from_detail(detail)
+    if kind == "duplicate-event":
+        sim._publish(event, "duplicate")
+    elif kind == "replayed-event":
+        # An archive replay: the same event, delivered again much later.
+        sim._publish(event, "replayed", delay=rng.uniform(60, 3600))
+    elif kind == "forged-event":
+        other = "nodeheal.exporter.another-cluster"
+        sim._publish(
+            replace(event, condition=replace(event.condition, reason="Forged")), "forged", source=other
+        )
+    elif kind == "foreign-event":
+        sim._publish(replace(event, cluster="someone-elses-cluster"), "foreign")
+    elif kind == "future-dated-event":
+        later = sim.clock + timedelta(hours=rng.uniform(1, 48))
+        sim._publish(
+            replace(event, observed_at=later, condition=replace(event.condition, last_transition_time=later)),
+            "future-dated",
+        )
+    elif kind == "stale-event":
+        sim._publish(event, "stale", delay=rng.uniform(1000, 5000))
+    elif kind == "oversized-event":
+        huge = event.condition.message + " " + "x" * rng.randrange(5_000, 200_000)
+        sim._publish(replace(event, condition=replace(event.condition, message=huge)), "oversized")

@@ -1,0 +1,506 @@
+"""The safety invariants, as code, checked after every step of every schedule.
+
+Each check is named after the invariant it enforces (I1-I12 of the seeded-simulation issue, which
+map onto DESIGN.md's safety invariants as the package docstring's table shows) and reads the
+simulation's ground truth (the world, the mutation journal, the executions) rather than trusting
+NodeHeal's own bookkeeping wherever the two could differ.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from nodeheal.conditions import is_bad_status
+from nodeheal.sim.seeded.faults import FAULT_KINDS
+from nodeheal.sim.seeded.world import Mutation
+from nodeheal.timing import holding_worst_case, remediation_bound
+from nodeheal.workflow.budget import pool_allowance
+from nodeheal.workflow.records import Outcome
+
+if TYPE_CHECKING:
+    from nodeheal.sim.seeded.schedule import Invocation, SimExecution, Simulation
+
+#: D17: the whole state stays under this.
+STATE_BOUND_BYTES = 64 * 1024
+DESTRUCTIVE = frozenset({"evict", "force-delete", "reboot", "terminate", "delete-node"})
+ALLOWED_BY_MODE = {
+    "full": frozenset({"cordon", "uncordon", "evict", "force-delete", "reboot", "terminate", "delete-node"}),
+    "cordon-only": frozenset({"cordon", "uncordon"}),
+    "dry-run": frozenset(),
+}
+SEVERITY = {"none": 0, "alert": 1, "cordon": 2, "retire": 3, "reboot": 4, "replace": 5}
+#: Errors the simulation injects that a retry is meant to absorb.
+TRANSIENT_ERRORS = frozenset(
+    {
+        "KubernetesApiUnavailableError",
+        "Ec2ThrottledError",
+        "DeadlineExceededError",
+        "Sandbox.Timedout",
+        "Lambda.Unknown",
+    }
+)
+#: Event deliveries that must never start an execution.
+NEVER_START = frozenset({"forged", "foreign", "stale", "future-dated"})
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    invariant: str
+    at: datetime
+    point: int
+    detail: str
+
+    def render(self) -> str:
+        return f"{self.invariant}: {self.detail}"
+
+
+@dataclass
+class Episode:
+    """A condition of one Node object that went bad at ``since`` (its lastTransitionTime)."""
+
+    node: str
+    node_uid: str
+    instance: str
+    condition_type: str
+    since: datetime
+    confirm_seconds: int
+    ended_at: datetime | None = None
+
+
+class InvariantViolated(BaseException):
+    """Raised through the handler that broke an invariant, up to the schedule's runner."""
+
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(violation.render())
+        self.violation = violation
+
+
+class Invariants:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.violations: list[Violation] = []
+        self.coverage: Counter[str] = Counter(dict.fromkeys(FAULT_KINDS, 0))
+        self.journal: list[Mutation] = []
+        #: instance -> (execution, its Mutation) of the last mutation, for I9.
+        self._last_mutator: dict[str, str] = {}
+        self._mutators: dict[str, list[str]] = {}
+        #: (node uid, condition type) -> when it last stopped being bad.
+        self._cleared_at: dict[tuple[str, str], datetime] = {}
+        #: instance -> worst action its faults called for in the current episode (I8).
+        self._worst: dict[str, str] = {}
+        self.episodes: dict[tuple[str, str, str], Episode] = {}
+        self._breaker_open_since: datetime | None = None
+        self._operator_closed = False
+        self._names: dict[str, tuple[str, ...]] = {}
+        self._keys: dict[tuple[str, ...], str] = {}
+        self._first_cordon: dict[str, datetime] = {}
+        settings = sim.settings
+        self.bound = timedelta(
+            seconds=remediation_bound(settings).total_seconds
+            + holding_worst_case(settings).total_seconds
+            + 120
+        )
+        self._seen_conditions: dict[tuple[str, str], tuple[str, str, str]] = {}
+        self._boots: dict[str, str] = {}
+        #: (start, duration) of outages: nothing of NodeHeal runs then, so I2's clock stops.
+        self.outages: list[tuple[datetime, timedelta]] = []
+
+    # -- reporting ---------------------------------------------------------------------------------
+
+    def fail(self, invariant: str, detail: str) -> None:
+        violation = Violation(invariant, self.sim.clock, self.sim.points, detail)
+        self.violations.append(violation)
+        self.sim.log(f"VIOLATION {violation.render()}")
+        raise InvariantViolated(violation)
+
+    # -- hooks the simulation calls ------------------------------------------------------------------
+
+    def execution_started(self, execution: SimExecution, delivery: Any) -> None:
+        name, key = execution.run.name, execution.key
+        self.check_i5_names(name, key)
+        kind = delivery.kind if delivery is not None else "operator"
+        if kind in NEVER_START:
+            self.fail("I6 dropped events mutate nothing", f"a {kind} event started execution {name}")
+
+    def check_i5_names(self, name: str, key: tuple[str, ...]) -> None:
+        known = self._names.get(name)
+        if known is not None and known != key:
+            self.fail("I5 one name per transition", f"{name} names two transitions: {known} and {key}")
+        other = self._keys.get(key)
+        if other is not None and other != name:
+            self.fail("I5 one name per transition", f"transition {key} got two names: {other} and {name}")
+        self._names[name] = key
+        self._keys[key] = name
+
+    def operator_changed(self, kind: str) -> None:
+        if kind == "breaker-reset":
+            self._operator_closed = True
+
+    def invocation_started(self, invocation: Invocation) -> None:
+        self._track_conditions()
+        instance = str(invocation.admitted.get("instanceId", ""))
+        invocation.worst_at_start = self._worst.get(instance, "none")
+
+    def invocation_ended(self, invocation: Invocation) -> None:
+        invocation.claimed.clear()
+
+    def mutation(self, mutation: Mutation) -> None:
+        self.journal.append(mutation)
+        invocation: Invocation | None = mutation.caller
+        if invocation is None or not invocation.execution:
+            self.fail(
+                "I1 only the admitted node", f"{mutation.kind} of {mutation.node} outside any execution"
+            )
+            return
+        self.check_i1_identity(mutation, invocation)
+        self.check_i7_mode_and_pause(mutation, invocation)
+        self.check_i8_still_bad(mutation, invocation)
+        self.check_i9_one_mutator(mutation, invocation)
+        self.check_i12_breaker(mutation, invocation)
+        if mutation.kind == "cordon":
+            self.check_i3_budgets(mutation, invocation)
+
+    def state_entered(self, execution: SimExecution) -> None:
+        run = execution.run
+        if run.done and run.error == "States.DataLimitExceeded":
+            self.fail("I11 payload bound", f"{run.name} hit States.DataLimitExceeded: {run.cause}")
+        if not run.done:
+            size = len(json.dumps(run.data, separators=(",", ":")).encode())
+            if size > STATE_BOUND_BYTES:
+                self.fail(
+                    "I11 payload bound",
+                    f"{run.name} state at {run.current} is {size} bytes (bound {STATE_BOUND_BYTES})",
+                )
+        if run.current == "Record failure" and not run.done:
+            failure = (run.data or {}).get("failure") or {}
+            error = str(failure.get("Error", ""))
+            injected = max(execution.transient.values(), default=0)
+            if error in TRANSIENT_ERRORS and 0 < injected <= 1:
+                self.fail(
+                    "R1 retries absorb a transient fault",
+                    f"{run.name} failed with {error} at {execution.last_error_state} "
+                    "after one injected transient fault",
+                )
+
+    def after_step(self) -> None:
+        self._track_conditions()
+        self.check_i12_breaker_closed_only_by_a_person()
+        self.check_i2_decided(final=False)
+
+    def at_end(self) -> None:
+        self._track_conditions()
+        self.check_i4_accounted()
+        self.check_i2_decided(final=True)
+
+    # -- the checks ----------------------------------------------------------------------------------
+
+    def check_i1_identity(self, mutation: Mutation, invocation: Invocation) -> None:
+        admitted = invocation.admitted
+        if not admitted:
+            self.fail(
+                "I1 only the admitted node", f"{mutation.kind} by {invocation.execution} before any admission"
+            )
+        if mutation.kind in ("reboot", "terminate"):
+            if mutation.instance_id != admitted.get("instanceId"):
+                self.fail(
+                    "I1 only the admitted node",
+                    f"{mutation.kind} of instance {mutation.instance_id}, "
+                    f"admitted {admitted.get('instanceId')}",
+                )
+            owned = self.sim.world.instances[mutation.instance_id].tags
+            if not any(k.startswith("kubernetes.io/cluster/") for k in owned):
+                self.fail(
+                    "I1 only the admitted node", f"{mutation.kind} of an instance the cluster does not own"
+                )
+            return
+        uid = mutation.pod_node_uid if mutation.pod else mutation.node_uid
+        if uid != admitted.get("uid") or mutation.instance_id != admitted.get("instanceId"):
+            self.fail(
+                "I1 only the admitted node",
+                f"{mutation.kind} of {mutation.pod or mutation.node} (node uid {uid}, instance "
+                f"{mutation.instance_id}) by {invocation.execution}, "
+                f"which admitted uid {admitted.get('uid')} "
+                f"instance {admitted.get('instanceId')}",
+            )
+
+    def check_i7_mode_and_pause(self, mutation: Mutation, invocation: Invocation) -> None:
+        allowed = ALLOWED_BY_MODE.get(invocation.mode or "full", ALLOWED_BY_MODE["full"])
+        if mutation.kind not in allowed:
+            self.fail(
+                "I7 pause and mode stop mutations",
+                f"{mutation.kind} by {invocation.execution} in a step that started in {invocation.mode} mode",
+            )
+        state = self.sim.ledger.states.get(self.sim.world.cluster)
+        if invocation.paused and state is not None and state.paused:
+            self.fail(
+                "I7 pause and mode stop mutations",
+                f"{mutation.kind} by {invocation.execution} in a step that started while NodeHeal was paused",
+            )
+
+    def _was_bad_during(self, node_uid: str, condition_type: str, node: str, since: datetime) -> bool:
+        if self.sim.world.node_uid(node) == node_uid and self.sim.world.is_bad(node, condition_type):
+            return True
+        cleared = self._cleared_at.get((node_uid, condition_type))
+        return cleared is not None and cleared >= since
+
+    def check_i8_still_bad(self, mutation: Mutation, invocation: Invocation) -> None:
+        if mutation.kind not in DESTRUCTIVE:
+            return
+        condition_type = invocation.condition_type
+        admitted_uid = str(invocation.admitted.get("uid", ""))
+        bad = self._was_bad_during(admitted_uid, condition_type, mutation.node, invocation.started_at)
+        escalation = ((invocation.payload or {}).get("recovery") or {}).get("status") == "failed"
+        if not bad and escalation and mutation.kind == "terminate":
+            bad = self.sim.world.is_bad(mutation.node, "Ready") or mutation.node not in self.sim.world.nodes
+        if not bad:
+            invariant = (
+                "I10 nothing forced past a PDB on a healthy node"
+                if mutation.kind == "force-delete"
+                else "I8 still bad at every destructive step"
+            )
+            self.fail(
+                invariant,
+                f"{mutation.kind} of {mutation.pod or mutation.node} by {invocation.execution}: "
+                f"{condition_type} was no longer bad when the step began",
+            )
+        # What was confirmed when the step began: a fault appearing during the step is the next
+        # step's to see (as a condition clearing during it is).
+        worst = invocation.worst_at_start
+        if mutation.kind == "reboot" and SEVERITY[worst] > SEVERITY["reboot"]:
+            self.fail(
+                "I8 severity only rises",
+                f"reboot of {mutation.node} by {invocation.execution} although a fault calling for {worst} "
+                "was seen on this instance in this episode",
+            )
+
+    def check_i9_one_mutator(self, mutation: Mutation, invocation: Invocation) -> None:
+        subject = mutation.instance_id or mutation.node_uid
+        for other in self.sim.stack:
+            if (
+                other is not invocation
+                and other.execution
+                and other.execution != invocation.execution
+                and subject in other.claimed
+            ):
+                self.fail(
+                    "I9 one execution mutates a node at a time",
+                    f"{invocation.execution} mutates {mutation.node} while "
+                    f"{other.execution}'s {other.function} is still at it",
+                )
+        invocation.claimed.add(subject)
+        history = self._mutators.setdefault(subject, [])
+        if history and history[-1] != invocation.execution and invocation.execution in history:
+            self.fail(
+                "I9 one execution mutates a node at a time",
+                f"{invocation.execution} mutates {mutation.node} again after {history[-1]} took it over",
+            )
+        if not history or history[-1] != invocation.execution:
+            history.append(invocation.execution)
+
+    def check_i12_breaker(self, mutation: Mutation, invocation: Invocation) -> None:
+        if mutation.kind != "cordon" or self._breaker_open_since is None:
+            return
+        admitted_at = str(((invocation.payload or {}).get("admission") or {}).get("at", ""))
+        from nodeheal.timeutil import parse_timestamp
+
+        if admitted_at and parse_timestamp(admitted_at, "admission.at") >= self._breaker_open_since:
+            self.fail(
+                "I12 breaker open: nothing new starts",
+                f"{invocation.execution} was admitted while the breaker was open",
+            )
+
+    def check_i12_breaker_closed_only_by_a_person(self) -> None:
+        state = self.sim.ledger.states.get(self.sim.world.cluster)
+        is_open = bool(state and state.breaker.open)
+        if is_open and self._breaker_open_since is None:
+            self._breaker_open_since = state.breaker.opened_at if state else None
+        elif not is_open and self._breaker_open_since is not None:
+            if not self._operator_closed:
+                self.fail(
+                    "I12 breaker open: nothing new starts", "the breaker closed without a person resetting it"
+                )
+            self._breaker_open_since = None
+        self._operator_closed = False
+
+    def check_i3_budgets(self, mutation: Mutation, invocation: Invocation) -> None:
+        settings = self.sim.settings.budgets
+        now = self.sim.clock
+        self._first_cordon.setdefault(mutation.instance_id, now)
+        active = {
+            m.instance_id
+            for m in self.journal
+            if m.caller is not None
+            and not self.sim.executions[m.caller.execution].run.done
+            and m.caller.execution in self.sim.executions
+            and not self._ended(m.caller.execution)
+        }
+        if len(active) > settings.max_in_flight:
+            self.fail(
+                "I3 budgets",
+                f"{len(active)} nodes remediated at once "
+                f"(maxInFlight {settings.max_in_flight}): {sorted(active)}",
+            )
+        started = {i for i, at in self._first_cordon.items() if now - at < timedelta(hours=1)}
+        if len(started) > settings.max_per_hour:
+            self.fail(
+                "I3 budgets",
+                f"{len(started)} nodes started within an hour (maxPerHour {settings.max_per_hour})",
+            )
+        world = self.sim.world
+        node = world.nodes.get(mutation.node)
+        if node is None:
+            return
+        pool = world.pool_of(node)
+        members = [n for n in world.nodes.values() if world.pool_of(n) == pool]
+        unhealthy = [
+            n["metadata"]["name"]
+            for n in members
+            if any(t.get("key") == "nodeheal.io/unhealthy" for t in n["spec"].get("taints") or [])
+        ]
+        from nodeheal.workflow.budget import PoolHealth
+
+        allowance = pool_allowance(PoolHealth(pool[1], len(members), frozenset()), settings)
+        if len(unhealthy) > allowance:
+            self.fail(
+                "I3 budgets",
+                f"{len(unhealthy)} of {len(members)} nodes of {pool[0]} pool "
+                f"{pool[1] or '(unlabelled)'} are cordoned "
+                f"by NodeHeal; the allowance is {allowance}",
+            )
+
+    def _ended(self, execution: str) -> bool:
+        return execution in self.sim.ledger.ended
+
+    def check_i4_accounted(self) -> None:
+        ledger = self.sim.ledger
+        recorded = {r.execution for r in ledger.records}
+        for name, execution in sorted(self.sim.executions.items()):
+            if not execution.run.done:
+                continue
+            if name not in recorded or name not in ledger.ended:
+                self.fail(
+                    "I4 every execution accounted for",
+                    f"{name} ended {execution.run.status} with no ledger record",
+                )
+        for subject, lock in ledger.locks.items():
+            holder = self.sim.executions.get(lock.execution)
+            if holder is not None and holder.run.done and lock.expires_at > self.sim.clock:
+                self.fail(
+                    "I4 every execution accounted for",
+                    f"{lock.execution} ended but still holds the lock of {subject}",
+                )
+        state = ledger.states.get(self.sim.world.cluster)
+        for subject, slot in state.in_flight.items() if state else ():
+            holder = self.sim.executions.get(slot.execution)
+            if holder is not None and holder.run.done and slot.expires_at > self.sim.clock:
+                self.fail(
+                    "I4 every execution accounted for",
+                    f"{slot.execution} ended but still holds a budget slot ({subject})",
+                )
+
+    # -- I2: every bad condition reaches a recorded decision ---------------------------------------------
+
+    def _track_conditions(self) -> None:
+        world = self.sim.world
+        now = self.sim.clock
+        live: set[tuple[str, str, str]] = set()
+        from nodeheal.sim.seeded.schedule import classify, confirm_seconds
+
+        for name, node in world.nodes.items():
+            uid = node["metadata"]["uid"]
+            instance = world.instance_of(name)
+            any_bad = False
+            for condition in node["status"]["conditions"]:
+                condition_type = condition["type"]
+                bad = is_bad_status(condition_type, condition["status"])
+                signature = (condition["status"], condition.get("reason", ""), condition.get("message", ""))
+                seen_key = (uid, condition_type)
+                if self._seen_conditions.get(seen_key) != signature:
+                    self._seen_conditions[seen_key] = signature
+                    if not bad:
+                        self._cleared_at[seen_key] = now
+                if not bad:
+                    continue
+                any_bad = True
+                key = (uid, condition_type, str(condition["lastTransitionTime"]))
+                live.add(key)
+                if key not in self.episodes:
+                    from nodeheal.timeutil import parse_timestamp
+
+                    action_confirm = confirm_seconds(condition, self.sim.settings, node["metadata"]["labels"])
+                    self.episodes[key] = Episode(
+                        name,
+                        uid,
+                        instance,
+                        condition_type,
+                        parse_timestamp(condition["lastTransitionTime"], "t"),
+                        action_confirm,
+                    )
+                episode = self.episodes[key]
+                if condition_type != "Ready" and now - episode.since >= timedelta(
+                    seconds=episode.confirm_seconds
+                ):
+                    # A fault counts once it is confirmed: a holder still confirming may be
+                    # preempted by a lesser fault that acts sooner (D2).
+                    action = classify(condition, self.sim.settings, node["metadata"]["labels"])
+                    if SEVERITY.get(action, 0) > SEVERITY.get(self._worst.get(instance, "none"), 0):
+                        self._worst[instance] = action
+            boot = str(node["status"]["nodeInfo"].get("bootID", ""))
+            if not any_bad or self._boots.get(instance, boot) != boot:
+                # The episode ends when the conditions recover or the instance reboots (D2).
+                self._worst.pop(instance, None)
+            self._boots[instance] = boot
+        for key, episode in self.episodes.items():
+            if episode.ended_at is None and key not in live:
+                episode.ended_at = now
+
+    def check_i2_decided(self, *, final: bool) -> None:
+        now = self.sim.clock
+        for episode in self.episodes.values():
+            stayed = (episode.ended_at or now) - episode.since
+            if stayed < timedelta(seconds=episode.confirm_seconds + 60):
+                continue  # it never stayed bad past its confirmation time (plus delivery)
+            if self.sim.world.condition(episode.node, episode.condition_type) is None and not final:
+                continue
+            outage = sum((d for at, d in self.outages if at >= episode.since), timedelta())
+            due = episode.since + timedelta(seconds=episode.confirm_seconds) + self.bound + outage
+            if not final and now < due:
+                continue
+            if not self._decided(episode):
+                self.fail(
+                    "I2 no bad condition dropped",
+                    f"{episode.condition_type} on {episode.node} (uid {episode.node_uid}) bad since "
+                    f"{episode.since:%H:%M:%S} for {int(stayed.total_seconds())}s has no recorded decision",
+                )
+
+    def _decided(self, episode: Episode) -> bool:
+        ledger = self.sim.ledger
+        stamp = episode.since.strftime("%Y%m%dT%H%M%SZ")
+        mine = {
+            name
+            for name, execution in self.sim.executions.items()
+            if execution.key[2] == episode.node_uid
+            and execution.key[3] == episode.condition_type
+            and execution.key[6] == stamp
+        }
+        superseded_at: datetime | None = None
+        for record in ledger.records:
+            if record.execution in mine:
+                if record.outcome is not Outcome.SUPERSEDED:
+                    return True
+                superseded_at = (
+                    record.finished_at if superseded_at is None else min(superseded_at, record.finished_at)
+                )
+        if superseded_at is not None:
+            # Handed over: the execution that took the node over must reach a decision.
+            return any(
+                r.node_uid == episode.node_uid
+                and r.outcome is not Outcome.SUPERSEDED
+                and r.finished_at >= superseded_at
+                for r in ledger.records
+            )
+        return False

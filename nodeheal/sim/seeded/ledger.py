@@ -1,0 +1,174 @@
+"""The ledger's contract in memory, for the step tests and the seeded simulation (DESIGN D7).
+
+Same conditional semantics as :class:`nodeheal.aws.ledger.Ledger`: locks keyed by identity (the
+instance), expiring at their TTL; preemption conditional on the exact holder and on its claimed
+step having finished; the cluster admission item versioned (a stale write is
+``LedgerContentionError``); records keyed by execution; end markers first-writer-wins.
+``tests/unit/workflow/test_ledger_contract.py`` runs one contract against both.
+
+``on_call`` is called with the operation's name before each operation does anything: the
+simulation uses it to interleave other work between a step's reads and writes and to inject
+ledger faults there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededError
+from nodeheal.workflow.budget import ClusterAdmissionState
+from nodeheal.workflow.locks import LockClaim, LockView
+from nodeheal.workflow.records import DroppedEvent, RemediationRecord
+
+_EPOCH = datetime(2026, 11, 21, 10, 5, tzinfo=UTC)
+
+
+@dataclass
+class LockAnswer:
+    acquired: bool
+    holder: str
+    held_by: LockView | None = None
+
+
+def _no_call(operation: str) -> None:
+    return None
+
+
+@dataclass
+class MemoryLedger:
+    locks: dict[str, LockView] = field(default_factory=dict)
+    states: dict[str, ClusterAdmissionState] = field(default_factory=dict)
+    records: list[RemediationRecord] = field(default_factory=list)
+    dropped: list[DroppedEvent] = field(default_factory=list)
+    ended: dict[str, str] = field(default_factory=dict)
+    now: datetime = _EPOCH
+    #: The next write of the admission state loses a race (then behaves normally again).
+    contention_once: bool = False
+    #: When set, the time is read from here instead of ``now`` (the simulation's clock).
+    clock: Callable[[], datetime] | None = None
+    on_call: Callable[[str], None] = _no_call
+
+    def _now(self) -> datetime:
+        return self.clock() if self.clock is not None else self.now
+
+    def _live(self, subject: str) -> LockView | None:
+        held = self.locks.get(subject)
+        return held if held is not None and held.expires_at > self._now() else None
+
+    def _view(self, execution: str, ttl: timedelta, claim: LockClaim | None, **extra: Any) -> LockView:
+        expires_at = self._now() + ttl
+        if claim is None:
+            return LockView(execution=execution, expires_at=expires_at, **extra)
+        return LockView(
+            execution=execution,
+            expires_at=expires_at,
+            node=claim.node,
+            condition_type=claim.condition_type,
+            action=claim.action,
+            acts_at=claim.acts_at,
+            **extra,
+        )
+
+    def acquire_lock(
+        self, cluster: str, subject: str, execution: str, ttl: timedelta, claim: LockClaim | None = None
+    ) -> LockAnswer:
+        self.on_call("acquire_lock")
+        held = self._live(subject)
+        if held is not None and held.execution != execution:
+            return LockAnswer(False, held.execution, held)
+        keep = {"mutated": held.mutated, "busy_until": held.busy_until} if held else {}
+        self.locks[subject] = self._view(execution, ttl, claim, **keep)
+        return LockAnswer(True, execution)
+
+    def preempt_lock(
+        self,
+        cluster: str,
+        subject: str,
+        execution: str,
+        ttl: timedelta,
+        claim: LockClaim,
+        *,
+        holder: LockView,
+        require_unmutated: bool,
+    ) -> bool:
+        self.on_call("preempt_lock")
+        current = self.locks.get(subject)
+        if (
+            current is None
+            or current.execution != holder.execution
+            or current.expires_at != holder.expires_at
+        ):
+            return False
+        if current.busy_until is not None and current.busy_until >= self._now():
+            return False
+        if require_unmutated and current.mutated:
+            return False
+        self.locks[subject] = self._view(execution, ttl, claim)
+        return True
+
+    def claim_mutation(
+        self, cluster: str, subject: str, execution: str, *, step: str, busy_for: timedelta
+    ) -> None:
+        self.on_call("claim_mutation")
+        held = self._live(subject)
+        if held is None:
+            raise LockNotHeldError(f"{execution} no longer holds the lock of {subject}")
+        if held.execution != execution:
+            raise SupersededError(f"{held.execution} took over {subject}")
+        self.locks[subject] = replace(held, mutated=True, busy_until=self._now() + busy_for)
+
+    def lock_holder(self, cluster: str, subject: str) -> str | None:
+        self.on_call("lock_holder")
+        held = self._live(subject)
+        return held.execution if held else None
+
+    def read_lock(self, cluster: str, subject: str) -> LockView | None:
+        self.on_call("read_lock")
+        return self._live(subject)
+
+    def release_lock(self, cluster: str, subject: str, execution: str) -> bool:
+        self.on_call("release_lock")
+        held = self.locks.get(subject)
+        if held is not None and held.execution == execution:
+            del self.locks[subject]
+            return True
+        return False
+
+    def read_admission_state(self, cluster: str) -> ClusterAdmissionState:
+        self.on_call("read_admission_state")
+        return self.states.get(cluster, ClusterAdmissionState(cluster))
+
+    def write_admission_state(self, state: ClusterAdmissionState) -> ClusterAdmissionState:
+        self.on_call("write_admission_state")
+        if self.contention_once:
+            self.contention_once = False
+            raise LedgerContentionError("lost a race")
+        if self.states.get(state.cluster, ClusterAdmissionState(state.cluster)).version != state.version:
+            raise LedgerContentionError("stale")
+        written = replace(state, version=state.version + 1)
+        self.states[state.cluster] = written
+        return written
+
+    def put_record(self, record: RemediationRecord) -> None:
+        self.on_call("put_record")
+        self.records = [r for r in self.records if r.execution != record.execution]
+        self.records.append(record)
+
+    def instance_records(self, cluster: str, subject: str, since: datetime) -> list[RemediationRecord]:
+        self.on_call("instance_records")
+        return [r for r in self.records if r.subject == subject and r.started_at >= since]
+
+    def execution_ended(self, cluster: str, execution: str) -> bool:
+        self.on_call("execution_ended")
+        return execution in self.ended
+
+    def mark_execution_ended(self, cluster: str, execution: str, outcome: str, by: str) -> None:
+        self.on_call("mark_execution_ended")
+        self.ended.setdefault(execution, outcome)
+
+    def put_dropped_event(self, dropped: DroppedEvent) -> None:
+        self.on_call("put_dropped_event")
+        self.dropped.append(dropped)

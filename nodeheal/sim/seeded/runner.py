@@ -1,0 +1,157 @@
+"""Run seeded schedules: one (to replay a seed), many (the test and the soak), and shrink failures."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeheal.sim.pipeline import FAST_CONTEXT, deep_merge
+from nodeheal.sim.seeded.faults import FAULT_KINDS, PlannedFault, draw_plan
+from nodeheal.sim.seeded.invariants import InvariantViolated, Violation
+from nodeheal.sim.seeded.schedule import Simulation, prepare_handlers
+from nodeheal.sim.seeded.template import SimTemplate
+
+#: The deployment the schedules run: the test timings (short waits keep schedules short), with
+#: production-shaped polls so a waiting execution does not spin.
+SIMULATION_CONTEXT: dict[str, Any] = deep_merge(
+    FAST_CONTEXT,
+    {
+        "drain": {"timeoutSeconds": 120, "pollSeconds": 10},
+        "reboot": {"pollSeconds": 30, "recoveryTimeoutSeconds": 300},
+        "lockWaitPollSeconds": 30,
+    },
+)
+
+
+@dataclass
+class ScheduleResult:
+    seed: int
+    plan: list[PlannedFault]
+    violation: Violation | None
+    steps: int
+    executions: int
+    coverage: Counter[str]
+    trace: list[str] = field(default_factory=list)
+    #: An exception the simulation itself raised (a bug of the harness, or of NodeHeal outside a step).
+    crash: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None and not self.crash
+
+
+def load_template(context: dict[str, Any] | None = None) -> SimTemplate:
+    from nodeheal.sim.pipeline import TEMPLATES
+
+    return SimTemplate.read(TEMPLATES.get(context or SIMULATION_CONTEXT))
+
+
+def plan_for(seed: int) -> list[PlannedFault]:
+    return draw_plan(random.Random(seed * 7919 + 1))
+
+
+def run_schedule(
+    template: SimTemplate, seed: int, plan: list[PlannedFault] | None = None, *, trace: bool = False
+) -> ScheduleResult:
+    prepare_handlers(template)
+    plan = plan_for(seed) if plan is None else list(plan)
+    sim = Simulation(template, seed, plan, trace=trace)
+    violation: Violation | None = None
+    crash = ""
+    try:
+        sim.run()
+    except InvariantViolated as violated:
+        violation = violated.violation
+    except Exception as error:
+        import traceback
+
+        crash = "".join(traceback.format_exception(error))
+    return ScheduleResult(
+        seed=seed,
+        plan=plan,
+        violation=violation,
+        steps=sim.steps,
+        executions=len(sim.executions),
+        coverage=sim.invariants.coverage,
+        trace=[line.render(sim.trace[0].at) for line in sim.trace] if sim.trace else [],
+        crash=crash,
+    )
+
+
+def shrink(template: SimTemplate, failed: ScheduleResult) -> ScheduleResult:
+    """Delta debugging (ddmin) over the failed schedule's faults: the smallest subset that still
+    violates the same invariant, replayed with the same seed."""
+    target = failed.violation.invariant if failed.violation else "crash"
+
+    def fails(plan: list[PlannedFault]) -> ScheduleResult | None:
+        result = run_schedule(template, failed.seed, plan)
+        if result.violation is not None and result.violation.invariant == target:
+            return result
+        if target == "crash" and result.crash:
+            return result
+        return None
+
+    faults = list(failed.plan)
+    best = failed
+    granularity = 2
+    while len(faults) >= 2:
+        chunk = max(1, len(faults) // granularity)
+        subsets = [faults[i : i + chunk] for i in range(0, len(faults), chunk)]
+        reduced = False
+        for index in range(len(subsets)):
+            complement = [f for j, s in enumerate(subsets) if j != index for f in s]
+            result = fails(complement)
+            if result is not None:
+                faults, best = complement, result
+                granularity = max(granularity - 1, 2)
+                reduced = True
+                break
+        if not reduced:
+            if granularity >= len(faults):
+                break
+            granularity = min(len(faults), granularity * 2)
+    final = run_schedule(template, failed.seed, faults, trace=True)
+    return final if not final.ok else best
+
+
+@dataclass
+class Campaign:
+    schedules: int = 0
+    failures: list[ScheduleResult] = field(default_factory=list)
+    coverage: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(FAULT_KINDS, 0)))
+    steps: int = 0
+    executions: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.schedules / self.seconds if self.seconds else 0.0
+
+
+def run_campaign(
+    template: SimTemplate,
+    seeds: Iterable[int],
+    *,
+    stop_after: int = 1,
+    on_result: Callable[[ScheduleResult], None] | None = None,
+) -> Campaign:
+    campaign = Campaign()
+    started = time.perf_counter()
+    for seed in seeds:
+        result = run_schedule(template, seed)
+        campaign.schedules += 1
+        campaign.steps += result.steps
+        campaign.executions += result.executions
+        campaign.coverage.update(result.coverage)
+        if on_result is not None:
+            on_result(result)
+        if not result.ok:
+            campaign.failures.append(result)
+            if len(campaign.failures) >= stop_after:
+                break
+    campaign.seconds = time.perf_counter() - started
+    return campaign

@@ -1,0 +1,803 @@
+"""One seeded schedule: the workflow, the cluster and the faults, interleaved by a seeded scheduler.
+
+Everything runs in one thread on a virtual clock. At each step the scheduler picks, with the
+seed's random stream, one of the things that are ready: an execution's next state (the real
+handler of a Task, through the in-memory adapters), a world timer (a pod stopping, a node coming
+back from a reboot, Karpenter replacing a node), an event reaching ingest, a status-change event
+reaching the finalizer, the sweeper, or a planned fault that has come due. Inside a handler, every
+adapter call is a scheduling point too: there the scheduler may first run another ready step
+(nested, to a bounded depth) or inject a fault, which is how a schedule asks "what if the node,
+the condition, the lock, the clock or AWS changed between my read and my write?". The invariants
+(:mod:`nodeheal.sim.seeded.invariants`) are checked after every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import logging
+import random
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nodeheal.actions import Mode
+from nodeheal.conditions import Condition, is_bad_status
+from nodeheal.config import RemediationSettings
+from nodeheal.errors import (
+    DuplicateExecutionError,
+    Ec2ThrottledError,
+    KubernetesApiUnavailableError,
+    LedgerContentionError,
+)
+from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, cluster_source
+from nodeheal.exporter.transitions import TransitionTracker
+from nodeheal.patterns import match
+from nodeheal.policy.decide import NodeHistory, decide
+from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
+from nodeheal.sim.seeded import asl
+from nodeheal.sim.seeded.faults import PlannedFault
+from nodeheal.sim.seeded.ledger import MemoryLedger
+from nodeheal.sim.seeded.template import REGION, STATE_MACHINE_ARN, SimFunction, SimTemplate
+from nodeheal.sim.seeded.world import (
+    Budget,
+    MemoryInstances,
+    MemoryNodes,
+    MemoryPods,
+    Mutation,
+    World,
+)
+from nodeheal.timeutil import format_timestamp
+from nodeheal.workflow.finalizer import EndedExecution
+from nodeheal.workflow.ports import KubeAccess
+
+START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+CLUSTER = "training-on-eks"
+#: Messages by severity, as NPD's GPU config and the node monitoring agent write them.
+XID_MESSAGES = {
+    "replace": "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus.",
+    "reboot": "NVRM: Xid (PCI:0000:97:00): 48, pid=2411, name=python3, "
+    "An uncorrectable double bit error (DBE)",
+    "none": "NVRM: Xid (PCI:0000:53:00): 13, pid=2411, name=python3, Graphics SM Warp Exception",
+}
+#: The exporter re-sends every bad condition this often (its default ``resync_seconds``), which is
+#: what recovers an event EventBridge delivered too late for ingest.
+EXPORTER_RESYNC_SECONDS = 3600
+#: Lambda's reserve the handlers keep before their timeout (nodeheal.deadline), in virtual seconds.
+DEADLINE_RESERVE_SECONDS = 5.0
+
+
+#: Faults applied only between invocations (a clock jump inside one would be a Lambda running for hours).
+BETWEEN_INVOCATIONS = frozenset({"lock-ttl-expiry"})
+
+
+class LambdaKilled(BaseException):
+    """The Lambda service ends the invocation (timeout): no line of the handler runs after this."""
+
+
+@dataclass
+class Invocation:
+    """One Lambda invocation of a handler, as the invariants see it."""
+
+    number: int
+    function: str
+    execution: str
+    state_name: str
+    payload: Mapping[str, Any] | None
+    started_at: datetime
+    timeout_seconds: float
+    mode: str
+    paused: bool
+    #: Virtual seconds the invocation's calls took (slow API answers).
+    spent: float = 0.0
+    #: Its result is lost after it returns (the Lambda was killed after its side effect).
+    lose_result: bool = False
+    transient_faults: int = 0
+    claimed: set[str] = field(default_factory=set)
+    #: The worst confirmed fault of the admitted instance when the invocation began (I8).
+    worst_at_start: str = "none"
+
+    @property
+    def admitted(self) -> Mapping[str, Any]:
+        admission = (self.payload or {}).get("admission") or {}
+        return admission.get("node") or {}
+
+    @property
+    def condition_type(self) -> str:
+        return str((((self.payload or {}).get("event") or {}).get("condition") or {}).get("type", ""))
+
+
+@dataclass
+class SimExecution:
+    run: asl.Execution
+    #: (cluster, node name, node uid, condition type, status, reason, transition time) of its event.
+    key: tuple[str, ...]
+    started_by: str  # the delivery kind that started it
+    #: Transient faults injected per state visit (state name, visit number) -> count.
+    transient: dict[str, int] = field(default_factory=dict)
+    last_error_state: str = ""
+    finalizer_notified: bool = False
+
+
+@dataclass
+class Delivery:
+    """An event on its way from the bus to ingest."""
+
+    at: datetime
+    envelope: dict[str, Any]
+    kind: str  # genuine | duplicate | replayed | forged | foreign | future-dated | stale | oversized | resync
+    original: str = ""  # for duplicates and replays: the execution name of the original, if known
+
+
+@dataclass
+class TraceLine:
+    at: datetime
+    point: int
+    text: str
+
+    def render(self, start: datetime) -> str:
+        return f"{(self.at - start).total_seconds():9.1f}s #{self.point:<5d} {self.text}"
+
+
+class _SimContext:
+    """What Powertools and the handlers read from the Lambda context object."""
+
+    def __init__(self, function: SimFunction, invocation: Invocation, clock: Callable[[], datetime]) -> None:
+        self.function_name = function.spec.logical_id
+        self.memory_limit_in_mb = 256
+        self.invoked_function_arn = (
+            f"arn:aws:lambda:{REGION}:123456789012:function:{function.spec.logical_id}"
+        )
+        self.aws_request_id = f"req-{invocation.number}"
+        self.log_group_name = ""
+        self.log_stream_name = ""
+        self._invocation = invocation
+        self._clock = clock
+
+    def get_remaining_time_in_millis(self) -> int:
+        used = (self._clock() - self._invocation.started_at).total_seconds()
+        return max(0, int((self._invocation.timeout_seconds - used) * 1000))
+
+
+class SimRuntime(Runtime):
+    """A Lambda container's runtime whose adapters are the simulation's in-memory ones."""
+
+    def __init__(self, sim: Simulation, function: SimFunction) -> None:
+        environment = dict(function.environment)
+        if "NODEHEAL_MODE" in environment and sim.deployed_mode:
+            environment["NODEHEAL_MODE"] = sim.deployed_mode
+        super().__init__(
+            LambdaEnvironment.from_environ(environment),
+            client_factory=_no_clients,
+            clock=sim.now,
+        )
+        self._sim = sim
+        # Runtime builds its adapters lazily (cached properties); these are the built ones.
+        self.__dict__.update(
+            ledger=sim.ledger,
+            notifier=sim.notifier,
+            instances=MemoryInstances(sim.world, reboot_heals=lambda: sim.rng.random() < 0.6),
+            executions=sim.executions_port,
+            starter=sim.starter,
+        )
+
+    def kube(self, cluster: str, deadline: Any = None) -> KubeAccess:
+        return KubeAccess(nodes=MemoryNodes(self._sim.world), pods=MemoryPods(self._sim.world))
+
+
+def _no_clients(service: str) -> Any:
+    raise AssertionError(f"the simulation has no {service} client: every adapter is in memory")
+
+
+class SimNotifier:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def publish(self, notification: Any) -> str:
+        self.sent.append(notification)
+        return f"msg-{len(self.sent)}"
+
+
+class SimStarter:
+    def __init__(self, sim: Simulation) -> None:
+        self._sim = sim
+
+    def start(self, name: str, payload: Mapping[str, Any]) -> str:
+        return self._sim.start_execution(name, payload)
+
+
+class SimExecutions:
+    """The finalizer's view of Step Functions (describe, history, listing), over the simulation."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self._sim = sim
+
+    def describe(self, execution_arn: str) -> EndedExecution:
+        run = self._sim.by_arn[execution_arn].run
+        status = run.status
+        return EndedExecution(
+            arn=run.arn,
+            name=run.name,
+            status=status,
+            started_at=run.started_at,
+            stopped_at=run.stopped_at,
+            error=run.error,
+            cause=run.cause,
+            input=run.input,
+        )
+
+    def last_state(self, execution_arn: str) -> Mapping[str, Any] | None:
+        run = self._sim.by_arn[execution_arn].run
+        for _, data in reversed(run.entered):
+            if isinstance(data, Mapping) and "event" in data:
+                return data
+        return None
+
+    def ended_since(self, since: datetime, *, longest_execution: timedelta) -> list[str]:
+        return [
+            e.run.arn
+            for e in self._sim.executions.values()
+            if e.run.status in ("FAILED", "TIMED_OUT", "ABORTED")
+            and e.run.stopped_at is not None
+            and e.run.stopped_at >= since
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    nodes: int = 6
+    #: How deep a handler's scheduling point may run other steps inside it.
+    max_nesting: int = 1
+    #: Chance that a scheduling point inside a handler runs another ready step first.
+    interleave: float = 0.25
+    max_steps: int = 6000
+    horizon: timedelta = timedelta(hours=30)
+
+
+class Simulation:
+    def __init__(
+        self,
+        template: SimTemplate,
+        seed: int,
+        plan: list[PlannedFault],
+        *,
+        options: SimOptions | None = None,
+        settings_overrides: Callable[[random.Random, dict[str, Any]], None] | None = None,
+        trace: bool = True,
+    ) -> None:
+        from nodeheal.sim.seeded.invariants import Invariants
+
+        self.template = template
+        self.seed = seed
+        self.options = options or SimOptions()
+        self.rng = random.Random(seed)
+        self.fault_rng = random.Random(seed ^ 0x5EED)
+        self.clock = START
+        self.plan = sorted(plan, key=lambda f: (f.at_point, f.kind, f.seed))
+        self.applied: list[PlannedFault] = []
+        self.points = 0
+        self.steps = 0
+        self.trace_enabled = trace
+        self.trace: list[TraceLine] = []
+        self.world = World(self.rng, self.now, cluster=CLUSTER)
+        self.ledger = MemoryLedger(clock=self.now, on_call=self._ledger_point)
+        self.notifier = SimNotifier()
+        self.executions: dict[str, SimExecution] = {}
+        self.by_arn: dict[str, SimExecution] = {}
+        self.executions_port = SimExecutions(self)
+        self.starter = SimStarter(self)
+        self.deliveries: list[Delivery] = []
+        self.status_changes: list[tuple[datetime, str]] = []
+        self.next_sweep = START + timedelta(seconds=template.sweep_seconds or 300)
+        self.next_resync = START + timedelta(seconds=EXPORTER_RESYNC_SECONDS)
+        self.last_end_at = START
+        self.last_sweep_at = START
+        self.deployed_mode = ""
+        self.stack: list[Invocation] = []
+        self.invocations = 0
+        self.delivering: Delivery | None = None
+        self.sent_events: list[Delivery] = []
+        self.armed: dict[str, int] = {}
+        self.settings = self._settings(settings_overrides)
+        self.definition = self._definition()
+        self.machine = asl.StateMachine.from_definition(self.definition)
+        self.tracker = TransitionTracker(CLUSTER, lambda t: True, clock=self.now)
+        self.world.on_node_change = self._node_changed
+        self.world.observer = self
+        self.invariants = Invariants(self)
+        self._handlers: dict[str, Any] = {}
+        self._build_cluster()
+
+    # -- clock and trace --------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self.clock
+
+    def log(self, text: str) -> None:
+        if self.trace_enabled:
+            self.trace.append(TraceLine(self.clock, self.points, text))
+
+    # -- settings: the deployed ones, varied per schedule within what the config accepts ----------
+
+    def _settings(
+        self, overrides: Callable[[random.Random, dict[str, Any]], None] | None
+    ) -> RemediationSettings:
+        raw = copy.deepcopy(self.template.definition["States"]["Load settings"]["Parameters"]["settings"])
+        raw["drain"]["onTimeout"] = self.rng.choice(["force", "abort"])
+        raw["drain"]["onConditionCleared"] = self.rng.choice(["keep-cordoned", "uncordon"])
+        if overrides is not None:
+            overrides(self.rng, raw)
+        return RemediationSettings.from_json(raw, check_timing=True)
+
+    def _definition(self) -> dict[str, Any]:
+        definition = copy.deepcopy(dict(self.template.definition))
+        definition["States"]["Load settings"]["Parameters"]["settings"] = self.settings.to_json()
+        return definition
+
+    # -- the cluster -----------------------------------------------------------------------------------
+
+    def _build_cluster(self) -> None:
+        count = self.options.nodes
+        layout = []
+        for index in range(count):
+            roll = index % 6
+            if roll in (0, 1, 2):
+                layout.append(("karpenter", "gpu"))
+            elif roll in (3, 4):
+                layout.append(("nodegroup", "gpu-mng"))
+            else:
+                layout.append(("none", ""))
+        for index, (kind, pool) in enumerate(layout):
+            name = f"ip-10-0-1-{10 + index}.us-west-2.compute.internal"
+            self.world.add_node(name, pool_kind=kind, pool=pool)
+            self.world.add_pod(name, "trainer")
+            self.world.add_pod(name, "trainer")
+            self.world.add_pod(name, "logs", owner="DaemonSet")
+            if self.rng.random() < 0.3:
+                self.world.add_pod(name, "notebook", owner="ReplicaSet")
+        self.world.budgets.append(Budget("trainer", max(1, 2 * count - 3)))
+        self.log(
+            f"cluster: {count} nodes; settings onTimeout={self.settings.drain.on_timeout} "
+            f"onConditionCleared={self.settings.drain.on_condition_cleared}"
+        )
+
+    def _node_changed(self, raw: dict[str, Any], deleted: bool) -> None:
+        """The exporter's watch: every transition becomes an event on the bus."""
+        if deleted:
+            self.tracker.forget(raw)
+            return
+        for event in self.tracker.observe(raw):
+            self._publish(event, "genuine")
+
+    def envelope(self, event: NodeConditionEvent, *, source: str | None = None) -> dict[str, Any]:
+        self.invocations += 1
+        return {
+            "version": "0",
+            "id": f"evt-{self.invocations}",
+            "detail-type": DETAIL_TYPE_CONDITION_CHANGED,
+            "source": source or cluster_source("nodeheal.exporter", event.cluster),
+            "account": "123456789012",
+            "time": format_timestamp(self.clock),
+            "region": REGION,
+            "resources": [],
+            "detail": event.to_detail(),
+        }
+
+    def _publish(
+        self, event: NodeConditionEvent, kind: str, *, delay: float | None = None, **extra: Any
+    ) -> None:
+        envelope = self.envelope(event, **extra)
+        self.sent_events.append(Delivery(self.clock, envelope, kind))
+        if not match(self.template.condition_pattern, envelope).matched:
+            return
+        at = self.clock + timedelta(seconds=self.rng.uniform(0.05, 2.0) if delay is None else delay)
+        self.deliveries.append(Delivery(at, envelope, kind))
+
+    # -- executions ---------------------------------------------------------------------------------
+
+    def start_execution(self, name: str, payload: Mapping[str, Any]) -> str:
+        if name in self.executions:
+            raise DuplicateExecutionError(name)
+        arn = f"{STATE_MACHINE_ARN.replace(':stateMachine:', ':execution:')}:{name}"
+        event = NodeConditionEvent.from_detail(payload["event"])
+        transition = event.condition.last_transition_time or event.observed_at
+        key = (
+            event.cluster,
+            event.node.name,
+            event.node.uid,
+            event.condition.type,
+            event.condition.status,
+            event.condition.reason,
+            transition.strftime("%Y%m%dT%H%M%SZ"),
+        )
+        run = asl.Execution(self.machine, name, arn, json.loads(json.dumps(payload)), self.clock)
+        kind = self.delivering.kind if self.delivering else "operator"
+        execution = SimExecution(run, key, kind)
+        self.executions[name] = execution
+        self.by_arn[arn] = execution
+        self.invariants.execution_started(execution, self.delivering)
+        self.log(f"start {name} ({kind})")
+        return arn
+
+    def _end(self, execution: SimExecution) -> None:
+        run = execution.run
+        self.last_end_at = self.clock
+        self.log(f"{run.name} ended {run.status} {run.error}".rstrip())
+        if run.status in ("FAILED", "TIMED_OUT", "ABORTED"):
+            lost = self._consume("finalizer-event-lost") or self.rng.random() < 0.1
+            if not lost:
+                self.status_changes.append(
+                    (self.clock + timedelta(seconds=self.rng.uniform(0.5, 30)), run.arn)
+                )
+
+    # -- invoking handlers --------------------------------------------------------------------------
+
+    def _handler(self, function: SimFunction) -> Any:
+        handler = self._handlers.get(function.spec.handler)
+        if handler is None:
+            handler = function.handler()
+            self._handlers[function.spec.handler] = handler
+        return handler
+
+    def invoke_function(
+        self, function: SimFunction, payload: Any, *, execution: str = "", state_name: str = ""
+    ) -> asl.TaskOutcome:
+        self.invocations += 1
+        invocation = Invocation(
+            number=self.invocations,
+            function=function.name,
+            execution=execution,
+            state_name=state_name,
+            payload=payload if isinstance(payload, Mapping) else None,
+            started_at=self.clock,
+            timeout_seconds=float(function.spec.timeout_seconds),
+            mode=self.deployed_mode or str(function.environment.get("NODEHEAL_MODE", "")),
+            paused=self.ledger.states.get(CLUSTER) is not None and self.ledger.states[CLUSTER].paused,
+        )
+        if execution and self._consume("lambda-killed-after-side-effect"):
+            invocation.lose_result = True
+        self.invariants.invocation_started(invocation)
+        runtime = SimRuntime(self, function)
+        context = _SimContext(function, invocation, self.now)
+        self.stack.append(invocation)
+        try:
+            with using_runtime(runtime), _quiet():
+                # What a Lambda receives: the payload as JSON, nothing shared with the state.
+                result = self._handler(function)(json.loads(json.dumps(payload)), context)
+        except LambdaKilled as killed:
+            return asl.TaskOutcome(
+                error=self.rng.choice(["Sandbox.Timedout", "Lambda.Unknown"]), cause=str(killed)
+            )
+        except Exception as error:
+            name = type(error).__name__
+            return asl.TaskOutcome(
+                error=name, cause=json.dumps({"errorMessage": str(error), "errorType": name})
+            )
+        finally:
+            self.stack.pop()
+            self.invariants.invocation_ended(invocation)
+        if invocation.lose_result:
+            self.log(f"  {function.name} of {execution}: Lambda killed after its side effects")
+            return asl.TaskOutcome(
+                error="Sandbox.Timedout", cause="Task timed out (killed after its side effects)"
+            )
+        return asl.TaskOutcome(output=json.loads(json.dumps(result)))
+
+    def _task(self, execution: SimExecution) -> asl.Invoke:
+        def invoke(state_name: str, resource: str, payload: Any) -> asl.TaskOutcome:
+            function = self.template.functions[resource]
+            outcome = self.invoke_function(
+                function, payload, execution=execution.run.name, state_name=state_name
+            )
+            if outcome.error:
+                execution.last_error_state = state_name
+            return outcome
+
+        return invoke
+
+    # -- scheduling points inside handlers (the observer the world and the ledger call) -----------------
+
+    def caller(self) -> Invocation | None:
+        return self.stack[-1] if self.stack else None
+
+    def mutated(self, mutation: Mutation) -> None:
+        self.log(
+            f"  {mutation.kind} {mutation.pod or mutation.node} "
+            f"by {getattr(mutation.caller, 'execution', '?')}"
+        )
+        self.invariants.mutation(mutation)
+
+    def _ledger_point(self, operation: str) -> None:
+        if operation == "write_admission_state" and self._consume("ledger-contention"):
+            self.log("  ledger contention on the admission state")
+            raise LedgerContentionError("simulated: another admission wrote the cluster item first")
+        if operation == "claim_mutation" and self.stack:
+            pass
+        self.point(f"ledger {operation}")
+
+    def point(self, operation: str) -> None:
+        self.points += 1
+        invocation = self.caller()
+        if invocation is not None:
+            self._call_faults(invocation, operation)
+            if len(self.stack) <= self.options.max_nesting and self.rng.random() < self.options.interleave:
+                self._step(nested=True)
+        self._due_faults()
+
+    def _call_faults(self, invocation: Invocation, operation: str) -> None:
+        kube = not operation.startswith(("ledger", "ec2"))
+        if kube and self._consume("api-5xx"):
+            invocation.transient_faults += 1
+            self._note_transient(invocation)
+            self.log(f"  {operation}: 503 from the API server")
+            raise KubernetesApiUnavailableError(f"{operation}: 503 Service Unavailable (simulated)")
+        if operation.startswith("ec2") and self._consume("ec2-throttled"):
+            invocation.transient_faults += 1
+            self._note_transient(invocation)
+            raise Ec2ThrottledError(f"{operation}: RequestLimitExceeded (simulated)")
+        if kube and self._consume("api-slow"):
+            self._spend(invocation, self.fault_rng.uniform(2, 20), operation)
+        if kube and self._consume("api-timeout"):
+            self._note_transient(invocation)
+            self._spend(invocation, invocation.timeout_seconds + 1, operation)
+
+    def _note_transient(self, invocation: Invocation) -> None:
+        execution = self.executions.get(invocation.execution)
+        if execution is not None:
+            visit = f"{invocation.state_name}#{len(execution.run.entered)}"
+            execution.transient[visit] = execution.transient.get(visit, 0) + 1
+
+    def _spend(self, invocation: Invocation, seconds: float, operation: str) -> None:
+        """A call that took ``seconds``: the clock moves; past the function's timeout Lambda kills it."""
+        invocation.spent += seconds
+        self.clock += timedelta(seconds=seconds)
+        self.log(f"  {operation} took {seconds:.1f}s")
+        if invocation.spent >= invocation.timeout_seconds:
+            raise LambdaKilled(f"{invocation.function} ran past its {invocation.timeout_seconds:g}s timeout")
+
+    def _unhandled_bad_conditions(self) -> bool:
+        """A bad condition no execution was started for: the exporter's next resync will send it."""
+        started = {(e.key[2], e.key[3]) for e in self.executions.values()}
+        return any(
+            (event.node.uid, event.condition.type) not in started
+            for event in self.tracker.resync_from_memory()
+        )
+
+    # -- faults ----------------------------------------------------------------------------------------
+
+    def _consume(self, kind: str) -> bool:
+        if self.armed.get(kind, 0) > 0:
+            self.armed[kind] -= 1
+            return True
+        return False
+
+    def _due_faults(self) -> None:
+        while self.plan and self.plan[0].at_point <= self.points:
+            if self.plan[0].kind in BETWEEN_INVOCATIONS and self.stack:
+                return  # the world's clock does not jump inside a Lambda invocation
+            fault = self.plan.pop(0)
+            self.applied.append(fault)
+            from nodeheal.sim.seeded.inject import inject
+
+            self.log(f"FAULT {fault.describe()}")
+            inject(self, fault)
+            self.invariants.after_step()
+
+    # -- the scheduler ----------------------------------------------------------------------------------
+
+    def _ready(self) -> list[tuple[str, Any]]:
+        ready: list[tuple[str, Any]] = []
+        now = self.clock
+        for execution in self.executions.values():
+            run = execution.run
+            if run.done or any(inv.execution == run.name for inv in self.stack):
+                continue
+            if run.timeout_at is not None and run.timeout_at <= now:
+                ready.append(("timeout", execution))
+            elif run.ready(now):
+                ready.append(("execution", execution))
+        ready.extend(("delivery", d) for d in self.deliveries if d.at <= now)
+        ready.extend(("status-change", s) for s in self.status_changes if s[0] <= now)
+        if self.world.next_timer_at() is not None and self.world.next_timer_at() <= now:  # type: ignore[operator]
+            ready.append(("timer", None))
+        if self.next_sweep <= now and not any(inv.function == "finalize" for inv in self.stack):
+            ready.append(("sweep", None))
+        if self.next_resync <= now:
+            ready.append(("resync", None))
+        return ready
+
+    def _next_time(self) -> datetime | None:
+        times = [e.run.wake_at for e in self.executions.values() if not e.run.done and e.run.wake_at]
+        times += [e.run.timeout_at for e in self.executions.values() if not e.run.done and e.run.timeout_at]
+        times += [d.at for d in self.deliveries] + [s[0] for s in self.status_changes]
+        timer = self.world.next_timer_at()
+        if timer is not None:
+            times.append(timer)
+        if (
+            any(not e.run.done for e in self.executions.values())
+            or self.deliveries
+            or self.status_changes
+            or self.last_sweep_at < self.last_end_at
+        ):
+            times.append(self.next_sweep)
+        if self.tracker.resync_from_memory():
+            times.append(self.next_resync)
+        return min((t for t in times if t is not None), default=None)
+
+    def _step(self, *, nested: bool = False) -> bool:
+        ready = self._ready()
+        if not ready:
+            return False
+        kind, item = ready[self.rng.randrange(len(ready))]
+        self.steps += 1
+        if kind in ("execution", "timeout") and not nested:
+            self.points += 1
+        if kind == "execution":
+            run = item.run
+            record = run.step(self.clock, self._task(item), self.rng)
+            if record.kind in ("Task", "Wait") or record.detail:
+                self.log(f"{run.name} | {record.state} {record.detail}".rstrip())
+            self.invariants.state_entered(item)
+            if run.done:
+                self._end(item)
+        elif kind == "timeout":
+            item.run.stop(
+                "TIMED_OUT", self.clock, "States.Timeout", "the execution ran past its TimeoutSeconds"
+            )
+            self._end(item)
+        elif kind == "delivery":
+            self.deliveries.remove(item)
+            self._deliver(item)
+        elif kind == "status-change":
+            self.status_changes.remove(item)
+            self._finalizer_event(item[1])
+        elif kind == "timer":
+            timer = self.world.pop_due_timer()
+            if timer is not None:
+                self.log(f"cluster: {timer.label}")
+                timer.action()
+        elif kind == "resync":
+            self.next_resync = self.clock + timedelta(seconds=EXPORTER_RESYNC_SECONDS)
+            for event in self.tracker.resync_from_memory():
+                self._publish(event, "resync")
+        elif kind == "sweep":
+            self.next_sweep = self.clock + timedelta(seconds=self.template.sweep_seconds or 300)
+            self.last_sweep_at = self.clock
+            self.invoke_function(
+                self.template.finalize, {"source": "aws.events", "detail-type": "Scheduled Event"}
+            )
+        self.invariants.after_step()
+        return True
+
+    def _deliver(self, delivery: Delivery) -> None:
+        self.delivering = delivery
+        try:
+            outcome = self.invoke_function(self.template.ingest, delivery.envelope)
+        finally:
+            self.delivering = None
+        detail = delivery.envelope.get("detail") or {}
+        node = (detail.get("node") or {}).get("name", "?") if isinstance(detail, dict) else "?"
+        status = (
+            (outcome.output or {}).get("status", outcome.error) if outcome.error is None else outcome.error
+        )
+        self.log(f"ingest {delivery.kind} event of {str(node).split('.')[0]}: {status}")
+
+    def _finalizer_event(self, arn: str) -> None:
+        event = {
+            "version": "0",
+            "id": f"sc-{self.invocations}",
+            "detail-type": "Step Functions Execution Status Change",
+            "source": "aws.states",
+            "detail": {"executionArn": arn, "stateMachineArn": STATE_MACHINE_ARN},
+        }
+        self.invoke_function(self.template.finalize, event)
+
+    def run(self) -> None:
+        """Run until the plan is spent and everything has settled (or a bound is hit)."""
+        end = START + self.options.horizon
+        while self.steps < self.options.max_steps:
+            self._due_faults()
+            if self._step():
+                continue
+            later = self._next_time()
+            if self.plan and (
+                later is None or later > self.clock + timedelta(seconds=self.rng.uniform(0, 600))
+            ):
+                # Nothing is ready soon: the next planned fault comes due now.
+                self.points = max(self.points, self.plan[0].at_point)
+                continue
+            if not self.plan and self._settled():
+                break
+            if later is None or later > end:
+                break
+            self.clock = max(self.clock, later)
+        self.invariants.at_end()
+
+    def _settled(self) -> bool:
+        return (
+            all(e.run.done for e in self.executions.values())
+            and not self._unhandled_bad_conditions()
+            and self.last_sweep_at >= self.last_end_at
+            and not self.deliveries
+            and not self.status_changes
+            and self.world.next_timer_at() is None
+        )
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Handlers log and print metrics for CloudWatch; the simulation keeps them off the terminal."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+_CLASSIFIED: dict[tuple[Any, ...], tuple[str, int]] = {}
+
+
+def classify(condition: dict[str, Any], settings: RemediationSettings, labels: Mapping[str, str]) -> str:
+    """The action the policy takes for this condition alone (no history): the oracle of I8."""
+    return _classified(condition, settings, labels)[0]
+
+
+def confirm_seconds(
+    condition: dict[str, Any], settings: RemediationSettings, labels: Mapping[str, str]
+) -> int:
+    return _classified(condition, settings, labels)[1]
+
+
+def _classified(
+    condition: dict[str, Any], settings: RemediationSettings, labels: Mapping[str, str]
+) -> tuple[str, int]:
+    pool = labels.get(settings.policy.node_pool_label, "")
+    key = (
+        condition["type"],
+        condition["status"],
+        condition.get("reason"),
+        condition.get("message"),
+        pool,
+        labels.get(settings.policy.opt_out_label),
+        id(settings),
+    )
+    found = _CLASSIFIED.get(key)
+    if found is None:
+        found = _decide(condition, settings, labels)
+        if len(_CLASSIFIED) > 50_000:
+            _CLASSIFIED.clear()
+        _CLASSIFIED[key] = found
+    return found
+
+
+def _decide(
+    condition: dict[str, Any], settings: RemediationSettings, labels: Mapping[str, str]
+) -> tuple[str, int]:
+    parsed = Condition.from_api(condition)
+    if not is_bad_status(parsed.type, parsed.status):
+        return "none", 0
+    decision = decide(
+        parsed, labels=labels, history=NodeHistory(0, None), policy=settings.policy, mode=Mode.FULL, now=START
+    )
+    return decision.action.value, decision.confirm_seconds
+
+
+def _export_shared_environment(template: SimTemplate) -> None:
+    """Powertools reads its namespace and service name from the process environment when a handler
+    module is imported; every function runs in this one process, so the values they share are set."""
+    import os
+
+    for key in ("POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_SERVICE_NAME"):
+        values = {f.environment.get(key) for f in template.functions.values()}
+        value = template.ingest.environment.get(key)
+        if value and len(values) == 1:
+            os.environ.setdefault(key, value)
+
+
+def prepare_handlers(template: SimTemplate) -> None:
+    """Before the first handler module is imported: the environment Powertools reads at import,
+    and its logger kept to errors (the trace is the simulation's log)."""
+    _export_shared_environment(template)
+    from nodeheal.lambda_support import logger
+
+    logger.setLevel(logging.CRITICAL)

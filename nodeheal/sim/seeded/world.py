@@ -1,0 +1,646 @@
+"""The simulated cluster and EC2 the seeded schedules run against, and in-memory adapters to them.
+
+One :class:`World` holds Nodes, Pods, PodDisruptionBudgets and EC2 instances as plain data on a
+virtual clock. The workflow reaches it only through :class:`MemoryNodes`, :class:`MemoryPods` and
+:class:`MemoryInstances`, which implement the workflow's ports (nodeheal.workflow.ports) with the
+semantics of the real adapters over the API server and EC2 (uid preconditions, PDB 429s, a
+replaced Node answering as gone, terminate idempotent, ...); the contract tests in
+``tests/unit/sim/test_memory_adapters.py`` run the same cases against both. The rest of the cluster
+(the kubelet finishing pod shutdowns, ReplicaSets replacing evicted pods, an instance rebooting,
+Karpenter replacing a terminated node) happens on timers the scheduler runs like any other actor.
+
+Every adapter operation first calls ``observer.point(operation)``: the scheduler may run other
+work there (another step, a fault) before the operation reads or writes, and every mutation is
+reported to ``observer.mutated`` so the invariants can see who changed what.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from nodeheal.aws.ec2 import GONE_STATES, InstanceView, TerminateOutcome
+from nodeheal.conditions import is_bad_status
+from nodeheal.errors import (
+    Ec2IncorrectStateError,
+    InstanceNotFoundError,
+    NodeGoneError,
+)
+from nodeheal.kube.model import (
+    ANNOTATION_CORDONED_AT,
+    ANNOTATION_CORDONED_BY_NODEHEAL,
+    ANNOTATION_EXECUTION,
+    ANNOTATION_REASON,
+    UNHEALTHY_TAINT_KEY,
+    LiveNode,
+    PodView,
+)
+from nodeheal.kube.nodes import MAX_REASON_LENGTH, NODEHEAL_ANNOTATIONS, CordonResult
+from nodeheal.kube.pods import DeletionReport, EvictionReport, PodOutcome, PodResult
+from nodeheal.sim.objects import make_node
+from nodeheal.timeutil import format_timestamp
+
+JSON = dict[str, Any]
+CLUSTER = "training-on-eks"
+KARPENTER_POOL_LABEL = "karpenter.sh/nodepool"
+NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """One change an adapter made on behalf of a workflow step."""
+
+    kind: str  # cordon | uncordon | evict | force-delete | delete-node | reboot | terminate
+    at: datetime
+    node: str
+    node_uid: str
+    instance_id: str
+    pod: str = ""
+    #: The Node object the pod was bound to (a pod follows its node's name, never its uid).
+    pod_node_uid: str = ""
+    #: The adapter call's caller (the scheduler's invocation object), for the invariants.
+    caller: Any = None
+
+
+class Observer(Protocol):
+    def point(self, operation: str) -> None: ...
+    def mutated(self, mutation: Mutation) -> None: ...
+    def caller(self) -> Any: ...
+
+
+class _Quiet:
+    def point(self, operation: str) -> None:
+        return None
+
+    def mutated(self, mutation: Mutation) -> None:
+        return None
+
+    def caller(self) -> Any:
+        return None
+
+
+@dataclass
+class Instance:
+    instance_id: str
+    node: str
+    state: str = "running"
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A PodDisruptionBudget over the pods of one workload (label ``app``)."""
+
+    app: str
+    min_available: int
+
+
+@dataclass(order=True)
+class Timer:
+    at: datetime
+    seq: int
+    label: str = field(compare=False)
+    action: Callable[[], None] = field(compare=False)
+
+
+class World:
+    """Nodes, pods, budgets and instances on a virtual clock (see the module docstring)."""
+
+    def __init__(self, rng: random.Random, clock: Callable[[], datetime], *, cluster: str = CLUSTER) -> None:
+        self.rng = rng
+        self.clock = clock
+        self.cluster = cluster
+        self.nodes: dict[str, JSON] = {}
+        self.pods: dict[tuple[str, str], JSON] = {}
+        #: pod uid -> uid of the Node object it was scheduled on.
+        self.pod_node_uid: dict[str, str] = {}
+        self.budgets: list[Budget] = []
+        self.instances: dict[str, Instance] = {}
+        #: Nodes whose kubelet is dead: their terminating pods never finish.
+        self.dead_kubelets: set[str] = set()
+        self.observer: Observer = _Quiet()
+        #: Called after every change of a Node object (the exporter's watch).
+        self.on_node_change: Callable[[JSON, bool], None] = lambda node, deleted: None
+        self.timers: list[Timer] = []
+        self._ids = itertools.count(1)
+        self._rv = itertools.count(100)
+
+    # -- identities and time ------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids):06d}"
+
+    def new_instance_id(self) -> str:
+        return f"i-{next(self._ids):017x}"
+
+    def at(self, delay_seconds: float, label: str, action: Callable[[], None]) -> None:
+        heapq.heappush(
+            self.timers, Timer(self.now() + timedelta(seconds=delay_seconds), next(self._ids), label, action)
+        )
+
+    def next_timer_at(self) -> datetime | None:
+        return self.timers[0].at if self.timers else None
+
+    def pop_due_timer(self) -> Timer | None:
+        if self.timers and self.timers[0].at <= self.now():
+            return heapq.heappop(self.timers)
+        return None
+
+    # -- building the cluster ---------------------------------------------------------------------
+
+    def add_node(self, name: str, *, pool_kind: str, pool: str, instance_type: str = "p5.48xlarge") -> JSON:
+        instance_id = self.new_instance_id()
+        raw = make_node(name, instance_id=instance_id, instance_type=instance_type, node_pool=pool)
+        labels = raw["metadata"]["labels"]
+        labels.pop(KARPENTER_POOL_LABEL, None)
+        if pool_kind == "karpenter":
+            labels[KARPENTER_POOL_LABEL] = pool
+        elif pool_kind == "nodegroup":
+            labels[NODEGROUP_LABEL] = pool
+        stamp = format_timestamp(self.now())
+        raw["metadata"]["uid"] = self.new_id("uid-")
+        raw["metadata"]["creationTimestamp"] = stamp
+        raw["metadata"]["resourceVersion"] = str(next(self._rv))
+        raw["status"]["nodeInfo"]["bootID"] = self.new_id("boot-")
+        for condition in raw["status"]["conditions"]:
+            condition["lastTransitionTime"] = stamp
+            condition["lastHeartbeatTime"] = stamp
+        self.nodes[name] = raw
+        self.instances[instance_id] = Instance(
+            instance_id, name, tags={f"kubernetes.io/cluster/{self.cluster}": "owned"}
+        )
+        self.on_node_change(raw, False)
+        return raw
+
+    def add_pod(self, node: str, app: str, *, owner: str = "ReplicaSet", grace: int = 30) -> JSON:
+        name = f"{app}-{self.new_id('')}"
+        pod: JSON = {
+            "metadata": {
+                "namespace": "training",
+                "name": name,
+                "uid": self.new_id("pod-"),
+                "labels": {"app": app},
+                "annotations": {},
+                "ownerReferences": [{"kind": owner, "name": app, "controller": True}],
+            },
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace},
+            "status": {"phase": "Running"},
+        }
+        self.pods[("training", name)] = pod
+        self.pod_node_uid[pod["metadata"]["uid"]] = self.nodes[node]["metadata"]["uid"]
+        return pod
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def node_uid(self, name: str) -> str:
+        node = self.nodes.get(name)
+        return str(node["metadata"]["uid"]) if node else ""
+
+    def instance_of(self, name: str) -> str:
+        node = self.nodes.get(name)
+        if node is None:
+            return ""
+        return str(node["spec"]["providerID"]).rsplit("/", 1)[-1]
+
+    def condition(self, name: str, condition_type: str) -> JSON | None:
+        node = self.nodes.get(name)
+        if node is None:
+            return None
+        for condition in node["status"]["conditions"]:
+            if condition["type"] == condition_type:
+                return dict(condition)
+        return None
+
+    def is_bad(self, name: str, condition_type: str) -> bool:
+        condition = self.condition(name, condition_type)
+        return condition is not None and is_bad_status(condition_type, str(condition["status"]))
+
+    def pods_on(self, node: str) -> list[JSON]:
+        return [p for p in self.pods.values() if p["spec"].get("nodeName") == node]
+
+    def pool_of(self, node: JSON) -> tuple[str, str]:
+        """(kind, name) of the node's pool: a Karpenter NodePool, a managed node group, or none."""
+        labels = node["metadata"]["labels"]
+        if KARPENTER_POOL_LABEL in labels:
+            return "karpenter", str(labels[KARPENTER_POOL_LABEL])
+        if NODEGROUP_LABEL in labels:
+            return "nodegroup", str(labels[NODEGROUP_LABEL])
+        return "none", ""
+
+    # -- changes the cluster makes (detectors, kubelet, controllers, Karpenter) -----------------------
+
+    def _touch(self, node: JSON) -> None:
+        node["metadata"]["resourceVersion"] = str(next(self._rv))
+        self.on_node_change(node, False)
+
+    def set_condition(self, name: str, condition_type: str, status: str, reason: str, message: str) -> bool:
+        """What a detector (NPD, the node monitoring agent) or the kubelet writes. The transition
+        time moves only when the status changes, as on a real Node."""
+        node = self.nodes.get(name)
+        if node is None:
+            return False
+        stamp = format_timestamp(self.now())
+        conditions = node["status"]["conditions"]
+        for condition in conditions:
+            if condition["type"] == condition_type:
+                if condition["status"] != status:
+                    condition["lastTransitionTime"] = stamp
+                condition.update(status=status, reason=reason, message=message, lastHeartbeatTime=stamp)
+                break
+        else:
+            conditions.insert(
+                len(conditions) - 1,
+                {
+                    "type": condition_type,
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": stamp,
+                    "lastHeartbeatTime": stamp,
+                },
+            )
+        self._touch(node)
+        return True
+
+    def delete_node_object(self, name: str) -> JSON | None:
+        node = self.nodes.pop(name, None)
+        if node is None:
+            return None
+        # The pod garbage collector removes the pods of a deleted node.
+        for key in [k for k, p in self.pods.items() if p["spec"].get("nodeName") == name]:
+            del self.pods[key]
+        self.dead_kubelets.discard(name)
+        self.on_node_change(node, True)
+        return node
+
+    def join_node(self, name: str, like: JSON) -> JSON:
+        """A new instance joins as Node ``name`` (Karpenter's replacement; EC2 may reuse the IP,
+        so the name may be an old one) in the same pool, healthy."""
+        kind, pool = self.pool_of(like)
+        fresh = self.add_node(name, pool_kind=kind, pool=pool or "gpu")
+        for app in ("trainer", "sidecar"):
+            self.add_pod(name, app)
+        return fresh
+
+    def instance_stopped(self, instance_id: str) -> None:
+        """The instance is gone: its node goes NotReady, Karpenter deletes the Node object later and
+        brings up a replacement."""
+        instance = self.instances.get(instance_id)
+        if instance is None:
+            return
+        instance.state = "terminated"
+        name = instance.node
+        node = self.nodes.get(name)
+        if node is None or self.instance_of(name) != instance_id:
+            return
+        self.dead_kubelets.add(name)
+        self.set_condition(
+            name, "Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
+        )
+        uid = node["metadata"]["uid"]
+        self.at(
+            self.rng.uniform(5, 60), f"karpenter removes {name}", lambda: self._karpenter_replace(name, uid)
+        )
+
+    def _karpenter_replace(self, name: str, uid: str) -> None:
+        node = self.nodes.get(name)
+        if node is None or node["metadata"]["uid"] != uid:
+            return
+        self.delete_node_object(name)
+        reuse = self.rng.random() < 0.3
+        new_name = name if reuse else f"ip-10-0-{self.rng.randrange(1, 250)}-{self.rng.randrange(1, 250)}"
+        if new_name in self.nodes:
+            new_name = f"{new_name}-{self.new_id('')}"
+        self.at(self.rng.uniform(30, 120), f"{new_name} joins", lambda: self.join_node(new_name, node))
+
+    def reboot_instance(self, instance_id: str, *, heals: bool) -> None:
+        instance = self.instances[instance_id]
+        name = instance.node
+
+        def down() -> None:
+            if self.instance_of(name) == instance_id:
+                self.set_condition(name, "Ready", "False", "KubeletNotReady", "node is rebooting")
+
+        def up() -> None:
+            node = self.nodes.get(name)
+            if node is None or self.instance_of(name) != instance_id or instance.state != "running":
+                return
+            node["status"]["nodeInfo"]["bootID"] = self.new_id("boot-")
+            for condition in list(node["status"]["conditions"]):
+                kind = condition["type"]
+                if kind != "Ready" and is_bad_status(kind, condition["status"]) and heals:
+                    healthy = "True" if kind == "AcceleratedHardwareReady" else "False"
+                    self.set_condition(name, kind, healthy, "Healthy", "healthy after reboot")
+            self.set_condition(name, "Ready", "True", "KubeletReady", "kubelet is posting ready status")
+
+        self.at(self.rng.uniform(1, 10), f"{name} goes down for reboot", down)
+        self.at(self.rng.uniform(40, 200), f"{name} is back from reboot", up)
+
+    def _finish_pod(self, key: tuple[str, str], uid: str) -> None:
+        pod = self.pods.get(key)
+        if pod is None or pod["metadata"]["uid"] != uid:
+            return
+        if pod["spec"].get("nodeName") in self.dead_kubelets:
+            return  # nobody stops the containers: the pod stays Terminating
+        del self.pods[key]
+
+    def _begin_delete(self, pod: JSON, grace: int) -> None:
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        uid = pod["metadata"]["uid"]
+        if grace <= 0:
+            del self.pods[key]
+        elif not pod["metadata"].get("deletionTimestamp"):
+            pod["metadata"]["deletionTimestamp"] = format_timestamp(self.now() + timedelta(seconds=grace))
+            stop = self.rng.uniform(0.2, min(grace, 45))
+            self.at(stop, f"pod {key[1]} stops", lambda: self._finish_pod(key, uid))
+        owner = (pod["metadata"].get("ownerReferences") or [{}])[0].get("kind")
+        app = pod["metadata"]["labels"].get("app", "")
+        if owner in ("ReplicaSet", "StatefulSet"):
+            self.at(self.rng.uniform(5, 60), f"replacement {app} pod", lambda: self._replace_pod(app))
+
+    def _replace_pod(self, app: str) -> None:
+        candidates = sorted(
+            name
+            for name, node in self.nodes.items()
+            if not node["spec"].get("unschedulable") and name not in self.dead_kubelets
+        )
+        if candidates:
+            self.add_pod(self.rng.choice(candidates), app)
+
+    def _disruptions_allowed(self, pod: JSON) -> int | None:
+        app = pod["metadata"]["labels"].get("app")
+        budgets = [b for b in self.budgets if b.app == app]
+        if not budgets:
+            return None
+        healthy = sum(
+            1
+            for p in self.pods.values()
+            if p["metadata"]["labels"].get("app") == app
+            and not p["metadata"].get("deletionTimestamp")
+            and p["status"].get("phase") == "Running"
+        )
+        return min(healthy - b.min_available for b in budgets)
+
+
+def _selects(selector: str, labels: dict[str, str]) -> bool:
+    """The label selectors NodeHeal sends: ``key=value`` and ``!key`` requirements, comma-joined."""
+    for requirement in filter(None, (part.strip() for part in selector.split(","))):
+        if requirement.startswith("!"):
+            if requirement[1:] in labels:
+                return False
+            continue
+        key, _, value = requirement.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+def _pod_key(pod: JSON) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+class MemoryNodes:
+    """NodePort over the world, with nodeheal.kube.nodes.NodeOperations' semantics."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+
+    def get(self, name: str) -> LiveNode | None:
+        self._world.observer.point("get node")
+        raw = self._world.nodes.get(name)
+        # LiveNode copies what it keeps, so the stored object is not shared with the caller.
+        return LiveNode.from_api(raw) if raw is not None else None
+
+    def list(self, label_selector: str | None = None) -> list[LiveNode]:
+        self._world.observer.point("list nodes")
+        return [
+            LiveNode.from_api(raw)
+            for raw in self._world.nodes.values()
+            if _selects(label_selector or "", raw["metadata"]["labels"])
+        ]
+
+    def _read_for_update(self, name: str, expected_uid: str | None, action: str) -> JSON:
+        raw = self._world.nodes.get(name)
+        if raw is None:
+            raise NodeGoneError(f"{action}: node {name} no longer exists")
+        if expected_uid and raw["metadata"]["uid"] != expected_uid:
+            raise NodeGoneError(f"{action}: node {name} was replaced (uid {raw['metadata']['uid']})")
+        return raw
+
+    def _mutated(self, kind: str, raw: JSON) -> None:
+        world = self._world
+        name = raw["metadata"]["name"]
+        world.observer.mutated(
+            Mutation(
+                kind,
+                world.now(),
+                name,
+                raw["metadata"]["uid"],
+                world.instance_of(name),
+                caller=world.observer.caller(),
+            )
+        )
+
+    def cordon(
+        self, name: str, *, execution: str, reason: str, now: datetime, expected_uid: str | None = None
+    ) -> CordonResult:
+        self._world.observer.point("patch node (cordon)")
+        action = f"cordon node {name}"
+        raw = self._read_for_update(name, expected_uid, action)
+        annotations = raw["metadata"].setdefault("annotations", {})
+        taints = raw["spec"].setdefault("taints", [])
+        has_taint = any(t.get("key") == UNHEALTHY_TAINT_KEY for t in taints)
+        owned_flag = annotations.get(ANNOTATION_CORDONED_BY_NODEHEAL) == "true"
+        previous = annotations.get(ANNOTATION_EXECUTION)
+        unschedulable = bool(raw["spec"].get("unschedulable"))
+        if unschedulable and has_taint and previous == execution:
+            return CordonResult(
+                node=LiveNode.from_api(copy.deepcopy(raw)), changed=False, flipped_unschedulable=owned_flag
+            )
+        flipped = owned_flag if unschedulable else True
+        annotations[ANNOTATION_EXECUTION] = execution
+        annotations[ANNOTATION_REASON] = reason[:MAX_REASON_LENGTH]
+        annotations[ANNOTATION_CORDONED_AT] = format_timestamp(now)
+        if flipped:
+            annotations[ANNOTATION_CORDONED_BY_NODEHEAL] = "true"
+        else:
+            annotations.pop(ANNOTATION_CORDONED_BY_NODEHEAL, None)
+        if not has_taint:
+            taints.append({"key": UNHEALTHY_TAINT_KEY, "effect": "NoSchedule"})
+        raw["spec"]["unschedulable"] = True
+        self._world._touch(raw)
+        self._mutated("cordon", raw)
+        return CordonResult(
+            node=LiveNode.from_api(copy.deepcopy(raw)),
+            changed=True,
+            flipped_unschedulable=flipped,
+            previous_execution=previous if previous and previous != execution else None,
+        )
+
+    def uncordon(self, name: str, *, expected_uid: str | None = None) -> bool:
+        self._world.observer.point("patch node (uncordon)")
+        raw = self._read_for_update(name, expected_uid, f"uncordon node {name}")
+        annotations = raw["metadata"].setdefault("annotations", {})
+        taints = raw["spec"].get("taints") or []
+        kept = [t for t in taints if t.get("key") != UNHEALTHY_TAINT_KEY]
+        ours = [key for key in NODEHEAL_ANNOTATIONS if key in annotations]
+        clear_flag = annotations.get(ANNOTATION_CORDONED_BY_NODEHEAL) == "true" and bool(
+            raw["spec"].get("unschedulable")
+        )
+        if len(kept) == len(taints) and not ours and not clear_flag:
+            return False
+        raw["spec"]["taints"] = kept
+        if clear_flag:
+            raw["spec"]["unschedulable"] = False
+        for key in ours:
+            del annotations[key]
+        self._world._touch(raw)
+        self._mutated("uncordon", raw)
+        return True
+
+    def delete(self, name: str, uid: str) -> bool:
+        self._world.observer.point("delete node")
+        raw = self._world.nodes.get(name)
+        if raw is None or raw["metadata"]["uid"] != uid:
+            return False
+        self._mutated("delete-node", raw)
+        self._world.delete_node_object(name)
+        return True
+
+
+class MemoryPods:
+    """PodPort over the world, with nodeheal.kube.pods.PodOperations' semantics: every eviction and
+    deletion carries the pod's uid as a precondition, PDBs answer 429."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+
+    def list_on_node(self, node_name: str) -> list[PodView]:
+        self._world.observer.point("list pods")
+        return [PodView.from_api(p) for p in self._world.pods_on(node_name)]
+
+    def _current(self, pod: PodView) -> JSON | None:
+        stored = self._world.pods.get((pod.namespace, pod.name))
+        return stored if stored is not None and stored["metadata"]["uid"] == pod.uid else None
+
+    def _mutated(self, kind: str, stored: JSON) -> None:
+        world = self._world
+        node = str(stored["spec"].get("nodeName", ""))
+        world.observer.mutated(
+            Mutation(
+                kind,
+                world.now(),
+                node,
+                world.node_uid(node),
+                world.instance_of(node),
+                pod=_pod_key(stored),
+                pod_node_uid=world.pod_node_uid.get(stored["metadata"]["uid"], ""),
+                caller=world.observer.caller(),
+            )
+        )
+
+    def evict(self, pods: Sequence[PodView], *, parallelism: int) -> EvictionReport:
+        results = []
+        for pod in pods:
+            self._world.observer.point("create eviction")
+            stored = self._current(pod)
+            if stored is None:
+                results.append(PodResult(pod.key, pod.uid, PodOutcome.GONE, 404, "pod not found"))
+                continue
+            allowed = self._world._disruptions_allowed(stored)
+            if allowed is not None and allowed <= 0 and not stored["metadata"].get("deletionTimestamp"):
+                results.append(
+                    PodResult(
+                        pod.key,
+                        pod.uid,
+                        PodOutcome.BLOCKED,
+                        429,
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                    )
+                )
+                continue
+            self._mutated("evict", stored)
+            self._world._begin_delete(stored, int(stored["spec"].get("terminationGracePeriodSeconds", 30)))
+            results.append(PodResult(pod.key, pod.uid, PodOutcome.EVICTED, 201))
+        return EvictionReport(tuple(results))
+
+    def delete(self, pods: Sequence[PodView], *, grace_seconds: int, parallelism: int) -> DeletionReport:
+        results = []
+        for pod in pods:
+            self._world.observer.point("delete pod")
+            stored = self._current(pod)
+            if stored is None:
+                results.append(PodResult(pod.key, pod.uid, PodOutcome.GONE, 404, "pod not found"))
+                continue
+            self._mutated("force-delete", stored)
+            self._world._begin_delete(stored, grace_seconds)
+            results.append(PodResult(pod.key, pod.uid, PodOutcome.DELETED, 200))
+        return DeletionReport(tuple(results))
+
+
+class MemoryInstances:
+    """InstancePort over the world, with nodeheal.aws.ec2.Ec2Instances' semantics."""
+
+    def __init__(self, world: World, *, reboot_heals: Callable[[], bool]) -> None:
+        self._world = world
+        self._reboot_heals = reboot_heals
+
+    def describe(self, instance_id: str) -> InstanceView | None:
+        self._world.observer.point("ec2:DescribeInstances")
+        instance = self._world.instances.get(instance_id)
+        if instance is None:
+            return None
+        return InstanceView(instance_id, instance.state, dict(instance.tags))
+
+    def _mutated(self, kind: str, instance: Instance) -> None:
+        world = self._world
+        node = instance.node
+        current = world.instance_of(node) == instance.instance_id
+        world.observer.mutated(
+            Mutation(
+                kind,
+                world.now(),
+                node,
+                world.node_uid(node) if current else "",
+                instance.instance_id,
+                caller=world.observer.caller(),
+            )
+        )
+
+    def terminate(self, instance_id: str) -> TerminateOutcome:
+        self._world.observer.point("ec2:TerminateInstances")
+        instance = self._world.instances.get(instance_id)
+        if instance is None:
+            return TerminateOutcome(instance_id, "", "terminated", already_gone=True)
+        previous = instance.state
+        if previous in GONE_STATES:
+            return TerminateOutcome(instance_id, previous, previous, already_gone=True)
+        self._mutated("terminate", instance)
+        instance.state = "shutting-down"
+        self._world.at(
+            self._world.rng.uniform(5, 40),
+            f"{instance_id} terminated",
+            lambda: self._world.instance_stopped(instance_id),
+        )
+        return TerminateOutcome(instance_id, previous, "shutting-down", already_gone=False)
+
+    def reboot(self, instance_id: str) -> None:
+        self._world.observer.point("ec2:RebootInstances")
+        instance = self._world.instances.get(instance_id)
+        if instance is None:
+            raise InstanceNotFoundError(f"ec2:RebootInstances {instance_id}: InvalidInstanceID.NotFound")
+        if instance.state != "running":
+            raise Ec2IncorrectStateError(
+                f"ec2:RebootInstances {instance_id}: IncorrectInstanceState ({instance.state})"
+            )
+        self._mutated("reboot", instance)
+        self._world.reboot_instance(instance_id, heals=self._reboot_heals())
