@@ -8,7 +8,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench rbac clean
+.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench rbac simulate soak clean
 
 help:
 	@echo "make demo   - run the local end-to-end simulation (bootstraps everything)"
@@ -16,6 +16,8 @@ help:
 	@echo "make synth  - build the Lambda asset and synthesize the CloudFormation template"
 	@echo "make bench  - run the benchmarks under benchmarks/"
 	@echo "make rbac   - regenerate deploy/rbac/remediator.yaml from nodeheal/rbac.py"
+	@echo "make simulate SEED=n - replay one seeded schedule of the simulation with its trace"
+	@echo "make soak   - run 20,000 seeded schedules against the safety invariants"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +74,15 @@ demo: $(VENV)/.installed
 
 rbac: $(VENV)/.installed
 	$(BIN)/python -m nodeheal.rbac --group-prefix "$${NODEHEAL_GROUP_PREFIX:-nodeheal}" > deploy/rbac/remediator.yaml
+
+# The seeded simulation (nodeheal/sim/seeded): SEED=n replays one schedule, PLAN=... exact faults.
+simulate: $(VENV)/.installed
+	@$(BIN)/nodeheal simulate $(if $(SEED),--seed $(SEED),--schedules $${SCHEDULES:-500}) $(if $(PLAN),--plan '$(PLAN)')
+
+# Long runs: 20,000 seeded schedules (about half an hour on two cores; SCHEDULES=n to change).
+soak: $(VENV)/.installed
+	$(BIN)/pytest -q -p no:cacheprovider -m soak tests/simulation
+	@$(BIN)/nodeheal simulate --schedules $${SCHEDULES:-20000} --first-seed $${FIRST_SEED:-1000000}
 
 clean:
 	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache

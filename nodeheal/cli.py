@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "nodeheal.commands.inject",
     "nodeheal.commands.admission",
     "nodeheal.commands.exporter",
+    "nodeheal.commands.simulate",
 )
 
 EXIT_OK = 0

@@ -117,12 +117,12 @@ def _prepare_process(*, verbose: bool) -> None:
         os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
         os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
         warnings.filterwarnings("ignore", category=UserWarning)
-    _make_sources_importable()
+    make_sources_importable()
 
 
-def _make_sources_importable() -> None:
-    """The demo synthesizes ``stacks/`` and runs ``lambdas/``: both live next to the package in
-    the source checkout and are not installed with it."""
+def make_sources_importable() -> None:
+    """The demo and the simulation synthesize ``stacks/`` and run ``lambdas/``: both live next to
+    the package in the source checkout and are not installed with it."""
     if importlib.util.find_spec("stacks") is not None and importlib.util.find_spec("lambdas") is not None:
         return
     root = Path(__file__).resolve().parents[2]
@@ -130,7 +130,7 @@ def _make_sources_importable() -> None:
         sys.path.insert(0, str(root))
         return
     raise ConfigurationError(
-        "the demo needs the source checkout (stacks/ and lambdas/ next to nodeheal/); run `make demo` there"
+        "this command needs the source checkout (stacks/ and lambdas/ next to nodeheal/); run it there"
     )
 
 

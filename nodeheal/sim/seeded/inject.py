@@ -130,24 +130,22 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
         if name is None:
             return
         old = world.nodes[name]
-        instance = world.instance_of(name)
-        world.instances[instance].state = "terminated"
+        world.instances[world.instance_of(name)].state = "terminated"
         world.delete_node_object(name)
         world.join_node(name, old)
         return
     if kind == "instance-gone":
         name = _pick(rng, nodes)
         if name is not None:
-            instance = world.instances[world.instance_of(name)]
-            if instance.state == "running":
-                instance.state = "shutting-down"
-                world.instance_stopped(instance.instance_id)
+            reclaimed = world.instances[world.instance_of(name)]
+            if reclaimed.state == "running":
+                reclaimed.state = "shutting-down"
+                world.instance_stopped(reclaimed.instance_id)
         return
     if kind == "karpenter-deletes-node":
         name = _pick(rng, nodes)
         if name is not None:
-            instance = world.instances[world.instance_of(name)]
-            instance.state = "terminated"
+            world.instances[world.instance_of(name)].state = "terminated"
             world.delete_node_object(name)
         return
     if kind == "kubelet-dead":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,8 @@ class Invariants:
         )
         self._seen_conditions: dict[tuple[str, str], tuple[str, str, str]] = {}
         self._boots: dict[str, str] = {}
+        #: Node name -> (resourceVersion, uid, its bad conditions): a node is rescanned when it changes.
+        self._node_scans: dict[str, tuple[str, str, list[tuple[tuple[str, str, str], Any, Episode]]]] = {}
         #: (start, duration) of outages: nothing of NodeHeal runs then, so I2's clock stops.
         self.outages: list[tuple[datetime, timedelta]] = []
 
@@ -330,13 +333,18 @@ class Invariants:
         settings = self.sim.settings.budgets
         now = self.sim.clock
         self._first_cordon.setdefault(mutation.instance_id, now)
+        # In flight: executions that have mutated a node and may still do so. One whose first
+        # mutation is older than the lock TTL no longer holds the lock it was admitted with (an
+        # outage longer than the TTL): its next claim fails and it ends without mutating again.
+        ttl = timedelta(seconds=self.sim.settings.lock_ttl_seconds)
+        first: dict[str, tuple[datetime, str]] = {}
+        for m in self.journal:
+            if m.caller is not None and m.caller.execution:
+                first.setdefault(m.caller.execution, (m.at, m.instance_id))
         active = {
-            m.instance_id
-            for m in self.journal
-            if m.caller is not None
-            and not self.sim.executions[m.caller.execution].run.done
-            and m.caller.execution in self.sim.executions
-            and not self._ended(m.caller.execution)
+            instance
+            for execution, (at, instance) in first.items()
+            if now - at < ttl and not self.sim.executions[execution].run.done and not self._ended(execution)
         }
         if len(active) > settings.max_in_flight:
             self.fail(
@@ -408,55 +416,65 @@ class Invariants:
         world = self.sim.world
         now = self.sim.clock
         live: set[tuple[str, str, str]] = set()
-        from nodeheal.sim.seeded.schedule import classify, confirm_seconds
+        from nodeheal.sim.seeded.schedule import classify
 
         for name, node in world.nodes.items():
-            uid = node["metadata"]["uid"]
+            rv = str(node["metadata"].get("resourceVersion", ""))
+            cached = self._node_scans.get(name)
+            if cached is None or cached[0] != rv or cached[1] != node["metadata"]["uid"]:
+                cached = (rv, node["metadata"]["uid"], self._scan(name, node, now))
+                self._node_scans[name] = cached
+            bad = cached[2]
             instance = world.instance_of(name)
-            any_bad = False
-            for condition in node["status"]["conditions"]:
-                condition_type = condition["type"]
-                bad = is_bad_status(condition_type, condition["status"])
-                signature = (condition["status"], condition.get("reason", ""), condition.get("message", ""))
-                seen_key = (uid, condition_type)
-                if self._seen_conditions.get(seen_key) != signature:
-                    self._seen_conditions[seen_key] = signature
-                    if not bad:
-                        self._cleared_at[seen_key] = now
-                if not bad:
-                    continue
-                any_bad = True
-                key = (uid, condition_type, str(condition["lastTransitionTime"]))
+            for key, condition, episode in bad:
                 live.add(key)
-                if key not in self.episodes:
-                    from nodeheal.timeutil import parse_timestamp
-
-                    action_confirm = confirm_seconds(condition, self.sim.settings, node["metadata"]["labels"])
-                    self.episodes[key] = Episode(
-                        name,
-                        uid,
-                        instance,
-                        condition_type,
-                        parse_timestamp(condition["lastTransitionTime"], "t"),
-                        action_confirm,
-                    )
-                episode = self.episodes[key]
-                if condition_type != "Ready" and now - episode.since >= timedelta(
-                    seconds=episode.confirm_seconds
-                ):
+                if key[1] != "Ready" and now - episode.since >= timedelta(seconds=episode.confirm_seconds):
                     # A fault counts once it is confirmed: a holder still confirming may be
                     # preempted by a lesser fault that acts sooner (D2).
                     action = classify(condition, self.sim.settings, node["metadata"]["labels"])
                     if SEVERITY.get(action, 0) > SEVERITY.get(self._worst.get(instance, "none"), 0):
                         self._worst[instance] = action
             boot = str(node["status"]["nodeInfo"].get("bootID", ""))
-            if not any_bad or self._boots.get(instance, boot) != boot:
+            if not bad or self._boots.get(instance, boot) != boot:
                 # The episode ends when the conditions recover or the instance reboots (D2).
                 self._worst.pop(instance, None)
             self._boots[instance] = boot
         for key, episode in self.episodes.items():
             if episode.ended_at is None and key not in live:
                 episode.ended_at = now
+
+    def _scan(
+        self, name: str, node: Mapping[str, Any], now: datetime
+    ) -> list[tuple[tuple[str, str, str], Any, Episode]]:
+        """The node's bad conditions and their episodes, noting when each condition last cleared."""
+        from nodeheal.sim.seeded.schedule import confirm_seconds
+        from nodeheal.timeutil import parse_timestamp
+
+        uid = node["metadata"]["uid"]
+        bad_conditions = []
+        for condition in node["status"]["conditions"]:
+            condition_type = condition["type"]
+            bad = is_bad_status(condition_type, condition["status"])
+            signature = (condition["status"], condition.get("reason", ""), condition.get("message", ""))
+            seen_key = (uid, condition_type)
+            if self._seen_conditions.get(seen_key) != signature:
+                self._seen_conditions[seen_key] = signature
+                if not bad:
+                    self._cleared_at[seen_key] = now
+            if not bad:
+                continue
+            key = (uid, condition_type, str(condition["lastTransitionTime"]))
+            if key not in self.episodes:
+                self.episodes[key] = Episode(
+                    name,
+                    uid,
+                    self.sim.world.instance_of(name),
+                    condition_type,
+                    parse_timestamp(condition["lastTransitionTime"], "lastTransitionTime"),
+                    confirm_seconds(condition, self.sim.settings, node["metadata"]["labels"]),
+                )
+            bad_conditions.append((key, dict(condition), self.episodes[key]))
+        return bad_conditions
 
     def check_i2_decided(self, *, final: bool) -> None:
         now = self.sim.clock

@@ -320,7 +320,11 @@ class World:
         new_name = name if reuse else f"ip-10-0-{self.rng.randrange(1, 250)}-{self.rng.randrange(1, 250)}"
         if new_name in self.nodes:
             new_name = f"{new_name}-{self.new_id('')}"
-        self.at(self.rng.uniform(30, 120), f"{new_name} joins", lambda: self.join_node(new_name, node))
+
+        def join() -> None:
+            self.join_node(new_name, node)
+
+        self.at(self.rng.uniform(30, 120), f"{new_name} joins", join)
 
     def reboot_instance(self, instance_id: str, *, heals: bool) -> None:
         instance = self.instances[instance_id]
@@ -356,12 +360,15 @@ class World:
     def _begin_delete(self, pod: JSON, grace: int) -> None:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         uid = pod["metadata"]["uid"]
+        already_terminating = bool(pod["metadata"].get("deletionTimestamp"))
         if grace <= 0:
             del self.pods[key]
-        elif not pod["metadata"].get("deletionTimestamp"):
+        elif not already_terminating:
             pod["metadata"]["deletionTimestamp"] = format_timestamp(self.now() + timedelta(seconds=grace))
             stop = self.rng.uniform(0.2, min(grace, 45))
             self.at(stop, f"pod {key[1]} stops", lambda: self._finish_pod(key, uid))
+        if already_terminating:
+            return  # its controller replaced it when its deletion began
         owner = (pod["metadata"].get("ownerReferences") or [{}])[0].get("kind")
         app = pod["metadata"]["labels"].get("app", "")
         if owner in ("ReplicaSet", "StatefulSet"):

@@ -1,0 +1,109 @@
+"""The seeded simulation in the test suite: 500 schedules with every fault kind, and the seeds that
+found defects during development, kept as regressions. tests/simulation/test_finds_defects.py
+(``make soak``) shows the simulation finds each of those defects again when its fix is taken out."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodeheal.sim.seeded.faults import FAULT_KINDS, PlannedFault
+from nodeheal.sim.seeded.runner import ScheduleResult, run_campaign, run_schedule, shrink
+from nodeheal.sim.seeded.template import SimTemplate
+
+#: D16: `make test` runs at least this many schedules (the soak runs 20,000), in chunks the test
+#: workers share: one chunk is about 10 s on this machine's two cores.
+SCHEDULES = 500
+CHUNK = 100
+
+
+def _explain(failure: ScheduleResult, template: SimTemplate) -> str:
+    shrunk = shrink(template, failure)
+    plan = ",".join(f.describe() for f in shrunk.plan)
+    headline = shrunk.violation.render() if shrunk.violation else shrunk.crash
+    return (
+        f"seed {failure.seed}: {headline}\nfaults: {plan}\n"
+        f"replay: make simulate SEED={failure.seed} PLAN='{plan}'\n" + "\n".join(shrunk.trace[-80:])
+    )
+
+
+@pytest.mark.parametrize("first", range(0, SCHEDULES, CHUNK))
+def test_every_invariant_holds_over_500_schedules_with_every_fault_kind(
+    template: SimTemplate, first: int
+) -> None:
+    campaign = run_campaign(template, range(first, first + CHUNK))
+    assert not campaign.failures, _explain(campaign.failures[0], template)
+    assert campaign.schedules == CHUNK
+    never = [kind for kind in FAULT_KINDS if campaign.coverage[kind] == 0]
+    assert not never, f"fault kinds never drawn in seeds {first}..{first + CHUNK - 1}: {never}"
+    # The schedules do real work: executions run (a GPU fault starts at least one per schedule).
+    assert campaign.executions > CHUNK
+    print(
+        f"\nseeds {first}..{first + CHUNK - 1}: {campaign.rate:.1f} schedules/s; faults drawn: "
+        + ", ".join(f"{kind} {count}" for kind, count in sorted(campaign.coverage.items()))
+    )
+
+
+def plan(*faults: str) -> list[PlannedFault]:
+    return [PlannedFault.parse(f) for f in faults]
+
+
+#: Seeds (and their shrunk plans) that broke an invariant while the simulation was built; each now
+#: passes. A change to the simulation itself may change what a seed does: the soak's search
+#: (test_finds_defects.py) is what shows each defect is still found.
+REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
+    # A future-dated copy of an event got an execution name of its own (ingest now drops it).
+    "I6 future-dated event": (1, None),
+    # A reboot-level Xid whose message worsened to Xid 79 between drain and reboot was rebooted.
+    "I8 message worsened before the reboot": (
+        6,
+        plan("gpu-fault@138#531741997", "message-more-severe@187#487799414"),
+    ),
+    # A new Node took the name between the drain's proof and its pod list: its pods were evicted.
+    "I1 node replaced between proof and pod list": (
+        76,
+        plan("gpu-fault@76#665435019", "node-replaced-same-name@113#87344541"),
+    ),
+    # Both nodes of a managed node group were cordoned: each counted as a pool of one.
+    "I3 managed node group pool share": (106, None),
+    # A replace-level fault on a second condition, confirmed before the reboot step, was ignored.
+    "I8 second condition before the reboot": (
+        139,
+        plan("gpu-fault@101#453097561", "second-condition@154#1052762993"),
+    ),
+    # A KernelDeadlock holder still confirming, preempted by a reboot-level fault that acts sooner.
+    "I8 preempted while confirming": (108, plan("gpu-fault@104#336349788", "second-condition@216#435501836")),
+    # An event delivered after an outage longer than the stale bound: the exporter's resync re-sends it.
+    "I2 stale after an outage": (
+        25,
+        plan(
+            "gpu-fault@187#228992513",
+            "gpu-fault@187#287221320",
+            "gpu-fault@189#154000961",
+            "lock-ttl-expiry@213#1031652887",
+        ),
+    ),
+    # An aborted execution whose status-change event was lost: the sweeper accounts for it.
+    "I4 aborted, event lost": (32, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_a_seed_that_found_a_defect_passes(template: SimTemplate, name: str) -> None:
+    seed, faults = REGRESSIONS[name]
+    result = run_schedule(template, seed, faults, trace=True)
+    assert result.ok, _explain(result, template)
+    assert result.executions > 0
+
+
+def test_a_replay_is_exact(template: SimTemplate) -> None:
+    first = run_schedule(template, 4242, trace=True)
+    again = run_schedule(template, 4242, trace=True)
+    assert first.trace == again.trace and first.steps == again.steps > 0
+
+
+def test_a_planned_fault_reads_back_and_bad_ones_are_refused() -> None:
+    fault = PlannedFault("api-5xx", 12, 99)
+    assert PlannedFault.parse(fault.describe()) == fault
+    for bad in ("api-5xx", "no-such-fault@1#2", "api-5xx@x#2"):
+        with pytest.raises(ValueError, match="not a planned fault"):
+            PlannedFault.parse(bad)
