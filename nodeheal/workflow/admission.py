@@ -15,7 +15,7 @@ dropped: after waiting the lock TTL it hands the node to a person.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +28,7 @@ from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
 from nodeheal.workflow.locks import LockClaim, may_preempt
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
-from nodeheal.workflow.records import identity_key, node_history
+from nodeheal.workflow.records import Outcome, RemediationRecord, identity_key, node_history
 from nodeheal.workflow.scope import out_of_scope
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
 
@@ -140,18 +140,13 @@ def admit(
             ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
         return Admission(STOP, None, admitted_node, live, now, note=f"out-of-scope: {scope_note}")
 
-    history = node_history(
-        ledger.instance_records(
-            state.cluster,
-            admitted_node.subject,
-            since=now
-            - timedelta(
-                hours=max(settings.policy.attempt_window_hours, settings.policy.reboot_escalation_hours)
-            ),
-        ),
-        settings.policy,
-        now,
+    records = ledger.instance_records(
+        state.cluster,
+        admitted_node.subject,
+        since=now
+        - timedelta(hours=max(settings.policy.attempt_window_hours, settings.policy.reboot_escalation_hours)),
     )
+    history = node_history(records, settings.policy, now)
     decision = decide(
         live,
         labels=node.labels,
@@ -159,7 +154,7 @@ def admit(
         policy=settings.policy,
         mode=mode or settings.mode,
         now=now,
-        worst_seen=previous.decision,
+        worst_seen=_worst_seen(previous.decision, episode_worst(records, node)),
     )
     remaining = (
         _confirmation_remaining(live, decision.confirm_seconds, state, now)
@@ -214,6 +209,62 @@ def admit(
         note=verdict.reason,
         preempted=preempted,
     )
+
+
+#: Outcomes of an execution that decided on a confirmed fault and left the instance's episode
+#: running: nothing rebooted or replaced it (those end the episode), and it was not skipped.
+_EPISODE_DECISIONS = frozenset(
+    {
+        Outcome.REFUSED,
+        Outcome.ALERTED,
+        Outcome.CORDONED,
+        Outcome.DRY_RUN,
+        Outcome.PAUSED,
+        Outcome.FAILED,
+        Outcome.DRAIN_ABORTED,
+        Outcome.SUPERSEDED,
+    }
+)
+
+
+def episode_worst(records: Sequence[RemediationRecord], node: LiveNode) -> Decision | None:
+    """The most severe fault an earlier execution decided on in this episode of the instance (D2).
+
+    An earlier record belongs to the episode when the condition it decided on has been bad on the
+    live node without a break since before that execution started (its lastTransitionTime is no
+    later), and no reboot or replacement of the instance was recorded after it. So a fault refused
+    by a budget, or left to a person, still decides when the same dead GPU shows up again under a
+    lesser message: NPD keeps only the latest message, and a lesser one does not mean it healed.
+    """
+    ended = max(
+        (r.finished_at for r in records if r.outcome in (Outcome.REBOOTED, Outcome.REPLACED)), default=None
+    )
+    worst: RemediationRecord | None = None
+    for record in records:
+        if record.outcome not in _EPISODE_DECISIONS or (ended is not None and record.started_at <= ended):
+            continue
+        condition = node.condition(record.condition.get("type", ""))
+        since = condition.last_transition_time if condition is not None else None
+        if condition is None or not condition.is_bad or since is None or since > record.started_at:
+            continue
+        if worst is None or record.planned_action.cost > worst.planned_action.cost:
+            worst = record
+    if worst is None:
+        return None
+    return Decision(
+        action=worst.planned_action,
+        planned_action=worst.planned_action,
+        reason=worst.reason,
+        xid=worst.xid,
+        signal=worst.signal or f"{worst.condition.get('type', '')} (execution {worst.execution})",
+        # It was decided on, so it had been confirmed: it acts now.
+        confirm_seconds=0,
+    )
+
+
+def _worst_seen(*decisions: Decision | None) -> Decision | None:
+    found = [d for d in decisions if d is not None]
+    return max(found, key=lambda d: d.planned_action.cost) if found else None
 
 
 @dataclass(frozen=True, slots=True)

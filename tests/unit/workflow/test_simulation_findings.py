@@ -229,3 +229,53 @@ def test_a_second_node_of_a_small_node_group_or_of_the_unlabelled_nodes_is_refus
     second = admit(WorkflowState.parse(payload), access, ledger, T0, mode=Mode.FULL)
     # Four nodes at a 0.2 share allow max(1, floor(0.8)) = 1 unhealthy node: the second is refused.
     assert second.refused and "budget: pool" in second.note
+
+
+def test_a_fault_refused_by_the_budget_still_decides_when_a_lesser_message_comes_later(world: World) -> None:
+    """Seed 376: Xid 79 on AcceleratedHardwareReady was refused (the pool's allowance was taken);
+    twenty minutes later the agent re-reported the same dead GPU as Xid 48. A new execution must
+    not reboot it: the episode's worst fault, in the ledger, still decides (severity only rises)."""
+    from nodeheal.actions import Action
+    from nodeheal.workflow.records import Outcome, RemediationRecord
+
+    world.add_node("gpu-a", pool_kind="karpenter", pool="gpu")
+    world.set_condition("gpu-a", "AcceleratedHardwareReady", "False", "NvidiaXID79Error", XID_79)
+    ledger = MemoryLedger(clock=world.now)
+    node = LiveNode.from_api(world.nodes["gpu-a"])
+    ledger.put_record(
+        RemediationRecord(
+            cluster=CLUSTER,
+            node="gpu-a",
+            execution="refused-one",
+            started_at=T0 + timedelta(seconds=1),
+            finished_at=T0 + timedelta(seconds=2),
+            outcome=Outcome.REFUSED,
+            action=Action.ALERT,
+            planned_action=Action.REPLACE,
+            reason="Xid 79; not acted on: budget",
+            summary="refused",
+            xid=79,
+            signal="xid:79",
+            condition={"type": "AcceleratedHardwareReady", "status": "False", "reason": "NvidiaXID79Error"},
+            instance_id=node.instance_id or "",
+            node_uid=node.uid,
+        )
+    )
+    world.set_condition("gpu-a", "AcceleratedHardwareReady", "False", "NvidiaXID48Error", XID_48)
+    state = admitted(world, "gpu-a", "reboot", ledger)
+    payload = dict(state.raw)
+    payload.pop("admission")
+    payload.pop("cordon")
+    condition = world.condition("gpu-a", "AcceleratedHardwareReady") or {}
+    payload["event"] = {
+        **payload["event"],
+        "condition": {k: v for k, v in condition.items() if k != "lastHeartbeatTime"},
+    }
+    ledger.release_lock(CLUSTER, node.instance_id or "", "e-1")
+    MemoryNodes(world).uncordon("gpu-a")
+    decided = admit(
+        WorkflowState.parse(payload), kube(world), ledger, T0 + timedelta(minutes=20), mode=Mode.FULL
+    )
+    assert decided.decision is not None
+    assert decided.decision.action is Action.REPLACE, decided.decision.reason
+    assert "severity only rises" in decided.decision.reason
