@@ -35,6 +35,23 @@ ARMED = frozenset(
 )
 
 
+#: The Xid each severity's message carries (nodeheal.sim.seeded.schedule.XID_MESSAGES).
+_XIDS = {"replace": 79, "reboot": 48, "none": 13}
+#: deploy/node-problem-detector/gpu-monitor.json names a reason per Xid class.
+_NPD_REASONS = {"replace": "GPUFellOffBus", "reboot": "GPUDoubleBitECCError", "none": "GPUHardwareError"}
+
+
+def _reason(condition_type: str, severity: str, rng: random.Random) -> str:
+    """The reason a detector writes. The node monitoring agent and NodeHeal's NPD config name the
+    fault class (so a worse fault is a new transition and a new event); a detector that keeps one
+    reason for every fault changes only the message (no event: the workflow must re-read it)."""
+    if condition_type == "AcceleratedHardwareReady":
+        return f"NvidiaXID{_XIDS[severity]}Error"
+    if condition_type == "KernelDeadlock":
+        return "DockerHung"
+    return _NPD_REASONS[severity] if rng.random() < 0.5 else "GPUHardwareError"
+
+
 def _message(severity: str, rng: random.Random) -> str:
     from nodeheal.sim.seeded.schedule import XID_MESSAGES
 
@@ -77,7 +94,9 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
             )
         else:
             severity = rng.choice(["replace", "replace", "reboot", "none"])
-            world.set_condition(name, condition_type, status, reason, _message(severity, rng))
+            world.set_condition(
+                name, condition_type, status, _reason(condition_type, severity, rng), _message(severity, rng)
+            )
         return
     bad = _bad_conditions(sim)
     if kind in ("condition-clears", "condition-flaps"):
@@ -111,7 +130,9 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
         other = _pick(rng, others)
         if other is not None:
             severity = rng.choice(["replace", "reboot"])
-            world.set_condition(name, other[0], other[1], other[2], _message(severity, rng))
+            world.set_condition(
+                name, other[0], other[1], _reason(other[0], severity, rng), _message(severity, rng)
+            )
         return
     if kind in ("message-more-severe", "message-less-severe"):
         gpu = [(n, t) for n, t in bad if t in ("GPUProblem", "AcceleratedHardwareReady")]
@@ -121,9 +142,9 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
         name, condition_type = target
         current = world.condition(name, condition_type) or {}
         severity = "replace" if kind == "message-more-severe" else rng.choice(["reboot", "none"])
-        world.set_condition(
-            name, condition_type, str(current["status"]), str(current["reason"]), _message(severity, rng)
-        )
+        keeps_reason = condition_type == "GPUProblem" and current.get("reason") == "GPUHardwareError"
+        reason = str(current["reason"]) if keeps_reason else _reason(condition_type, severity, rng)
+        world.set_condition(name, condition_type, str(current["status"]), reason, _message(severity, rng))
         return
     if kind == "node-replaced-same-name":
         name = _pick(rng, nodes)
