@@ -79,10 +79,12 @@ rbac: $(VENV)/.installed
 simulate: $(VENV)/.installed
 	@$(BIN)/nodeheal simulate $(if $(SEED),--seed $(SEED),--schedules $${SCHEDULES:-500}) $(if $(PLAN),--plan '$(PLAN)')
 
-# Long runs: 20,000 seeded schedules (about half an hour on two cores; SCHEDULES=n to change).
+# Long runs: the search that finds each fixed defect again without its fix, 20,000 seeded schedules
+# (about half an hour on two cores; SCHEDULES=n to change) and a sample over the DynamoDB ledger in moto.
 soak: $(VENV)/.installed
 	$(BIN)/pytest -q -p no:cacheprovider -m soak tests/simulation
 	@$(BIN)/nodeheal simulate --schedules $${SCHEDULES:-20000} --first-seed $${FIRST_SEED:-1000000}
+	@$(BIN)/nodeheal simulate --schedules $${MOTO_SCHEDULES:-50} --first-seed 2000000 --ledger dynamodb
 
 clean:
 	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache

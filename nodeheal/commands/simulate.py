@@ -39,6 +39,13 @@ def register(subparsers: Any) -> None:
         help="with --seed: replay exactly these faults (kind@point#seed, comma-separated) instead of "
         "the seed's own plan",
     )
+    parser.add_argument(
+        "--ledger",
+        choices=("memory", "dynamodb"),
+        default="memory",
+        help="the in-memory ledger (default), or the DynamoDB ledger over moto: slower, and it runs "
+        "the deployed table's conditional writes",
+    )
     parser.add_argument("--no-shrink", action="store_true", help="print a failing schedule as it ran")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
@@ -75,9 +82,9 @@ def run(args: argparse.Namespace) -> int:
     make_sources_importable()
     template = load_template()
     if args.seed is not None:
-        result = run_schedule(template, args.seed, plan, trace=True)
+        result = run_schedule(template, args.seed, plan, trace=True, ledger=args.ledger)
         if not result.ok and not args.no_shrink and plan is None:
-            result = shrink(template, result)
+            result = shrink(template, result, ledger=args.ledger)
         if args.json:
             print_json(_result_json(result))
         else:
@@ -90,9 +97,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"seed {result.seed}: {_headline(result)}", file=sys.stderr)
 
     campaign = run_campaign(
-        template, range(args.first_seed, args.first_seed + args.schedules), stop_after=3, on_result=progress
+        template,
+        range(args.first_seed, args.first_seed + args.schedules),
+        stop_after=3,
+        on_result=progress,
+        ledger=args.ledger,
     )
-    failures = [f if args.no_shrink else shrink(template, f) for f in campaign.failures]
+    failures = [f if args.no_shrink else shrink(template, f, ledger=args.ledger) for f in campaign.failures]
     if args.json:
         print_json(
             {

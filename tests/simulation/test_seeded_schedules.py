@@ -107,3 +107,16 @@ def test_a_planned_fault_reads_back_and_bad_ones_are_refused() -> None:
     for bad in ("api-5xx", "no-such-fault@1#2", "api-5xx@x#2"):
         with pytest.raises(ValueError, match="not a planned fault"):
             PlannedFault.parse(bad)
+
+
+def test_schedules_run_over_the_dynamodb_ledger_in_moto_too(template: SimTemplate) -> None:
+    """The soak's moto-backed sample, in small: the same schedule through the deployed table's
+    conditional writes keeps every invariant."""
+    result = run_schedule(template, 7, ledger="dynamodb")
+    assert result.ok, _explain(result, template)
+    assert result.executions > 0
+
+
+def test_an_unknown_ledger_is_refused(template: SimTemplate) -> None:
+    with pytest.raises(ValueError, match="memory or dynamodb"):
+        run_schedule(template, 7, ledger="postgres")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -217,14 +218,12 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
             sim._end(target)
         return
     if kind in ("pause", "resume", "breaker-reset"):
-        state = sim.ledger.states.get("training-on-eks") or budget.ClusterAdmissionState("training-on-eks")
-        changed = {
-            "pause": lambda: budget.paused(state, "simulated maintenance"),
-            "resume": lambda: budget.resumed(state),
-            "breaker-reset": lambda: budget.closed_breaker(state),
-        }[kind]()
-        if changed is not None:
-            sim.ledger.states["training-on-eks"] = replace(changed, version=state.version + 1)
+        levers: dict[str, Callable[[budget.ClusterAdmissionState], budget.ClusterAdmissionState | None]] = {
+            "pause": lambda state: budget.paused(state, "simulated maintenance"),
+            "resume": budget.resumed,
+            "breaker-reset": budget.closed_breaker,
+        }
+        if sim.ledger.operator_change(world.cluster, levers[kind]):
             sim.invariants.operator_changed(kind)
         return
     if kind == "mode-flip":

@@ -237,7 +237,7 @@ class Invariants:
                 "I7 pause and mode stop mutations",
                 f"{mutation.kind} by {invocation.execution} in a step that started in {invocation.mode} mode",
             )
-        state = self.sim.ledger.states.get(self.sim.world.cluster)
+        state = self.sim.ledger.observed_state(self.sim.world.cluster)
         if invocation.paused and state is not None and state.paused:
             self.fail(
                 "I7 pause and mode stop mutations",
@@ -317,7 +317,7 @@ class Invariants:
             )
 
     def check_i12_breaker_closed_only_by_a_person(self) -> None:
-        state = self.sim.ledger.states.get(self.sim.world.cluster)
+        state = self.sim.ledger.observed_state(self.sim.world.cluster)
         is_open = bool(state and state.breaker.open)
         if is_open and self._breaker_open_since is None:
             self._breaker_open_since = state.breaker.opened_at if state else None
@@ -381,27 +381,29 @@ class Invariants:
             )
 
     def _ended(self, execution: str) -> bool:
-        return execution in self.sim.ledger.ended
+        return bool(self.sim.ledger.observed_ended(self.sim.world.cluster, execution))
 
     def check_i4_accounted(self) -> None:
         ledger = self.sim.ledger
-        recorded = {r.execution for r in ledger.records}
+        cluster = self.sim.world.cluster
+        records = ledger.observed_records(cluster)
+        recorded = {r.execution for r in records}
         for name, execution in sorted(self.sim.executions.items()):
             if not execution.run.done:
                 continue
-            if name not in recorded or name not in ledger.ended:
+            if name not in recorded or not ledger.observed_ended(cluster, name):
                 self.fail(
                     "I4 every execution accounted for",
                     f"{name} ended {execution.run.status} with no ledger record",
                 )
-        for subject, lock in ledger.locks.items():
+        for subject, lock in ledger.observed_locks(cluster):
             holder = self.sim.executions.get(lock.execution)
             if holder is not None and holder.run.done and lock.expires_at > self.sim.clock:
                 self.fail(
                     "I4 every execution accounted for",
                     f"{lock.execution} ended but still holds the lock of {subject}",
                 )
-        state = ledger.states.get(self.sim.world.cluster)
+        state = ledger.observed_state(cluster)
         for subject, slot in state.in_flight.items() if state else ():
             holder = self.sim.executions.get(slot.execution)
             if holder is not None and holder.run.done and slot.expires_at > self.sim.clock:
@@ -506,7 +508,8 @@ class Invariants:
             and execution.key[6] == stamp
         }
         superseded_at: datetime | None = None
-        for record in ledger.records:
+        records = ledger.observed_records(self.sim.world.cluster)
+        for record in records:
             if record.execution in mine:
                 if record.outcome is not Outcome.SUPERSEDED:
                     return True
@@ -519,6 +522,6 @@ class Invariants:
                 r.node_uid == episode.node_uid
                 and r.outcome is not Outcome.SUPERSEDED
                 and r.finished_at >= superseded_at
-                for r in ledger.records
+                for r in records
             )
         return False

@@ -172,3 +172,28 @@ class MemoryLedger:
     def put_dropped_event(self, dropped: DroppedEvent) -> None:
         self.on_call("put_dropped_event")
         self.dropped.append(dropped)
+
+    # -- what the simulation reads and a person writes: no scheduling point, no injected fault ----
+
+    def observed_state(self, cluster: str) -> ClusterAdmissionState:
+        return self.states.get(cluster, ClusterAdmissionState(cluster))
+
+    def observed_records(self, cluster: str) -> list[RemediationRecord]:
+        return [r for r in self.records if r.cluster == cluster]
+
+    def observed_ended(self, cluster: str, execution: str) -> bool:
+        return execution in self.ended
+
+    def observed_locks(self, cluster: str) -> list[tuple[str, LockView]]:
+        return [(subject, lock) for subject, lock in self.locks.items() if lock.expires_at > self._now()]
+
+    def operator_change(
+        self, cluster: str, change: Callable[[ClusterAdmissionState], ClusterAdmissionState | None]
+    ) -> bool:
+        """A person's ``nodeheal pause|resume|breaker reset``."""
+        current = self.observed_state(cluster)
+        changed = change(current)
+        if changed is None:
+            return False
+        self.states[cluster] = replace(changed, version=current.version + 1)
+        return True

@@ -55,11 +55,36 @@ def plan_for(seed: int) -> list[PlannedFault]:
 
 
 def run_schedule(
-    template: SimTemplate, seed: int, plan: list[PlannedFault] | None = None, *, trace: bool = False
+    template: SimTemplate,
+    seed: int,
+    plan: list[PlannedFault] | None = None,
+    *,
+    trace: bool = False,
+    ledger: str = "memory",
+) -> ScheduleResult:
+    """One schedule. ``ledger="dynamodb"`` runs it over the DynamoDB ledger in moto (the soak's
+    moto-backed sample) instead of the in-memory one."""
+    if ledger == "dynamodb":
+        from nodeheal.sim.seeded.dynamo import dynamo_ledger_factory, moto_table
+
+        with moto_table(template.table) as client:
+            return _run(template, seed, plan, trace=trace, ledger_factory=dynamo_ledger_factory(client))
+    if ledger != "memory":
+        raise ValueError(f"ledger must be memory or dynamodb, got {ledger!r}")
+    return _run(template, seed, plan, trace=trace, ledger_factory=None)
+
+
+def _run(
+    template: SimTemplate,
+    seed: int,
+    plan: list[PlannedFault] | None,
+    *,
+    trace: bool,
+    ledger_factory: Any,
 ) -> ScheduleResult:
     prepare_handlers(template)
     plan = plan_for(seed) if plan is None else list(plan)
-    sim = Simulation(template, seed, plan, trace=trace)
+    sim = Simulation(template, seed, plan, trace=trace, ledger_factory=ledger_factory)
     violation: Violation | None = None
     crash = ""
     try:
@@ -82,13 +107,13 @@ def run_schedule(
     )
 
 
-def shrink(template: SimTemplate, failed: ScheduleResult) -> ScheduleResult:
+def shrink(template: SimTemplate, failed: ScheduleResult, *, ledger: str = "memory") -> ScheduleResult:
     """Delta debugging (ddmin) over the failed schedule's faults: the smallest subset that still
     violates the same invariant, replayed with the same seed."""
     target = failed.violation.invariant if failed.violation else "crash"
 
     def fails(plan: list[PlannedFault]) -> ScheduleResult | None:
-        result = run_schedule(template, failed.seed, plan)
+        result = run_schedule(template, failed.seed, plan, ledger=ledger)
         if result.violation is not None and result.violation.invariant == target:
             return result
         if target == "crash" and result.crash:
@@ -114,7 +139,7 @@ def shrink(template: SimTemplate, failed: ScheduleResult) -> ScheduleResult:
             if granularity >= len(faults):
                 break
             granularity = min(len(faults), granularity * 2)
-    final = run_schedule(template, failed.seed, faults, trace=True)
+    final = run_schedule(template, failed.seed, faults, trace=True, ledger=ledger)
     return final if not final.ok else best
 
 
@@ -138,11 +163,12 @@ def run_campaign(
     *,
     stop_after: int = 1,
     on_result: Callable[[ScheduleResult], None] | None = None,
+    ledger: str = "memory",
 ) -> Campaign:
     campaign = Campaign()
     started = time.perf_counter()
     for seed in seeds:
-        result = run_schedule(template, seed)
+        result = run_schedule(template, seed, ledger=ledger)
         campaign.schedules += 1
         campaign.steps += result.steps
         campaign.executions += result.executions

@@ -267,6 +267,7 @@ class Simulation:
         options: SimOptions | None = None,
         settings_overrides: Callable[[random.Random, dict[str, Any]], None] | None = None,
         trace: bool = True,
+        ledger_factory: Callable[[Callable[[], datetime], Callable[[str], None]], Any] | None = None,
     ) -> None:
         from nodeheal.sim.seeded.invariants import Invariants
 
@@ -283,7 +284,11 @@ class Simulation:
         self.trace_enabled = trace
         self.trace: list[TraceLine] = []
         self.world = World(self.rng, self.now, cluster=CLUSTER)
-        self.ledger = MemoryLedger(clock=self.now, on_call=self._ledger_point)
+        self.ledger: Any = (
+            ledger_factory(self.now, self._ledger_point)
+            if ledger_factory is not None
+            else MemoryLedger(clock=self.now, on_call=self._ledger_point)
+        )
         self.notifier = SimNotifier()
         self.executions: dict[str, SimExecution] = {}
         self.by_arn: dict[str, SimExecution] = {}
@@ -455,7 +460,7 @@ class Simulation:
             started_at=self.clock,
             timeout_seconds=float(function.spec.timeout_seconds),
             mode=self.deployed_mode or str(function.environment.get("NODEHEAL_MODE", "")),
-            paused=self.ledger.states.get(CLUSTER) is not None and self.ledger.states[CLUSTER].paused,
+            paused=self.ledger.observed_state(CLUSTER).paused,
         )
         if execution and self._consume("lambda-killed-after-side-effect"):
             invocation.lose_result = True

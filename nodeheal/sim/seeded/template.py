@@ -56,6 +56,8 @@ class SimTemplate:
     finalize: SimFunction
     condition_pattern: Mapping[str, Any]
     sweep_seconds: int
+    #: The ledger table's Properties (key schema, index), for the moto-backed sample.
+    table: Mapping[str, Any]
 
     @classmethod
     def read(cls, app: SynthesizedApp) -> SimTemplate:
@@ -93,6 +95,7 @@ class SimTemplate:
             finalize=finalize,
             condition_pattern=pattern,
             sweep_seconds=sweep,
+            table=app.single("AWS::DynamoDB::Table")[1]["Properties"],
         )
 
 
