@@ -84,6 +84,8 @@ def test_bookmarks_advance_the_version_and_a_dropped_connection_resumes(
     store.add(make_lease("other", "kube-system", holder="someone"))
     target = str(store.resource_version)
     wait_for(lambda: exporter.node_watcher.resource_version == target, what="a bookmark")
+    # The first event is published right after the list, before the watch may be open.
+    wait_for(lambda: server.faults.open_watches >= 1, what="the exporter's watch to open")
     assert server.faults.drop_watches() >= 1
     store.set_node_condition("gpu-c", "ReadonlyFilesystem", "False", "FilesystemIsNotReadOnly")
     assert published(events, 3)[1:] == [
@@ -112,6 +114,8 @@ def test_error_410_mid_stream_relists_and_resyncs(server: FakeKubeApiServer, run
     seed(server)
     exporter, events = running()
     published(events, 1)
+    # The first event is published right after the list, before the watch may be open.
+    wait_for(lambda: server.faults.open_watches >= 1, what="the exporter's watch to open")
     assert server.faults.expire_watches() >= 1
     # The relist re-emits what is still bad, with the earlier view as previous.
     assert published(events, 2) == [
@@ -130,6 +134,8 @@ def test_compacted_history_while_disconnected_relists_without_losing_changes(
     published(events, 1)
     store = server.store
     server.faults.fail_for(0.5, status=503, path="/api/v1/nodes")
+    # The first event is published right after the list, before the watch may be open.
+    wait_for(lambda: server.faults.open_watches >= 1, what="the exporter's watch to open")
     server.faults.drop_watches()
     # While the exporter cannot reach the server: gpu-a breaks, gpu-b recovers, gpu-c is deleted,
     # and the history is compacted so the old resourceVersion is gone.
@@ -221,6 +227,8 @@ def test_node_events_are_shipped_once_per_occurrence(server: FakeKubeApiServer, 
         obj["count"] = 2
 
     server.store.mutate("events", "xid.1", bump, namespace="default")
+    # The first event is published right after the list, before the watch may be open.
+    wait_for(lambda: server.faults.open_watches >= 1, what="the exporter's watch to open")
     server.faults.drop_watches()  # a replay after reconnect must not duplicate
     wait_for(lambda: len(events.details("Node Event Observed")) >= 2, what="node events")
     shipped = events.details("Node Event Observed")
