@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodeheal.actions import Mode
 from nodeheal.events import NodeConditionEvent
-from nodeheal.sim.seeded.faults import PlannedFault
+from nodeheal.sim.seeded.faults import EVENT_FAULTS, PlannedFault
 from nodeheal.workflow import budget
 
 if TYPE_CHECKING:
@@ -178,15 +178,7 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
                 name, "Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
             )
         return
-    if kind in (
-        "duplicate-event",
-        "replayed-event",
-        "forged-event",
-        "foreign-event",
-        "future-dated-event",
-        "stale-event",
-        "oversized-event",
-    ):
+    if kind in EVENT_FAULTS and kind != "exporter-resync":
         _event_fault(sim, kind, rng)
         return
     if kind == "exporter-resync":

@@ -409,6 +409,7 @@ class Simulation:
         arn = f"{STATE_MACHINE_ARN.replace(':stateMachine:', ':execution:')}:{name}"
         event = NodeConditionEvent.from_detail(payload["event"])
         transition = event.condition.last_transition_time or event.observed_at
+        # D3's key, written out here rather than taken from ingest: I5 checks ingest against it.
         key = (
             event.cluster,
             event.node.name,
