@@ -39,6 +39,7 @@ def _take_out(monkeypatch: pytest.MonkeyPatch, fix: str) -> None:
             ingest, "FUTURE_TOLERANCE", ingest.timedelta(days=3650)
         ),
         "pool of every node": lambda: monkeypatch.setattr(admission, "budget_pool", _old_budget_pool),
+        "episode memory": lambda: monkeypatch.setattr(admission, "episode_worst", lambda records, node: None),
     }
     undo[fix]()
 
@@ -51,6 +52,7 @@ def _take_out(monkeypatch: pytest.MonkeyPatch, fix: str) -> None:
         ("reboot escalation", "I8 severity only rises"),
         ("future-dated drop", "I6 dropped events mutate nothing"),
         ("pool of every node", "I3 budgets"),
+        ("episode memory", "I8 severity only rises"),
     ],
 )
 def test_the_simulation_finds_the_defect_again_without_its_fix(

@@ -82,6 +82,11 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
             "lock-ttl-expiry@213#1031652887",
         ),
     ),
+    # Xid 79 refused by the budget, then re-reported as Xid 48: a later execution rebooted it.
+    "I8 refused fault forgotten by the next execution": (
+        376,
+        plan("gpu-fault@43#262340426", "gpu-fault@141#640549820", "message-less-severe@286#792744643"),
+    ),
     # An aborted execution whose status-change event was lost: the sweeper accounts for it.
     "I4 aborted, event lost": (32, None),
 }
