@@ -264,6 +264,8 @@ class Execution:
     cause: str = ""
     #: Inputs of the states entered, newest last (what GetExecutionHistory's StateEntered holds).
     entered: list[tuple[str, Any]] = field(default_factory=list)
+    #: Bytes of ``data`` as JSON when the current state was entered.
+    size: int = 0
     _attempts: dict[int, int] = field(default_factory=dict)
     _waiting: bool = False
 
@@ -313,11 +315,11 @@ class Execution:
         self.current = name
         self._attempts = {}
         self._waiting = False
-        if _size(self.data) > MAX_PAYLOAD_BYTES:
+        self.size = _size(self.data)
+        if self.size > MAX_PAYLOAD_BYTES:
             raise _StateError(
                 "States.DataLimitExceeded",
-                f"the input of state {name!r} is {_size(self.data)} bytes, "
-                f"over the {MAX_PAYLOAD_BYTES} limit",
+                f"the input of state {name!r} is {self.size} bytes, over the {MAX_PAYLOAD_BYTES} limit",
             )
         self.entered.append((name, self.data))
 
@@ -416,7 +418,8 @@ class Execution:
     def _task(self, now: datetime, invoke: Invoke, rng: random.Random, nxt: Any) -> str:
         state = self.state
         payload = self._effective_input(now)
-        if _size(payload) > MAX_PAYLOAD_BYTES:
+        shaped = "Parameters" in state or state.get("InputPath", "$") != "$"
+        if shaped and _size(payload) > MAX_PAYLOAD_BYTES:
             raise _StateError("States.DataLimitExceeded", f"the input of task {self.current!r} is too large")
         outcome = invoke(self.current, str(state.get("Resource", "")), payload)
         if outcome.error is None:

@@ -8,7 +8,6 @@ NodeHeal's own bookkeeping wherever the two could differ.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -92,7 +91,8 @@ class Invariants:
         #: (node uid, condition type) -> when it last stopped being bad.
         self._cleared_at: dict[tuple[str, str], datetime] = {}
         #: instance -> worst action its faults called for in the current episode (I8).
-        self._worst: dict[str, str] = {}
+        #: instance -> condition type -> (bad since, worst action confirmed since then) (I8).
+        self._worst: dict[str, dict[str, tuple[str, str]]] = {}
         self.episodes: dict[tuple[str, str, str], Episode] = {}
         self._breaker_open_since: datetime | None = None
         self._operator_closed = False
@@ -129,6 +129,19 @@ class Invariants:
         if kind in NEVER_START:
             self.fail("I6 dropped events mutate nothing", f"a {kind} event started execution {name}")
 
+    def ingested(self, delivery: Any, result: Mapping[str, Any] | None) -> None:
+        """After ingest answered a delivery: a refused kind must be dropped (not taken for a
+        duplicate of a genuine transition), and a duplicate's name must be its transition's (I5)."""
+        if delivery.kind in NEVER_START and (result or {}).get("status") != "dropped":
+            self.fail(
+                "I6 dropped events mutate nothing",
+                f"a {delivery.kind} event was answered {(result or {}).get('status')!r}, not dropped",
+            )
+        if result is not None and result.get("status") == "duplicate":
+            from nodeheal.sim.seeded.schedule import transition_key
+
+            self.check_i5_names(str(result["execution"]), transition_key(delivery.envelope["detail"]))
+
     def check_i5_names(self, name: str, key: tuple[str, ...]) -> None:
         known = self._names.get(name)
         if known is not None and known != key:
@@ -146,7 +159,11 @@ class Invariants:
     def invocation_started(self, invocation: Invocation) -> None:
         self._track_conditions()
         instance = str(invocation.admitted.get("instanceId", ""))
-        invocation.worst_at_start = self._worst.get(instance, "none")
+        invocation.worst_at_start = max(
+            (action for _, action in self._worst.get(instance, {}).values()),
+            key=lambda action: SEVERITY.get(action, 0),
+            default="none",
+        )
 
     def invocation_ended(self, invocation: Invocation) -> None:
         invocation.claimed.clear()
@@ -172,7 +189,7 @@ class Invariants:
         if run.done and run.error == "States.DataLimitExceeded":
             self.fail("I11 payload bound", f"{run.name} hit States.DataLimitExceeded: {run.cause}")
         if not run.done:
-            size = len(json.dumps(run.data, separators=(",", ":")).encode())
+            size = run.size
             if size > STATE_BOUND_BYTES:
                 self.fail(
                     "I11 payload bound",
@@ -262,7 +279,7 @@ class Invariants:
         if not bad:
             invariant = (
                 "I10 nothing forced past a PDB on a healthy node"
-                if mutation.kind == "force-delete"
+                if mutation.kind == "force-delete" and not mutation.pod_terminating
                 else "I8 still bad at every destructive step"
             )
             self.fail(
@@ -428,18 +445,26 @@ class Invariants:
                 self._node_scans[name] = cached
             bad = cached[2]
             instance = world.instance_of(name)
+            boot = str(node["status"]["nodeInfo"].get("bootID", ""))
+            # A reboot ends the instance's episode (D2); a condition's part ends when it recovers.
+            before = self._worst.get(instance, {}) if self._boots.get(instance, boot) == boot else {}
+            worst: dict[str, tuple[str, str]] = {}
             for key, condition, episode in bad:
                 live.add(key)
-                if key[1] != "Ready" and now - episode.since >= timedelta(seconds=episode.confirm_seconds):
-                    # A fault counts once it is confirmed: a holder still confirming may be
-                    # preempted by a lesser fault that acts sooner (D2).
+                condition_type, since = key[1], key[2]
+                earlier = before.get(condition_type)
+                if earlier is not None and earlier[0] == since:
+                    worst[condition_type] = earlier
+                if condition_type != "Ready" and now - episode.since >= timedelta(
+                    seconds=episode.confirm_seconds
+                ):
+                    # A fault counts once it is confirmed (a holder still confirming may be
+                    # preempted by a lesser fault that acts sooner, D2), and while its condition
+                    # stays bad a lesser message does not lower it.
                     action = classify(condition, self.sim.settings, node["metadata"]["labels"])
-                    if SEVERITY.get(action, 0) > SEVERITY.get(self._worst.get(instance, "none"), 0):
-                        self._worst[instance] = action
-            boot = str(node["status"]["nodeInfo"].get("bootID", ""))
-            if not bad or self._boots.get(instance, boot) != boot:
-                # The episode ends when the conditions recover or the instance reboots (D2).
-                self._worst.pop(instance, None)
+                    if SEVERITY.get(action, 0) > SEVERITY.get(worst.get(condition_type, ("", "none"))[1], 0):
+                        worst[condition_type] = (since, action)
+            self._worst[instance] = worst
             self._boots[instance] = boot
         for key, episode in self.episodes.items():
             if episode.ended_at is None and key not in live:
@@ -511,7 +536,12 @@ class Invariants:
         records = ledger.observed_records(self.sim.world.cluster)
         for record in records:
             if record.execution in mine:
-                if record.outcome is not Outcome.SUPERSEDED:
+                # "skipped" decides only an episode that is over (the node gone or replaced, the
+                # condition cleared): on a condition still bad on the same Node it is what a fault
+                # dropped behind another execution's lock looked like.
+                if record.outcome is not Outcome.SUPERSEDED and (
+                    record.outcome is not Outcome.SKIPPED or episode.ended_at is not None
+                ):
                     return True
                 superseded_at = (
                     record.finished_at if superseded_at is None else min(superseded_at, record.finished_at)
@@ -521,6 +551,7 @@ class Invariants:
             return any(
                 r.node_uid == episode.node_uid
                 and r.outcome is not Outcome.SUPERSEDED
+                and (r.outcome is not Outcome.SKIPPED or episode.ended_at is not None)
                 and r.finished_at >= superseded_at
                 for r in records
             )

@@ -15,16 +15,15 @@ from nodeheal.sim.seeded.invariants import InvariantViolated, Violation
 from nodeheal.sim.seeded.schedule import Simulation, prepare_handlers
 from nodeheal.sim.seeded.template import SimTemplate
 
-#: The deployment the schedules run: the test timings (short waits keep schedules short), with
-#: production-shaped polls so a waiting execution does not spin.
-SIMULATION_CONTEXT: dict[str, Any] = deep_merge(
-    FAST_CONTEXT,
-    {
-        "drain": {"timeoutSeconds": 120, "pollSeconds": 10},
-        "reboot": {"pollSeconds": 30, "recoveryTimeoutSeconds": 300},
-        "lockWaitPollSeconds": 30,
-    },
-)
+#: The settings the schedules run with, over the test deployment's (nodeheal.sim.pipeline's
+#: FAST_CONTEXT, synthesized once per test process and shared with the workflow tests): the waits
+#: of the state machine read these from the execution's settings, so a drain, a reboot and a wait
+#: behind a lock take a realistic number of rounds instead of spinning.
+SIMULATION_SETTINGS: dict[str, Any] = {
+    "drain": {"timeoutSeconds": 120, "pollSeconds": 10},
+    "reboot": {"pollSeconds": 30, "recoveryTimeoutSeconds": 300},
+    "lockWaitPollSeconds": 30,
+}
 
 
 @dataclass
@@ -47,7 +46,7 @@ class ScheduleResult:
 def load_template(context: dict[str, Any] | None = None) -> SimTemplate:
     from nodeheal.sim.pipeline import TEMPLATES
 
-    return SimTemplate.read(TEMPLATES.get(context or SIMULATION_CONTEXT))
+    return SimTemplate.read(TEMPLATES.get(context or FAST_CONTEXT))
 
 
 def plan_for(seed: int) -> list[PlannedFault]:
@@ -84,7 +83,14 @@ def _run(
 ) -> ScheduleResult:
     prepare_handlers(template)
     plan = plan_for(seed) if plan is None else list(plan)
-    sim = Simulation(template, seed, plan, trace=trace, ledger_factory=ledger_factory)
+    sim = Simulation(
+        template,
+        seed,
+        plan,
+        trace=trace,
+        ledger_factory=ledger_factory,
+        settings_overrides=lambda rng, raw: raw.update(deep_merge(raw, SIMULATION_SETTINGS)),
+    )
     violation: Violation | None = None
     crash = ""
     try:

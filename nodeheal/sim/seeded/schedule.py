@@ -407,18 +407,7 @@ class Simulation:
         if name in self.executions:
             raise DuplicateExecutionError(name)
         arn = f"{STATE_MACHINE_ARN.replace(':stateMachine:', ':execution:')}:{name}"
-        event = NodeConditionEvent.from_detail(payload["event"])
-        transition = event.condition.last_transition_time or event.observed_at
-        # D3's key, written out here rather than taken from ingest: I5 checks ingest against it.
-        key = (
-            event.cluster,
-            event.node.name,
-            event.node.uid,
-            event.condition.type,
-            event.condition.status,
-            event.condition.reason,
-            transition.strftime("%Y%m%dT%H%M%SZ"),
-        )
+        key = transition_key(payload["event"])
         run = asl.Execution(self.machine, name, arn, json.loads(json.dumps(payload)), self.clock)
         kind = self.delivering.kind if self.delivering else "operator"
         execution = SimExecution(run, key, kind)
@@ -690,6 +679,7 @@ class Simulation:
             (outcome.output or {}).get("status", outcome.error) if outcome.error is None else outcome.error
         )
         self.log(f"ingest {delivery.kind} event of {str(node).split('.')[0]}: {status}")
+        self.invariants.ingested(delivery, outcome.output if outcome.error is None else None)
 
     def _finalizer_event(self, arn: str) -> None:
         event = {
@@ -786,6 +776,22 @@ def _decide(
         parsed, labels=labels, history=NodeHistory(0, None), policy=settings.policy, mode=Mode.FULL, now=START
     )
     return decision.action.value, decision.confirm_seconds
+
+
+def transition_key(detail: Mapping[str, Any]) -> tuple[str, ...]:
+    """D3's key of a transition: (cluster, node name, node UID, condition type, status, reason,
+    transition time). Written out here rather than taken from ingest: I5 checks ingest against it."""
+    event = NodeConditionEvent.from_detail(detail)
+    transition = event.condition.last_transition_time or event.observed_at
+    return (
+        event.cluster,
+        event.node.name,
+        event.node.uid,
+        event.condition.type,
+        event.condition.status,
+        event.condition.reason,
+        transition.strftime("%Y%m%dT%H%M%SZ"),
+    )
 
 
 def _export_shared_environment(template: SimTemplate) -> None:

@@ -64,6 +64,8 @@ class Mutation:
     pod: str = ""
     #: The Node object the pod was bound to (a pod follows its node's name, never its uid).
     pod_node_uid: str = ""
+    #: The pod was already terminating (evicted earlier): a PodDisruptionBudget no longer holds it.
+    pod_terminating: bool = False
     #: The adapter call's caller (the scheduler's invocation object), for the invariants.
     caller: Any = None
 
@@ -551,6 +553,7 @@ class MemoryPods:
                 world.instance_of(node),
                 pod=_pod_key(stored),
                 pod_node_uid=world.pod_node_uid.get(stored["metadata"]["uid"], ""),
+                pod_terminating=bool(stored["metadata"].get("deletionTimestamp")),
                 caller=world.observer.caller(),
             )
         )
