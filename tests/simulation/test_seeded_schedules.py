@@ -125,3 +125,35 @@ def test_schedules_run_over_the_dynamodb_ledger_in_moto_too(template: SimTemplat
 def test_an_unknown_ledger_is_refused(template: SimTemplate) -> None:
     with pytest.raises(ValueError, match="memory or dynamodb"):
         run_schedule(template, 7, ledger="postgres")
+
+
+def test_the_cli_replays_a_seed_and_reports_a_campaign_as_json(
+    template: SimTemplate, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from nodeheal.cli import main
+
+    assert main(["simulate", "--seed", "3"]) == 0
+    replay = capsys.readouterr().out
+    assert "seed 3:" in replay and "0 violations" in replay and "| Admit" in replay
+    assert main(["simulate", "--schedules", "2", "--first-seed", "40", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["schedules"] == 2 and report["failures"] == []
+    assert set(report["coverage"]) == set(FAULT_KINDS)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "--plan", "api-5xx@1#2"], "--plan needs --seed"),
+        (["simulate", "--seed", "1", "--plan", "no-such-fault@1#2"], "not a planned fault"),
+    ],
+)
+def test_the_cli_refuses_a_bad_plan_with_a_reason(
+    template: SimTemplate, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    from nodeheal.cli import main
+
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
