@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import Any
 
 from nodeheal.commands.output import print_json
@@ -65,6 +66,13 @@ def _positive(raw: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    with warnings.catch_warnings():
+        # Powertools warns when a handler emitted no metric, which most steps do not.
+        warnings.filterwarnings("ignore", category=UserWarning)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from nodeheal.commands.demo import make_sources_importable
     from nodeheal.sim.seeded.faults import PlannedFault
     from nodeheal.sim.seeded.runner import load_template, run_campaign, run_schedule, shrink
