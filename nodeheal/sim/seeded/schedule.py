@@ -615,7 +615,7 @@ class Simulation:
             any(not e.run.done for e in self.executions.values())
             or self.deliveries
             or self.status_changes
-            or self.last_sweep_at < self.last_end_at
+            or self.last_sweep_at <= self.last_end_at
         ):
             times.append(self.next_sweep)
         if self.tracker.resync_from_memory():
@@ -716,7 +716,8 @@ class Simulation:
         return (
             all(e.run.done for e in self.executions.values())
             and not self._unhandled_bad_conditions()
-            and self.last_sweep_at >= self.last_end_at
+            # The sweeper must have run after the last end (an end in the same instant may follow it).
+            and self.last_sweep_at > self.last_end_at
             and not self.deliveries
             and not self.status_changes
             and self.world.next_timer_at() is None
