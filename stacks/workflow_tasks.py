@@ -102,7 +102,8 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
             # release_lock: conditional DeleteItem when the budget refuses or the node recovered)
             # and the cluster's admission state (read_admission_state, write_admission_state).
             LedgerGrant(("dynamodb:GetItem", "dynamodb:PutItem"), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
-            LedgerGrant(("dynamodb:DeleteItem",), (LedgerItem.LOCK,)),
+            # contend: a conditional UpdateItem telling a busy, less severe holder to stand aside.
+            LedgerGrant(("dynamodb:DeleteItem", "dynamodb:UpdateItem"), (LedgerItem.LOCK,)),
             # instance_records: the instance's recent remediations (escalation, attempt limit).
             LedgerGrant(("dynamodb:Query",), (LedgerItem.RECORDS,)),
         ),

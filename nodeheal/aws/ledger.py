@@ -251,6 +251,38 @@ class Ledger:
             raise
         return True
 
+    def contend(
+        self, cluster: str, subject: str, execution: str, claim: LockClaim, *, holder: LockView
+    ) -> bool:
+        """Tell ``holder`` that a more severe execution waits for the node (D2), in one conditional
+        write: only on the same holder, and only over a less severe contender (or none). The holder
+        stops at its next :meth:`claim_mutation`, so it does not reboot a node a waiting fault
+        calls to replace while its own running step keeps the newcomer from preempting it."""
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=self._lock_key(cluster, subject),
+                UpdateExpression="SET contender = :me, contenderAction = :action, contenderCost = :cost",
+                ConditionExpression=(
+                    "execution = :holder AND expiresAt = :holderExpires "
+                    "AND (attribute_not_exists(contenderCost) OR contenderCost < :cost OR contender = :me)"
+                ),
+                ExpressionAttributeValues=serialize_item(
+                    {
+                        ":me": execution,
+                        ":action": claim.action.value,
+                        ":cost": claim.action.cost,
+                        ":holder": holder.execution,
+                        ":holderExpires": _epoch(holder.expires_at),
+                    }
+                ),
+            )
+        except ClientError as error:
+            if _is_conditional_failure(error):
+                return False
+            raise
+        return True
+
     def claim_mutation(
         self, cluster: str, subject: str, execution: str, *, step: str, busy_for: timedelta
     ) -> None:
@@ -266,7 +298,9 @@ class Ledger:
                 TableName=self._table,
                 Key=self._lock_key(cluster, subject),
                 UpdateExpression="SET mutated = :true, busyUntil = :busy, lastStep = :step",
-                ConditionExpression="execution = :execution AND expiresAt > :now",
+                ConditionExpression=(
+                    "execution = :execution AND expiresAt > :now AND attribute_not_exists(contender)"
+                ),
                 ExpressionAttributeValues=serialize_item(
                     {
                         ":true": True,
@@ -281,6 +315,11 @@ class Ledger:
             if not _is_conditional_failure(error):
                 raise
             held = self.read_lock(cluster, subject)
+            if held is not None and held.execution == execution and held.contender:
+                raise SupersededError(
+                    f"execution {held.contender} ({held.contender_action.value}) waits to take this node "
+                    f"over; {execution} stops before {step} and leaves its cordon to it"
+                ) from error
             if held is not None and held.execution != execution and held.expires_at > now:
                 raise SupersededError(
                     f"execution {held.execution} took over the remediation of this node "
@@ -321,6 +360,8 @@ class Ledger:
             acts_at=at("actsAt"),
             mutated=bool(item.get("mutated", False)),
             busy_until=at("busyUntil"),
+            contender=str(item.get("contender", "")),
+            contender_action=Action(str(item.get("contenderAction", Action.NONE.value))),
         )
 
     def held_locks(self, cluster: str) -> list[tuple[str, LockView]]:

@@ -22,8 +22,9 @@ from typing import Any
 
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
+from nodeheal.config import RemediationSettings
 from nodeheal.kube.model import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
-from nodeheal.policy.decide import Decision, decide
+from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
 from nodeheal.workflow.locks import LockClaim, may_preempt
@@ -154,7 +155,9 @@ def admit(
         policy=settings.policy,
         mode=mode or settings.mode,
         now=now,
-        worst_seen=_worst_seen(previous.decision, episode_worst(records, node)),
+        worst_seen=_worst_seen(
+            previous.decision, episode_worst(records, node), _sighted(state, live, node, settings, now)
+        ),
     )
     remaining = (
         _confirmation_remaining(live, decision.confirm_seconds, state, now)
@@ -262,6 +265,27 @@ def episode_worst(records: Sequence[RemediationRecord], node: LiveNode) -> Decis
     )
 
 
+def _sighted(
+    state: WorkflowState, live: Condition, node: LiveNode, settings: RemediationSettings, now: datetime
+) -> Decision | None:
+    """What the event itself reported, when it is a sighting of the live condition's current bad
+    period (same type, same transition time): the exporter saw that message on this node, and a
+    lesser one that overwrote it since (NPD keeps only the latest) does not mean it healed (D2)."""
+    seen = state.event.condition
+    if seen.type != live.type or not seen.is_bad or seen.last_transition_time != live.last_transition_time:
+        return None
+    if seen.message == live.message and seen.reason == live.reason:
+        return None  # the live condition decides it anyway
+    return decide(
+        seen,
+        labels=node.labels,
+        history=NodeHistory(attempts_in_window=0, last_reboot_at=None),
+        policy=settings.policy,
+        mode=Mode.FULL,
+        now=now,
+    )
+
+
 def _worst_seen(*decisions: Decision | None) -> Decision | None:
     found = [d for d in decisions if d is not None]
     return max(found, key=lambda d: d.planned_action.cost) if found else None
@@ -343,6 +367,11 @@ def _take_lock(
             require_unmutated=only_if_unmutated,
         ):
             return holder.execution
+        if allowed and not only_if_unmutated:
+            # More severe, but a step of the holder may still be running: the holder stops before
+            # its next mutation (no reboot of a node this fault calls to replace), then this
+            # execution preempts it after the wait.
+            ledger.contend(state.cluster, node.subject, state.execution.name, claim, holder=holder)
     waiting_since = previous.waiting_since or now
     waited = (now - waiting_since).total_seconds()
     holder_name = lock.holder or "unknown"

@@ -40,6 +40,10 @@ class LockView:
     mutated: bool = False
     #: A mutating step of the holder may still be running until then (claimed, not yet returned).
     busy_until: datetime | None = None
+    #: A more severe execution waits to take the node over (it found the holder's step running):
+    #: the holder stops before its next mutation and leaves the node to it (D2).
+    contender: str = ""
+    contender_action: Action = Action.NONE
 
 
 def may_preempt(claim: LockClaim, holder: LockView) -> tuple[bool, bool]:

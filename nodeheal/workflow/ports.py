@@ -127,6 +127,9 @@ class LedgerPort(Protocol):
         holder: LockView,
         require_unmutated: bool,
     ) -> bool: ...
+    def contend(
+        self, cluster: str, subject: str, execution: str, claim: LockClaim, *, holder: LockView
+    ) -> bool: ...
     def claim_mutation(
         self, cluster: str, subject: str, execution: str, *, step: str, busy_for: timedelta
     ) -> None: ...

@@ -84,6 +84,12 @@ class DynamoLedger:
             cluster, subject, execution, ttl, claim, holder=holder, require_unmutated=require_unmutated
         )
 
+    def contend(
+        self, cluster: str, subject: str, execution: str, claim: LockClaim, *, holder: LockView
+    ) -> bool:
+        self.on_call("contend")
+        return self._ledger.contend(cluster, subject, execution, claim, holder=holder)
+
     def claim_mutation(
         self, cluster: str, subject: str, execution: str, *, step: str, busy_for: timedelta
     ) -> None:

@@ -109,6 +109,26 @@ class MemoryLedger:
         self.locks[subject] = self._view(execution, ttl, claim)
         return True
 
+    def contend(
+        self, cluster: str, subject: str, execution: str, claim: LockClaim, *, holder: LockView
+    ) -> bool:
+        self.on_call("contend")
+        current = self.locks.get(subject)
+        if (
+            current is None
+            or current.execution != holder.execution
+            or current.expires_at != holder.expires_at
+        ):
+            return False
+        if (
+            current.contender
+            and current.contender != execution
+            and current.contender_action.cost >= claim.action.cost
+        ):
+            return False
+        self.locks[subject] = replace(current, contender=execution, contender_action=claim.action)
+        return True
+
     def claim_mutation(
         self, cluster: str, subject: str, execution: str, *, step: str, busy_for: timedelta
     ) -> None:
@@ -118,6 +138,10 @@ class MemoryLedger:
             raise LockNotHeldError(f"{execution} no longer holds the lock of {subject}")
         if held.execution != execution:
             raise SupersededError(f"{held.execution} took over {subject}")
+        if held.contender:
+            raise SupersededError(
+                f"{held.contender} ({held.contender_action.value}) waits to take over {subject}"
+            )
         self.locks[subject] = replace(held, mutated=True, busy_until=self._now() + busy_for)
 
     def lock_holder(self, cluster: str, subject: str) -> str | None:

@@ -63,12 +63,24 @@ def test_condition_healthy_on_the_live_node_stops_even_if_the_event_says_bad() -
     assert ledger.locks == {}
 
 
-def test_classification_uses_the_live_condition_not_the_event() -> None:
+def test_classification_uses_the_live_condition_not_an_earlier_events() -> None:
+    xid13 = "NVRM: Xid (PCI:0000:53:00): 13, pid=1, name=python3, Graphics SM Warp Exception"
+    nodes, ledger = setup(condition=gpu_problem(message=xid13))
+    # The event reported Xid 79 in an earlier bad period of the condition (it recovered since).
+    earlier = gpu_problem(at="2026-11-21T09:00:00Z")
+    admission = admit(workflow_state(nodes.nodes["gpu-a"], condition=earlier), kube(nodes), ledger, NOW)
+    assert admission.decision is not None and admission.decision.xid == 13
+    assert admission.decision.action is Action.NONE and not admission.lock_held
+
+
+def test_a_worse_message_the_event_saw_still_decides_in_the_same_bad_period() -> None:
+    """NPD keeps only the latest message: the exporter saw Xid 79, the live condition (same
+    transition time, never recovered) now reads Xid 13. The dead GPU is still dead (D2)."""
     xid13 = "NVRM: Xid (PCI:0000:53:00): 13, pid=1, name=python3, Graphics SM Warp Exception"
     nodes, ledger = setup(condition=gpu_problem(message=xid13))
     admission = admit(workflow_state(nodes.nodes["gpu-a"]), kube(nodes), ledger, NOW)
-    assert admission.decision is not None and admission.decision.xid == 13
-    assert admission.decision.action is Action.NONE and not admission.lock_held
+    assert admission.decision is not None and admission.decision.action is Action.REPLACE
+    assert admission.decision.xid == 79 and "still decides" in admission.decision.reason
 
 
 def test_an_equally_severe_holder_that_mutated_makes_the_newcomer_wait_not_stop() -> None:

@@ -135,3 +135,40 @@ def test_an_execution_ends_once(subject: Subject) -> None:
     ledger.mark_execution_ended("c", "x", "replaced", "workflow")
     ledger.mark_execution_ended("c", "x", "failed", "finalizer")  # a later end changes nothing
     assert ledger.execution_ended("c", "x")
+
+
+def test_a_more_severe_contender_stops_a_busy_holder_at_its_next_claim(subject: Subject) -> None:
+    """D2 with the holder's step still running: the newcomer cannot preempt yet, so it marks the
+    lock; the holder's next claim fails (it must not reboot what the newcomer will replace)."""
+    ledger = subject.ledger
+    assert ledger.acquire_lock("c", INSTANCE, "reboot-holder", TTL, claim(Action.REBOOT)).acquired
+    ledger.claim_mutation("c", INSTANCE, "reboot-holder", step="drain", busy_for=timedelta(minutes=3))
+    holder = ledger.acquire_lock("c", INSTANCE, "replacer", TTL, claim(Action.REPLACE)).held_by
+    assert holder is not None
+    assert not ledger.preempt_lock(
+        "c", INSTANCE, "replacer", TTL, claim(Action.REPLACE), holder=holder, require_unmutated=False
+    )
+    assert ledger.contend("c", INSTANCE, "replacer", claim(Action.REPLACE), holder=holder)
+    # A less severe contender does not displace it; the same one may mark again.
+    assert not ledger.contend("c", INSTANCE, "alerter", claim(Action.CORDON), holder=holder)
+    assert ledger.contend("c", INSTANCE, "replacer", claim(Action.REPLACE), holder=holder)
+    with pytest.raises(SupersededError, match="replacer"):
+        ledger.claim_mutation("c", INSTANCE, "reboot-holder", step="reboot", busy_for=timedelta(minutes=3))
+    # Once the holder's step can no longer be running, the contender preempts as usual.
+    subject.set_now(NOW + timedelta(minutes=4))
+    current = ledger.acquire_lock("c", INSTANCE, "replacer", TTL, claim(Action.REPLACE)).held_by
+    assert current is not None and current.contender == "replacer"
+    assert ledger.preempt_lock(
+        "c", INSTANCE, "replacer", TTL, claim(Action.REPLACE), holder=current, require_unmutated=False
+    )
+    ledger.claim_mutation("c", INSTANCE, "replacer", step="drain", busy_for=timedelta(minutes=3))
+
+
+def test_a_contender_needs_the_exact_holder(subject: Subject) -> None:
+    ledger = subject.ledger
+    assert ledger.acquire_lock("c", INSTANCE, "a", TTL, claim(Action.REBOOT)).acquired
+    stale = ledger.acquire_lock("c", INSTANCE, "b", TTL, claim(Action.REPLACE)).held_by
+    assert stale is not None
+    ledger.release_lock("c", INSTANCE, "a")
+    assert ledger.acquire_lock("c", INSTANCE, "c2", TTL, claim(Action.REBOOT)).acquired
+    assert not ledger.contend("c", INSTANCE, "b", claim(Action.REPLACE), holder=stale)

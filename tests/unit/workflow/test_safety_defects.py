@@ -455,7 +455,12 @@ def test_defect_11_a_new_instance_under_a_reused_name_inherits_no_history() -> N
 
     new = live_node(condition=gpu_problem(message=XID_48), instance_id=NEW_INSTANCE)
     nodes = FakeNodes({"gpu-a": new})
-    admission = admit(workflow_state(new), KubeAccess(nodes, RecordingPods({})), ledger, NOW)
+    admission = admit(
+        workflow_state(new, condition=gpu_problem(message=XID_48)),
+        KubeAccess(nodes, RecordingPods({})),
+        ledger,
+        NOW,
+    )
     assert admission.verdict == PROCEED
     assert admission.decision is not None
     assert admission.decision.action is Action.REBOOT and not admission.decision.escalated
@@ -468,7 +473,10 @@ def test_defect_11_the_same_instance_still_escalates() -> None:
     ledger.put_record(past_record(OLD_INSTANCE, Outcome.REBOOTED, 1, "old-0"))
     node = live_node(condition=gpu_problem(message=XID_48), instance_id=OLD_INSTANCE)
     admission = admit(
-        workflow_state(node), KubeAccess(FakeNodes({"gpu-a": node}), RecordingPods({})), ledger, NOW
+        workflow_state(node, condition=gpu_problem(message=XID_48)),
+        KubeAccess(FakeNodes({"gpu-a": node}), RecordingPods({})),
+        ledger,
+        NOW,
     )
     assert admission.decision is not None and admission.decision.escalated
     assert admission.decision.action is Action.REPLACE
