@@ -356,7 +356,7 @@ def _take_lock(
         return ""
     holder = lock.held_by
     if holder is not None:
-        allowed, only_if_unmutated = may_preempt(claim, holder)
+        allowed, only_if_unmutated = may_preempt(claim, holder, now)
         if allowed and ledger.preempt_lock(
             state.cluster,
             node.subject,

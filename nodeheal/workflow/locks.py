@@ -46,9 +46,14 @@ class LockView:
     contender_action: Action = Action.NONE
 
 
-def may_preempt(claim: LockClaim, holder: LockView) -> tuple[bool, bool]:
-    """(may preempt, only if the holder has still not mutated the node) for ``claim`` over ``holder``."""
-    if claim.action.cost > holder.action.cost:
+def may_preempt(claim: LockClaim, holder: LockView, now: datetime) -> tuple[bool, bool]:
+    """(may preempt, only if the holder has still not mutated the node) for ``claim`` over ``holder``.
+
+    Severity preempts only a fault that is confirmed (it acts now): one still inside its
+    confirmation time may yet clear, and the holder it pushed aside would have been dropped for
+    nothing. It waits behind the holder, confirming, and preempts once confirmed (D2).
+    """
+    if claim.action.cost > holder.action.cost and claim.acts_at <= now:
         return True, False
     acts_sooner = not holder.mutated and holder.acts_at is not None and claim.acts_at < holder.acts_at
     return acts_sooner, True

@@ -107,6 +107,10 @@ class Invariants:
         )
         self._seen_conditions: dict[tuple[str, str], tuple[str, str, str]] = {}
         self._boots: dict[str, str] = {}
+        #: (node uid, condition type, bad since) -> the worst action of any message NodeHeal saw in
+        #: that bad period, in an event or by reading the Node. A message no event carried and no
+        #: step read is not "seen": a detector may overwrite it before anything reads it.
+        self._seen_worst: dict[tuple[str, str, datetime], str] = {}
         #: Node name -> (resourceVersion, uid, its bad conditions): a node is rescanned when it changes.
         self._node_scans: dict[str, tuple[str, str, list[tuple[tuple[str, str, str], Any, Episode]]]] = {}
         #: (start, duration) of outages: nothing of NodeHeal runs then, so I2's clock stops.
@@ -155,6 +159,35 @@ class Invariants:
     def operator_changed(self, kind: str) -> None:
         if kind == "breaker-reset":
             self._operator_closed = True
+
+    # -- what NodeHeal has seen of each condition (I8 holds it to the worst of that) -----------------
+
+    def _saw(self, node_uid: str, condition: Mapping[str, Any], labels: Mapping[str, str]) -> None:
+        from nodeheal.sim.seeded.schedule import classify
+        from nodeheal.timeutil import parse_timestamp
+
+        if condition.get("type") == "Ready" or not is_bad_status(
+            str(condition["type"]), str(condition["status"])
+        ):
+            return
+        since = condition.get("lastTransitionTime")
+        if not since:
+            return
+        key = (node_uid, str(condition["type"]), parse_timestamp(str(since), "lastTransitionTime"))
+        action = classify(dict(condition), self.sim.settings, labels)
+        if SEVERITY.get(action, 0) > SEVERITY.get(self._seen_worst.get(key, "none"), 0):
+            self._seen_worst[key] = action
+
+    def saw_node(self, node: Mapping[str, Any]) -> None:
+        """A step read the Node: NodeHeal has seen each of its conditions' current message."""
+        for condition in node["status"]["conditions"]:
+            self._saw(node["metadata"]["uid"], condition, node["metadata"]["labels"])
+
+    def saw_event(self, event: Any) -> None:
+        """The exporter shipped this condition: NodeHeal will see it in the event."""
+        node = self.sim.world.nodes.get(event.node.name)
+        labels = node["metadata"]["labels"] if node is not None else dict(event.node.labels)
+        self._saw(event.node.uid, event.condition.to_api(), labels)
 
     def invocation_started(self, invocation: Invocation) -> None:
         self._track_conditions()
@@ -448,7 +481,6 @@ class Invariants:
         world = self.sim.world
         now = self.sim.clock
         live: set[tuple[str, str, str]] = set()
-        from nodeheal.sim.seeded.schedule import classify
 
         for name, node in world.nodes.items():
             rv = str(node["metadata"].get("resourceVersion", ""))
@@ -462,19 +494,22 @@ class Invariants:
             # A reboot ends the instance's episode (D2); a condition's part ends when it recovers.
             before = self._worst.get(instance, {}) if self._boots.get(instance, boot) == boot else {}
             worst: dict[str, tuple[str, str]] = {}
-            for key, condition, episode in bad:
+            for key, _, episode in bad:
                 live.add(key)
                 condition_type, since = key[1], key[2]
                 earlier = before.get(condition_type)
                 if earlier is not None and earlier[0] == since:
                     worst[condition_type] = earlier
-                if condition_type != "Ready" and now - episode.since >= timedelta(
-                    seconds=episode.confirm_seconds
+                seen = self._seen_worst.get((episode.node_uid, condition_type, episode.since))
+                if (
+                    condition_type != "Ready"
+                    and seen is not None
+                    and now - episode.since >= timedelta(seconds=episode.confirm_seconds)
                 ):
                     # A fault counts once it is confirmed (a holder still confirming may be
-                    # preempted by a lesser fault that acts sooner, D2), and while its condition
-                    # stays bad a lesser message does not lower it.
-                    action = classify(condition, self.sim.settings, node["metadata"]["labels"])
+                    # preempted by a lesser fault that acts sooner, D2) and seen by NodeHeal, and
+                    # while its condition stays bad a lesser message does not lower it.
+                    action = seen
                     if SEVERITY.get(action, 0) > SEVERITY.get(worst.get(condition_type, ("", "none"))[1], 0):
                         worst[condition_type] = (since, action)
             self._worst[instance] = worst

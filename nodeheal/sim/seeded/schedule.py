@@ -396,6 +396,8 @@ class Simulation:
     ) -> None:
         envelope = self.envelope(event, **extra)
         self.sent_events.append(Delivery(self.clock, envelope, kind))
+        if kind in ("genuine", "resync"):
+            self.invariants.saw_event(event)
         if not match(self.template.condition_pattern, envelope).matched:
             return
         at = self.clock + timedelta(seconds=self.rng.uniform(0.05, 2.0) if delay is None else delay)
@@ -497,6 +499,9 @@ class Simulation:
 
     def caller(self) -> Invocation | None:
         return self.stack[-1] if self.stack else None
+
+    def saw(self, node: dict[str, Any]) -> None:
+        self.invariants.saw_node(node)
 
     def mutated(self, mutation: Mutation) -> None:
         self.log(

@@ -74,10 +74,16 @@ class Observer(Protocol):
     def point(self, operation: str) -> None: ...
     def mutated(self, mutation: Mutation) -> None: ...
     def caller(self) -> Any: ...
+    def saw(self, node: JSON) -> None:
+        """A step read this Node (what NodeHeal has seen of its conditions)."""
+        ...
 
 
 class _Quiet:
     def point(self, operation: str) -> None:
+        return None
+
+    def saw(self, node: JSON) -> None:
         return None
 
     def mutated(self, mutation: Mutation) -> None:
@@ -426,16 +432,22 @@ class MemoryNodes:
     def get(self, name: str) -> LiveNode | None:
         self._world.observer.point("get node")
         raw = self._world.nodes.get(name)
+        if raw is None:
+            return None
+        self._world.observer.saw(raw)
         # LiveNode copies what it keeps, so the stored object is not shared with the caller.
-        return LiveNode.from_api(raw) if raw is not None else None
+        return LiveNode.from_api(raw)
 
     def list(self, label_selector: str | None = None) -> list[LiveNode]:
         self._world.observer.point("list nodes")
-        return [
-            LiveNode.from_api(raw)
+        selected = [
+            raw
             for raw in self._world.nodes.values()
             if _selects(label_selector or "", raw["metadata"]["labels"])
         ]
+        for raw in selected:
+            self._world.observer.saw(raw)
+        return [LiveNode.from_api(raw) for raw in selected]
 
     def _read_for_update(self, name: str, expected_uid: str | None, action: str) -> JSON:
         raw = self._world.nodes.get(name)

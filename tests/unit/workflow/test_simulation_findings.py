@@ -41,6 +41,9 @@ class Watch:
         if action is not None:
             action()
 
+    def saw(self, node: Any) -> None:
+        return None
+
     def mutated(self, mutation: Mutation) -> None:
         self.mutations.append(mutation)
 
