@@ -27,7 +27,7 @@ from nodeheal.kube.model import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
-from nodeheal.workflow.locks import LockClaim, may_preempt
+from nodeheal.workflow.locks import LockClaim, LockView, may_preempt
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.records import Outcome, RemediationRecord, identity_key, node_history
 from nodeheal.workflow.scope import out_of_scope
@@ -371,7 +371,7 @@ def _take_lock(
             # More severe, but a step of the holder may still be running: the holder stops before
             # its next mutation (no reboot of a node this fault calls to replace), then this
             # execution preempts it after the wait.
-            ledger.contend(state.cluster, node.subject, state.execution.name, claim, holder=holder)
+            _contend(ledger, state, node, claim, holder)
     waiting_since = previous.waiting_since or now
     waited = (now - waiting_since).total_seconds()
     holder_name = lock.holder or "unknown"
@@ -407,6 +407,12 @@ def _take_lock(
         ),
         waiting_since=waiting_since,
     )
+
+
+def _contend(
+    ledger: LedgerPort, state: WorkflowState, node: AdmittedNode, claim: LockClaim, holder: LockView
+) -> None:
+    ledger.contend(state.cluster, node.subject, state.execution.name, claim, holder=holder)
 
 
 def _admitted(node: LiveNode, pool_label: str) -> AdmittedNode:

@@ -54,6 +54,9 @@ def _take_out(monkeypatch: pytest.MonkeyPatch, fix: str) -> None:
         ),
         "pool of every node": lambda: monkeypatch.setattr(admission, "budget_pool", _old_budget_pool),
         "episode memory": lambda: monkeypatch.setattr(admission, "episode_worst", lambda records, node: None),
+        "contender mark": lambda: monkeypatch.setattr(
+            admission, "_contend", lambda ledger, state, node, claim, holder: None
+        ),
     }
     undo[fix]()
 
@@ -67,6 +70,7 @@ def _take_out(monkeypatch: pytest.MonkeyPatch, fix: str) -> None:
         ("future-dated drop", "I6 dropped events mutate nothing"),
         ("pool of every node", "I3 budgets"),
         ("episode memory", "I8 severity only rises"),
+        ("contender mark", "I8 severity only rises"),
     ],
 )
 def test_the_simulation_finds_the_defect_again_without_its_fix(

@@ -87,6 +87,20 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
         376,
         plan("gpu-fault@43#262340426", "gpu-fault@141#640549820", "message-less-severe@286#792744643"),
     ),
+    # The event saw Xid 79; the detector overwrote it with Xid 48 before admit read the node.
+    "I8 the event's own sighting": (1000405, plan("gpu-fault@104#311237729", "gpu-fault@107#718304498")),
+    # A more severe newcomer found the holder's step running; the holder went on to reboot.
+    "I8 a busy holder stands aside for a waiting replacement": (
+        1000475,
+        plan(
+            "gpu-fault@101#176803252", "second-condition@101#776577069", "message-less-severe@141#925872210"
+        ),
+    ),
+    # An unconfirmed KernelDeadlock pushed a GPU remediation aside, then cleared: the GPU was dropped.
+    "I2 only a confirmed fault preempts": (
+        1004266,
+        plan("gpu-fault@51#509706285", "gpu-fault@84#590120098", "condition-clears@140#170883409"),
+    ),
     # An aborted execution whose status-change event was lost: the sweeper accounts for it.
     "I4 aborted, event lost": (32, None),
 }
