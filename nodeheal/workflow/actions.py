@@ -94,7 +94,7 @@ def drain_round(
     still bad (guard.before_mutation): pods are listed by node name, so without that proof a new
     node that took the name mid-drain would have its pods evicted.
     """
-    guard.before_mutation(
+    node = guard.before_mutation(
         state, kube, ledger, live_mode=mode, allowed=(Mode.FULL,), step="drain", require_taint=True
     )
     drain_settings = state.settings.drain
@@ -126,7 +126,11 @@ def drain_round(
         f"{not_reached} not reached before the deadline) "
         f"after {elapsed:.0f}s of {drain_settings.timeout_seconds}s"
     )
+    # A worse fault read in any round still decides at the reboot (severity only rises, D2): the
+    # detector may overwrite the message again before the reboot step reads the node.
+    worsened = str(previous.get("worsened", "")) or _worsened_to_replacement(state, node, now)
     return {
+        **({"worsened": worsened} if worsened else {}),
         "startedAt": _stamp(started_at),
         "rounds": int(previous.get("rounds", 0)) + 1,
         "evicted": evicted,
@@ -264,7 +268,7 @@ def reboot(
     node = guard.before_mutation(
         state, kube, ledger, live_mode=mode, allowed=(Mode.FULL,), step="reboot", require_taint=True
     )
-    worse = _worsened_to_replacement(state, node, now)
+    worse = str((state.step("drain") or {}).get("worsened", "")) or _worsened_to_replacement(state, node, now)
     if worse:
         # Severity only rises (D2): a confirmed fault on the node now calls for replacement (a
         # worse message on this condition, which NPD announces with no new event, or another

@@ -101,6 +101,11 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
         1004266,
         plan("gpu-fault@51#509706285", "gpu-fault@84#590120098", "condition-clears@140#170883409"),
     ),
+    # Xid 79 read in a drain round, Xid 48 again at the reboot: the drain's result keeps it.
+    "I8 a worse fault read during the drain": (
+        1006862,
+        plan("gpu-fault@156#305901925", "message-more-severe@175#56148001", "gpu-fault@191#982339957"),
+    ),
     # An aborted execution whose status-change event was lost: the sweeper accounts for it.
     "I4 aborted, event lost": (32, None),
 }

@@ -282,3 +282,19 @@ def test_a_fault_refused_by_the_budget_still_decides_when_a_lesser_message_comes
     assert decided.decision is not None
     assert decided.decision.action is Action.REPLACE, decided.decision.reason
     assert "severity only rises" in decided.decision.reason
+
+
+def test_a_worse_fault_read_during_the_drain_still_decides_at_the_reboot(world: World) -> None:
+    """Seed 1006862: the message read Xid 79 during a drain round, then Xid 48 again by the time
+    the reboot step read the node. What a round saw is kept in the drain's result."""
+    world.add_node("gpu-a", pool_kind="karpenter", pool="gpu")
+    bad(world, "gpu-a", XID_48)
+    ledger = MemoryLedger(clock=world.now)
+    state = admitted(world, "gpu-a", "reboot", ledger)
+    bad(world, "gpu-a", XID_79)
+    drained = actions.drain_round(state, kube(world), ledger, T0, mode=Mode.FULL)
+    assert "calls for replacement" in drained["worsened"]
+    bad(world, "gpu-a", XID_48)
+    after_drain = WorkflowState.parse({**state.raw, "drain": drained})
+    result = reboot(world, after_drain, ledger, T0 + timedelta(seconds=30))
+    assert result["escalateTo"] == "replace" and "reboot" not in [m.kind for m in watch(world).mutations]
