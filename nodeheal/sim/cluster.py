@@ -433,8 +433,9 @@ class SimulatedCluster:
 
     def inject(self, node: str, fault: Fault) -> None:
         """Set the condition as node-problem-detector (or the node monitoring agent) would."""
-        self.store.set_node_condition(node, fault.condition_type, fault.status, fault.reason, fault.message)
+        # On the timeline first: the exporter may see the write before this thread runs again.
         self.timeline.emit("fault", "fault", fault.describe(node), node=node)
+        self.store.set_node_condition(node, fault.condition_type, fault.status, fault.reason, fault.message)
 
     def inject_many(self, nodes: Sequence[str], fault: Fault) -> None:
         """:meth:`inject` on many distinct nodes at once, as a fleet-wide event would set them.
@@ -445,9 +446,9 @@ class SimulatedCluster:
         """
         if len(set(nodes)) != len(nodes):
             raise ValueError("inject_many faults distinct nodes; inject twice to flap one node")
-        self.store.set_node_conditions(nodes, fault.condition_type, fault.status, fault.reason, fault.message)
         for node in nodes:
             self.timeline.emit("fault", "fault", fault.describe(node), node=node)
+        self.store.set_node_conditions(nodes, fault.condition_type, fault.status, fault.reason, fault.message)
 
     def clear(self, node: str, condition_type: str) -> None:
         """The detector reports the condition healthy again."""

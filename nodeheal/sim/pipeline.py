@@ -356,6 +356,11 @@ class LocalPipeline:
         resync = " [resync]" if detail.get("resync") else ""
         observed = detail.get("observedAt")
         seen_at = self.timeline.monotonic_of(parse_timestamp(observed, "observedAt")) if observed else None
+        faults = self.timeline.events("fault", node=node)
+        if seen_at is not None and faults:
+            # observedAt has millisecond resolution (and the two clocks are sampled apart): the
+            # exporter cannot have seen a transition before the fault that caused it.
+            seen_at = max(seen_at, faults[-1].at)
         self.timeline.emit(
             "exporter",
             "transition",
