@@ -72,6 +72,17 @@ class MemoryLedger:
             **extra,
         )
 
+    def _exactly(self, subject: str, holder: LockView) -> LockView | None:
+        """The lock, if it is still exactly ``holder``'s (not renewed or handed on meanwhile)."""
+        current = self.locks.get(subject)
+        if (
+            current is None
+            or current.execution != holder.execution
+            or current.expires_at != holder.expires_at
+        ):
+            return None
+        return current
+
     def acquire_lock(
         self, cluster: str, subject: str, execution: str, ttl: timedelta, claim: LockClaim | None = None
     ) -> LockAnswer:
@@ -95,12 +106,8 @@ class MemoryLedger:
         require_unmutated: bool,
     ) -> bool:
         self.on_call("preempt_lock")
-        current = self.locks.get(subject)
-        if (
-            current is None
-            or current.execution != holder.execution
-            or current.expires_at != holder.expires_at
-        ):
+        current = self._exactly(subject, holder)
+        if current is None:
             return False
         if current.busy_until is not None and current.busy_until >= self._now():
             return False
@@ -113,12 +120,8 @@ class MemoryLedger:
         self, cluster: str, subject: str, execution: str, claim: LockClaim, *, holder: LockView
     ) -> bool:
         self.on_call("contend")
-        current = self.locks.get(subject)
-        if (
-            current is None
-            or current.execution != holder.execution
-            or current.expires_at != holder.expires_at
-        ):
+        current = self._exactly(subject, holder)
+        if current is None:
             return False
         if (
             current.contender
