@@ -551,6 +551,12 @@ class Invariants:
             bad_conditions.append((key, dict(condition), self.episodes[key]))
         return bad_conditions
 
+    def _acted(self, execution: str) -> bool:
+        return any(
+            m.kind in ("reboot", "terminate") and m.caller is not None and m.caller.execution == execution
+            for m in self.journal
+        )
+
     def check_i2_decided(self, *, final: bool) -> None:
         now = self.sim.clock
         for episode in self.episodes.values():
@@ -600,6 +606,8 @@ class Invariants:
                     record.outcome is not Outcome.SKIPPED or episode.ended_at is not None
                 ):
                     return True
+                if record.outcome is Outcome.SUPERSEDED and self._acted(record.execution):
+                    return True  # it rebooted or replaced before it was superseded: acted on
                 superseded_at = (
                     record.finished_at if superseded_at is None else min(superseded_at, record.finished_at)
                 )
