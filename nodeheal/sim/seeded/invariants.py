@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from nodeheal.conditions import is_bad_status
 from nodeheal.sim.seeded.faults import FAULT_KINDS
 from nodeheal.sim.seeded.world import Mutation
+from nodeheal.timeutil import parse_timestamp
 from nodeheal.timing import NOT_IDEMPOTENT_TASKS, holding_worst_case, remediation_bound
-from nodeheal.workflow.budget import pool_allowance
+from nodeheal.workflow.budget import PoolHealth, pool_allowance
 from nodeheal.workflow.records import Outcome
 
 if TYPE_CHECKING:
@@ -164,7 +165,6 @@ class Invariants:
 
     def _saw(self, node_uid: str, condition: Mapping[str, Any], labels: Mapping[str, str]) -> None:
         from nodeheal.sim.seeded.schedule import classify
-        from nodeheal.timeutil import parse_timestamp
 
         if condition.get("type") == "Ready" or not is_bad_status(
             str(condition["type"]), str(condition["status"])
@@ -371,8 +371,6 @@ class Invariants:
         if mutation.kind != "cordon" or self._breaker_open_since is None:
             return
         admitted_at = str(((invocation.payload or {}).get("admission") or {}).get("at", ""))
-        from nodeheal.timeutil import parse_timestamp
-
         if admitted_at and parse_timestamp(admitted_at, "admission.at") >= self._breaker_open_since:
             self.fail(
                 "I12 breaker open: nothing new starts",
@@ -432,8 +430,6 @@ class Invariants:
             for n in members
             if any(t.get("key") == "nodeheal.io/unhealthy" for t in n["spec"].get("taints") or [])
         ]
-        from nodeheal.workflow.budget import PoolHealth
-
         allowance = pool_allowance(PoolHealth(pool[1], len(members), frozenset()), settings)
         if len(unhealthy) > allowance:
             self.fail(
@@ -523,7 +519,6 @@ class Invariants:
     ) -> list[tuple[tuple[str, str, str], Any, Episode]]:
         """The node's bad conditions and their episodes, noting when each condition last cleared."""
         from nodeheal.sim.seeded.schedule import confirm_seconds
-        from nodeheal.timeutil import parse_timestamp
 
         uid = node["metadata"]["uid"]
         bad_conditions = []

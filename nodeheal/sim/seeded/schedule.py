@@ -66,8 +66,6 @@ XID_MESSAGES = {
 #: The exporter re-sends every bad condition this often (its default ``resync_seconds``), which is
 #: what recovers an event EventBridge delivered too late for ingest.
 EXPORTER_RESYNC_SECONDS = 3600
-#: Lambda's reserve the handlers keep before their timeout (nodeheal.deadline), in virtual seconds.
-DEADLINE_RESERVE_SECONDS = 5.0
 
 
 #: Faults applied only between invocations (a clock jump inside one would be a Lambda running for hours).
@@ -95,7 +93,6 @@ class Invocation:
     spent: float = 0.0
     #: Its result is lost after it returns (the Lambda was killed after its side effect).
     lose_result: bool = False
-    transient_faults: int = 0
     claimed: set[str] = field(default_factory=set)
     #: The worst confirmed fault of the admitted instance when the invocation began (I8).
     worst_at_start: str = "none"
@@ -119,7 +116,6 @@ class SimExecution:
     #: Transient faults injected per state visit (state name, visit number) -> count.
     transient: dict[str, int] = field(default_factory=dict)
     last_error_state: str = ""
-    finalizer_notified: bool = False
 
 
 @dataclass
@@ -514,8 +510,6 @@ class Simulation:
         if operation == "write_admission_state" and self._consume("ledger-contention"):
             self.log("  ledger contention on the admission state")
             raise LedgerContentionError("simulated: another admission wrote the cluster item first")
-        if operation == "claim_mutation" and self.stack:
-            pass
         self.point(f"ledger {operation}")
 
     def point(self, operation: str) -> None:
@@ -530,12 +524,10 @@ class Simulation:
     def _call_faults(self, invocation: Invocation, operation: str) -> None:
         kube = not operation.startswith(("ledger", "ec2"))
         if kube and self._consume("api-5xx"):
-            invocation.transient_faults += 1
             self._note_transient(invocation)
             self.log(f"  {operation}: 503 from the API server")
             raise KubernetesApiUnavailableError(f"{operation}: 503 Service Unavailable (simulated)")
         if operation.startswith("ec2") and self._consume("ec2-throttled"):
-            invocation.transient_faults += 1
             self._note_transient(invocation)
             raise Ec2ThrottledError(f"{operation}: RequestLimitExceeded (simulated)")
         if kube and self._consume("api-slow"):
