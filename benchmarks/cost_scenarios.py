@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.harness import CLUSTER, deep_merge
+from nodeheal.sim.apiserver.objects import make_pdb, make_pod
 from nodeheal.sim.cluster import DCGM_ERROR, XID_13, XID_48, XID_79, ClusterLayout, Fault
-from nodeheal.sim.objects import make_pdb, make_pod
 from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, align_to_second, demo_context, wait_until
 from nodeheal.workflow.records import Outcome
 

@@ -32,7 +32,7 @@ from nodeheal.exporter.publisher import EventPublisher
 from nodeheal.exporter.queue import EventQueue
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.exporter.transitions import TransitionTracker
-from nodeheal.sim.objects import make_node
+from nodeheal.sim.apiserver.objects import make_node
 
 NODES = 5_000
 TARGET_BYTES = 16_000

@@ -25,10 +25,10 @@ from nodeheal.conditions import Condition
 from nodeheal.events import DEFAULT_SOURCE, NodeConditionEvent, PreviousState, cluster_source
 from nodeheal.exporter.transitions import node_identity
 from nodeheal.kube.client import StaticClientProvider
-from nodeheal.sim.apiserver import FakeKubeApiServer
+from nodeheal.sim.apiserver.objects import make_node, make_pod
+from nodeheal.sim.apiserver.server import FakeKubeApiServer
+from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.local_aws import LocalAws
-from nodeheal.sim.objects import make_node, make_pod
-from nodeheal.sim.store import ClusterStore
 from nodeheal.sim.template import SynthesizedApp
 from nodeheal.timeutil import utc_now
 

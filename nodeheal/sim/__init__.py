@@ -1,20 +1,8 @@
-"""Local simulation: a fake Kubernetes API server over an in-memory cluster store."""
+"""Local simulation of NodeHeal's surroundings, in three parts.
 
-from __future__ import annotations
-
-from nodeheal.sim.apiserver import FakeKubeApiServer
-from nodeheal.sim.faults import FaultInjector
-from nodeheal.sim.objects import make_event, make_lease, make_node, make_pdb, make_pod
-from nodeheal.sim.store import ClusterStore, WatchEvent
-
-__all__ = [
-    "ClusterStore",
-    "FakeKubeApiServer",
-    "FaultInjector",
-    "WatchEvent",
-    "make_event",
-    "make_lease",
-    "make_node",
-    "make_pdb",
-    "make_pod",
-]
+- `nodeheal.sim.apiserver`: the fake Kubernetes API server (kube-apiserver's behaviour only).
+- The simulated cluster and the local pipeline (`cluster`, `controllers`, `pipeline`,
+  `local_aws`, `rule_targets`, `scenarios`, `timeline`): Karpenter, kubelets and workloads acting
+  on that API server, and NodeHeal's AWS side in moto, for the demo, end-to-end tests and benchmarks.
+- `nodeheal.sim.seeded`: the seeded, fault-injecting simulation that checks the safety invariants.
+"""

@@ -29,12 +29,12 @@ from dataclasses import dataclass, replace
 
 from nodeheal.conditions import is_positive_condition
 from nodeheal.events import instance_id_from_provider_id
+from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver.status import ApiError
+from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.controllers import KarpenterStandIn, NodeAgent, WorkloadControllers
 from nodeheal.sim.local_aws import LocalAws
 from nodeheal.sim.names import PrivateDnsNames, SuffixGenerator
-from nodeheal.sim.objects import make_node, make_pdb, make_pod
-from nodeheal.sim.status import ApiError
-from nodeheal.sim.store import ClusterStore
 from nodeheal.sim.timeline import Timeline, short_node
 from nodeheal.sim.workload import HEALTHY_CONDITIONS, JSON, TRAINING_JOB, is_running
 

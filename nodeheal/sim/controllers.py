@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodeheal.conditions import is_bad_status, is_positive_condition
-from nodeheal.sim.objects import make_pod
-from nodeheal.sim.pdb import controller_of
-from nodeheal.sim.status import ApiError
+from nodeheal.sim.apiserver.objects import make_pod
+from nodeheal.sim.apiserver.pdb import controller_of
+from nodeheal.sim.apiserver.status import ApiError
 from nodeheal.sim.timeline import short_node
 from nodeheal.sim.workload import (
     GPU,

@@ -33,12 +33,17 @@ from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, P
 from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.exporter.transitions import node_identity
-from nodeheal.sim.apiserver import FakeKubeApiServer
-from nodeheal.sim.authorizer import FunctionCredentials, RbacAuthorizer, exporter_user, nodeheal_authorizer
+from nodeheal.sim.apiserver.authorizer import (
+    FunctionCredentials,
+    RbacAuthorizer,
+    exporter_user,
+    nodeheal_authorizer,
+)
+from nodeheal.sim.apiserver.server import FakeKubeApiServer
+from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.cluster import ClusterLayout, ClusterTimings, SimulatedCluster
 from nodeheal.sim.local_aws import Invocation, LocalAws
 from nodeheal.sim.rule_targets import Delivery, RuleTargetPump
-from nodeheal.sim.store import ClusterStore
 from nodeheal.sim.template import SynthesizedApp
 from nodeheal.sim.timeline import Timeline, describe_task, short_node
 from nodeheal.timeutil import parse_timestamp, utc_now

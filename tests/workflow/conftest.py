@@ -13,14 +13,14 @@ from nodeheal.conditions import Condition
 from nodeheal.events import DEFAULT_SOURCE, NodeConditionEvent, PreviousState, cluster_source
 from nodeheal.exporter.transitions import node_identity
 from nodeheal.sim import cluster as sim_cluster
-from nodeheal.sim.apiserver import FakeKubeApiServer
-from nodeheal.sim.authorizer import FunctionCredentials, RbacAuthorizer, nodeheal_authorizer
+from nodeheal.sim.apiserver.authorizer import FunctionCredentials, RbacAuthorizer, nodeheal_authorizer
+from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver.server import FakeKubeApiServer
+from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.local_aws import LocalAws
-from nodeheal.sim.objects import make_node, make_pdb, make_pod
 
 # Tiny waits (FAST_CONTEXT) and the template cache are shared with the end-to-end scenarios.
 from nodeheal.sim.pipeline import CLUSTER, synthesized, wait_until
-from nodeheal.sim.store import ClusterStore
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.records import RemediationRecord
 

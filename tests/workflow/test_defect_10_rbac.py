@@ -15,7 +15,7 @@ from nodeheal.kube.client import StaticClientProvider, request_json
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.transport import KubeTransport
 from nodeheal.rbac import Permission
-from nodeheal.sim.authorizer import UserInfo, function_user, nodeheal_authorizer
+from nodeheal.sim.apiserver.authorizer import UserInfo, function_user, nodeheal_authorizer
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import CLUSTER, XID_48, XID_79, Pipeline, open_pipeline
 from tests.workflow.test_remediation_workflow import _heal_on_reboot

@@ -13,7 +13,7 @@ from nodeheal.events import MAX_LABELS_BYTES
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.exporter.transitions import TransitionTracker
 from nodeheal.payload import MAX_MESSAGE_BYTES, STATE_BUDGET_BYTES, STATE_LIMIT_BYTES, json_bytes
-from nodeheal.sim.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import CLUSTER, Pipeline
 

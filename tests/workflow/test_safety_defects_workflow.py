@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nodeheal.sim.objects import make_node, make_pod
+from nodeheal.sim.apiserver.objects import make_node, make_pod
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import CLUSTER, Pipeline
 

@@ -43,7 +43,7 @@ from nodeheal.kube.model import (
 )
 from nodeheal.kube.nodes import MAX_REASON_LENGTH, NODEHEAL_ANNOTATIONS, CordonResult
 from nodeheal.kube.pods import DeletionReport, EvictionReport, PodOutcome, PodResult
-from nodeheal.sim.objects import make_node
+from nodeheal.sim.apiserver.objects import make_node
 from nodeheal.timeutil import format_timestamp
 
 JSON = dict[str, Any]

@@ -30,8 +30,8 @@ from nodeheal.runtime import (
     _boto3_client_factory,
     using_runtime,
 )
-from nodeheal.sim.apiserver import FakeKubeApiServer
-from nodeheal.sim.objects import make_node, make_pod
+from nodeheal.sim.apiserver.objects import make_node, make_pod
+from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.workflow.state import WorkflowState
 from tests.unit.workflow.fakes import live_node, workflow_state
 

@@ -22,9 +22,9 @@ from nodeheal.kube.model import (
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.pods import PodOperations, PodOutcome
 from nodeheal.kube.transport import GeneratedClientTransport, HttpTransport
-from nodeheal.sim.apiserver import FakeKubeApiServer
-from nodeheal.sim.objects import make_node, make_pdb, make_pod
-from nodeheal.sim.status import ApiError
+from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver.server import FakeKubeApiServer
+from nodeheal.sim.apiserver.status import ApiError
 
 NODE = "ip-10-0-158-235.us-west-2.compute.internal"
 OTHER_NODE = "ip-10-0-7-9.us-west-2.compute.internal"

@@ -12,7 +12,7 @@ import pytest
 
 from nodeheal.commands.inject import XID_REASONS, xid_message
 from nodeheal.policy.signals import xids_in_message
-from nodeheal.sim import ClusterStore, FakeKubeApiServer, make_node
+from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node
 from tests.unit.cli.conftest import Result
 
 Cli = Callable[..., Result]

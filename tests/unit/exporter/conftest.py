@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.settings import ExporterSettings
-from nodeheal.sim import FakeKubeApiServer
+from nodeheal.sim.apiserver import FakeKubeApiServer
 
 CLUSTER = "training-on-eks"
 

@@ -6,7 +6,7 @@ import copy
 import json
 from typing import Any
 
-from nodeheal.sim.objects import make_node
+from nodeheal.sim.apiserver.objects import make_node
 
 JSON = dict[str, Any]
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from nodeheal.exporter.app import Exporter
-from nodeheal.sim import FakeKubeApiServer
+from nodeheal.sim.apiserver import FakeKubeApiServer
 from tests.unit.exporter.conftest import RecordingEvents, brief, exporter_settings, wait_for
 from tests.unit.exporter.helpers import node
 

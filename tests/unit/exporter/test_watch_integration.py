@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nodeheal.exporter.app import Exporter
-from nodeheal.sim import FakeKubeApiServer, make_event
+from nodeheal.sim.apiserver import FakeKubeApiServer, make_event
 from tests.unit.exporter.conftest import RecordingEvents, brief, wait_for
 from tests.unit.exporter.helpers import node, with_condition
 
@@ -79,7 +79,7 @@ def test_bookmarks_advance_the_version_and_a_dropped_connection_resumes(
     published(events, 2)
     # Unrelated churn the Node watch does not carry (a Lease) moves the store's version; only a
     # BOOKMARK tells the watcher about it.
-    from nodeheal.sim import make_lease
+    from nodeheal.sim.apiserver import make_lease
 
     store.add(make_lease("other", "kube-system", holder="someone"))
     target = str(store.resource_version)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from nodeheal.sim import FakeKubeApiServer, make_pod
+from nodeheal.sim.apiserver import FakeKubeApiServer, make_pod
+from nodeheal.sim.apiserver.status import ApiError
+from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.cluster import XID_79, ClusterLayout, ClusterTimings, SimulatedCluster
-from nodeheal.sim.status import ApiError
-from nodeheal.sim.store import ClusterStore
 from nodeheal.sim.timeline import Timeline
 from nodeheal.sim.workload import JSON
 

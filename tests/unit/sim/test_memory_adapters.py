@@ -40,11 +40,11 @@ from nodeheal.kube.model import (
 )
 from nodeheal.kube.nodes import MAX_REASON_LENGTH, NodeOperations
 from nodeheal.kube.pods import PodOperations, PodOutcome
-from nodeheal.sim.apiserver import FakeKubeApiServer
-from nodeheal.sim.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver.server import FakeKubeApiServer
+from nodeheal.sim.apiserver.status import ApiError
+from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.seeded.world import Budget, MemoryInstances, MemoryNodes, MemoryPods, World
-from nodeheal.sim.status import ApiError
-from nodeheal.sim.store import ClusterStore
 from nodeheal.workflow.ports import InstancePort, NodePort, PodPort
 
 JSON = dict[str, Any]

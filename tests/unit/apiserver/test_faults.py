@@ -10,7 +10,7 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from nodeheal.sim import FakeKubeApiServer, make_node
+from nodeheal.sim.apiserver import FakeKubeApiServer, make_node
 
 
 @pytest.fixture

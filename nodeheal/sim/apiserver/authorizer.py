@@ -31,7 +31,7 @@ from nodeheal.rbac import (
     PolicyRule,
     function_roles,
 )
-from nodeheal.sim.status import ApiError, qualified, status_body
+from nodeheal.sim.apiserver.status import ApiError, qualified, status_body
 from nodeheal.sim.template import ACCOUNT_ID, FunctionSpec
 
 MASTERS_GROUP = "system:masters"

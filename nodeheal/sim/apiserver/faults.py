@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from nodeheal.sim.status import (
+from nodeheal.sim.apiserver.status import (
     ApiError,
     internal_error,
     service_unavailable,

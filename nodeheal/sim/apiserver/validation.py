@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nodeheal.sim.resources import NODES, PDBS, ResourceType
-from nodeheal.sim.status import invalid
+from nodeheal.sim.apiserver.resources import NODES, PDBS, ResourceType
+from nodeheal.sim.apiserver.status import invalid
 
 JSON = dict[str, Any]
 

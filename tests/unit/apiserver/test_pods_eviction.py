@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from nodeheal.sim import ClusterStore, FakeKubeApiServer, make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node, make_pdb, make_pod
 
 
 @pytest.fixture

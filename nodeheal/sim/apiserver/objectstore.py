@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from nodeheal.sim import pdb as pdbmath
-from nodeheal.sim import validation
-from nodeheal.sim.objects import new_uid, rfc3339
-from nodeheal.sim.patch import json_patch, merge_patch, strategic_merge_patch
-from nodeheal.sim.resources import BY_KIND, NODES, PDBS, PODS, RESOURCES, ResourceType
-from nodeheal.sim.selectors import FieldSelector, LabelSelector
-from nodeheal.sim.status import (
+from nodeheal.sim.apiserver import pdb as pdbmath
+from nodeheal.sim.apiserver import validation
+from nodeheal.sim.apiserver.objects import new_uid, rfc3339
+from nodeheal.sim.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
+from nodeheal.sim.apiserver.resources import BY_KIND, NODES, PDBS, PODS, RESOURCES, ResourceType
+from nodeheal.sim.apiserver.selectors import FieldSelector, LabelSelector
+from nodeheal.sim.apiserver.status import (
     STALE_OBJECT,
     already_exists,
     bad_request,

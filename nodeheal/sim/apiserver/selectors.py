@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeheal.sim.status import ApiError, bad_request
+from nodeheal.sim.apiserver.status import ApiError, bad_request
 
 JSON = dict[str, Any]
 

@@ -2,7 +2,7 @@
 
 Paths, verbs, status codes and `Status` bodies follow the real kube-apiserver; anything it does
 not implement answers 404 or 405 like an apiserver without that resource or verb. With an
-:class:`~nodeheal.sim.authorizer.RbacAuthorizer`, every request is authenticated by its bearer
+:class:`~nodeheal.sim.apiserver.authorizer.RbacAuthorizer`, every request is authenticated by its bearer
 token and authorized by RBAC first, as the real server's filter chain does before any handler.
 """
 
@@ -20,19 +20,19 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
-from nodeheal.sim.authorizer import RbacAuthorizer, request_attributes
-from nodeheal.sim.faults import FaultInjector
-from nodeheal.sim.resources import RESOURCES, ResourceType
-from nodeheal.sim.selectors import parse_field_selector, parse_label_selector
-from nodeheal.sim.status import (
+from nodeheal.sim.apiserver.authorizer import RbacAuthorizer, request_attributes
+from nodeheal.sim.apiserver.faults import FaultInjector
+from nodeheal.sim.apiserver.resources import RESOURCES, ResourceType
+from nodeheal.sim.apiserver.selectors import parse_field_selector, parse_label_selector
+from nodeheal.sim.apiserver.status import (
     ApiError,
     bad_request,
     method_not_allowed,
     not_found_path,
     status_body,
 )
-from nodeheal.sim.store import ClusterStore
-from nodeheal.sim.watch import WatchAbortedError, WatchRequest, run_watch
+from nodeheal.sim.apiserver.store import ClusterStore
+from nodeheal.sim.apiserver.watch import WatchAbortedError, WatchRequest, run_watch
 
 JSON = dict[str, Any]
 

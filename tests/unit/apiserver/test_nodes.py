@@ -9,8 +9,8 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from nodeheal.sim import ClusterStore, FakeKubeApiServer, make_node
-from nodeheal.sim.selectors import parse_label_selector
+from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node
+from nodeheal.sim.apiserver.selectors import parse_label_selector
 
 
 @pytest.fixture

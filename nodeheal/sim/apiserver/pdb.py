@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeheal.sim.selectors import selector_from_label_selector
+from nodeheal.sim.apiserver.selectors import selector_from_label_selector
 
 JSON = dict[str, Any]
 

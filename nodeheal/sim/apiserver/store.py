@@ -12,12 +12,18 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from nodeheal.sim import pdb as pdbmath
-from nodeheal.sim.objects import new_uid, rfc3339
-from nodeheal.sim.objectstore import ObjectStore, ResourceExpiredError, WatchEvent
-from nodeheal.sim.resources import PODS
-from nodeheal.sim.selectors import selector_from_label_selector
-from nodeheal.sim.status import ApiError, bad_request, status_body, success_status, too_many_requests
+from nodeheal.sim.apiserver import pdb as pdbmath
+from nodeheal.sim.apiserver.objects import new_uid, rfc3339
+from nodeheal.sim.apiserver.objectstore import ObjectStore, ResourceExpiredError, WatchEvent
+from nodeheal.sim.apiserver.resources import PODS
+from nodeheal.sim.apiserver.selectors import selector_from_label_selector
+from nodeheal.sim.apiserver.status import (
+    ApiError,
+    bad_request,
+    status_body,
+    success_status,
+    too_many_requests,
+)
 
 JSON = dict[str, Any]
 

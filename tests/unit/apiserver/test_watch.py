@@ -13,7 +13,14 @@ import pytest
 import urllib3
 from kubernetes import client, watch
 
-from nodeheal.sim import ClusterStore, FakeKubeApiServer, make_event, make_lease, make_node, make_pod
+from nodeheal.sim.apiserver import (
+    ClusterStore,
+    FakeKubeApiServer,
+    make_event,
+    make_lease,
+    make_node,
+    make_pod,
+)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from nodeheal.sim.status import bad_request, unprocessable_patch
+from nodeheal.sim.apiserver.status import bad_request, unprocessable_patch
 
 JSON = dict[str, Any]
 

@@ -8,15 +8,15 @@ import pytest
 
 from nodeheal.kube.client import StaticClientProvider, request_json
 from nodeheal.rbac import Permission, PolicyRule
-from nodeheal.sim.apiserver import FakeKubeApiServer
-from nodeheal.sim.authorizer import (
+from nodeheal.sim.apiserver.authorizer import (
     RbacAuthorizer,
     RoleBinding,
     UserInfo,
     request_attributes,
     service_account,
 )
-from nodeheal.sim.objects import make_node
+from nodeheal.sim.apiserver.objects import make_node
+from nodeheal.sim.apiserver.server import FakeKubeApiServer
 
 USER = UserInfo("alice", ("readers",))
 

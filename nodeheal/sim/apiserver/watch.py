@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nodeheal.sim.faults import WatchControl
-from nodeheal.sim.resources import ResourceType
-from nodeheal.sim.selectors import FieldSelector, LabelSelector
-from nodeheal.sim.status import gone_watch_status
-from nodeheal.sim.store import ClusterStore, ResourceExpiredError, WatchEvent
+from nodeheal.sim.apiserver.faults import WatchControl
+from nodeheal.sim.apiserver.resources import ResourceType
+from nodeheal.sim.apiserver.selectors import FieldSelector, LabelSelector
+from nodeheal.sim.apiserver.status import gone_watch_status
+from nodeheal.sim.apiserver.store import ClusterStore, ResourceExpiredError, WatchEvent
 
 JSON = dict[str, Any]
 

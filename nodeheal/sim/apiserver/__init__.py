@@ -1,0 +1,28 @@
+"""The fake Kubernetes API server: real REST paths, status codes, watch streams and RBAC.
+
+It is the half of `nodeheal.sim` that stands in for kube-apiserver and nothing else: an
+in-memory store with etcd's resourceVersion semantics (`store`, `objectstore`), the three patch
+types (`patch`), selectors, validation, PodDisruptionBudget arithmetic (`pdb`), watch streams
+(`watch`), authentication and RBAC (`authorizer`), injected request faults (`faults`) and the HTTP
+front (`server`). Every behaviour is meant to be the real server's; `docs/fake-apiserver.md` holds
+the conformance table with the source of each.
+"""
+
+from __future__ import annotations
+
+from nodeheal.sim.apiserver.faults import FaultInjector
+from nodeheal.sim.apiserver.objects import make_event, make_lease, make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver.server import FakeKubeApiServer
+from nodeheal.sim.apiserver.store import ClusterStore, WatchEvent
+
+__all__ = [
+    "ClusterStore",
+    "FakeKubeApiServer",
+    "FaultInjector",
+    "WatchEvent",
+    "make_event",
+    "make_lease",
+    "make_node",
+    "make_pdb",
+    "make_pod",
+]
