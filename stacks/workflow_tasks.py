@@ -24,6 +24,8 @@ class LedgerItem(Enum):
     RECORDS = "INSTANCE#{cluster}#*"
     #: The end of an execution (recorded and notified once), ``EXECUTION#<cluster>#<name>``.
     END = "EXECUTION#{cluster}#*"
+    #: The episode memory, per instance: ``EPISODE#<cluster>#<instance>`` (one item per condition).
+    EPISODE = "EPISODE#{cluster}#*"
     #: Dropped-event records, ``DROPPED#<date>`` (not per cluster: a dropped event may name none).
     DROPPED = "DROPPED#*"
 
@@ -44,12 +46,13 @@ class LedgerGrant:
     items: tuple[LedgerItem, ...]
 
 
-#: Every mutating step (nodeheal.workflow.guard) reads pause live (read_admission_state: GetItem)
-#: and claims its mutation on the lock (claim_mutation: conditional UpdateItem, then GetItem of the
-#: holder when the claim is refused).
+#: Every mutating step (nodeheal.workflow.guard) reads pause live (read_admission_state: GetItem),
+#: remembers a worse fault it reads (remember_sighting: conditional UpdateItem of the episode
+#: memory) and claims its mutation on the lock (claim_mutation: conditional UpdateItem, then
+#: GetItem of the holder when the claim is refused).
 _MUTATION_GUARD = (
     LedgerGrant(("dynamodb:GetItem",), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
-    LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.LOCK,)),
+    LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.LOCK, LedgerItem.EPISODE)),
 )
 
 
@@ -104,8 +107,11 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
             LedgerGrant(("dynamodb:GetItem", "dynamodb:PutItem"), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
             # contend: a conditional UpdateItem telling a busy, less severe holder to stand aside.
             LedgerGrant(("dynamodb:DeleteItem", "dynamodb:UpdateItem"), (LedgerItem.LOCK,)),
-            # instance_records: the instance's recent remediations (escalation, attempt limit).
-            LedgerGrant(("dynamodb:Query",), (LedgerItem.RECORDS,)),
+            # instance_records: the instance's recent remediations (escalation, attempt limit);
+            # sightings: the instance's episode memory (D2).
+            LedgerGrant(("dynamodb:Query",), (LedgerItem.RECORDS, LedgerItem.EPISODE)),
+            # remember_sighting: a conditional UpdateItem of the episode memory.
+            LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.EPISODE,)),
         ),
         publishes_notifications=False,
         timeout_seconds=TASK_TIMEOUT_SECONDS["admit"],
@@ -151,7 +157,8 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.reboot.handler",
         "Verify ownership and the live condition, then reboot the EC2 instance",
         kubernetes=True,
-        ledger=_MUTATION_GUARD,
+        # sightings: a fault remembered in this episode that calls for replacement (D2).
+        ledger=(*_MUTATION_GUARD, LedgerGrant(("dynamodb:Query",), (LedgerItem.EPISODE,))),
         ec2_mutations=("ec2:RebootInstances",),
         ec2_describe=True,
         timeout_seconds=TASK_TIMEOUT_SECONDS["reboot"],

@@ -10,6 +10,7 @@ per-instance lock            LOCK#<cluster>#<instance> / LOCK         one remedi
 cluster admission state      CLUSTER#<cluster> / ADMISSION            budgets, breaker, pause (versioned)
 remediation record           INSTANCE#<cluster>#<instance> / REM#...  history per instance; GSI: per cluster
 end of an execution          EXECUTION#<cluster>#<name> / END        record + notify exactly once per end
+episode memory               EPISODE#<cluster>#<instance> / CONDITION#<type>  worst fault seen (D2)
 dropped event                DROPPED#<yyyy-mm-dd> / <t>#<id>          why an event started nothing
 ===========================  =======================================  ======================================
 
@@ -37,12 +38,16 @@ from nodeheal.actions import Action
 from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededError
 from nodeheal.timeutil import format_timestamp, utc_now
 from nodeheal.workflow.budget import ClusterAdmissionState
+from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView
 from nodeheal.workflow.records import DroppedEvent, RemediationRecord
 
 #: Records are history, not state: kept ~13 months so a year-over-year question has an answer.
 RECORD_RETENTION = timedelta(days=400)
 DROPPED_RETENTION = timedelta(days=30)
+#: A sighting matters only while its condition stays bad on the same boot; a month bounds the
+#: items of instances that went away while bad.
+SIGHTING_RETENTION = timedelta(days=30)
 BY_CLUSTER_INDEX = "byCluster"
 
 _serializer = TypeSerializer()
@@ -502,6 +507,53 @@ class Ledger:
             ),
         )
         return [RemediationRecord.from_item(item) for item in items]
+
+    # -- the episode memory (D2: severity only rises, across executions) ---------------------------
+
+    @staticmethod
+    def _sighting_key(cluster: str, subject: str, condition_type: str) -> dict[str, Any]:
+        return serialize_item({"pk": f"EPISODE#{cluster}#{subject}", "sk": f"CONDITION#{condition_type}"})
+
+    def remember_sighting(self, cluster: str, subject: str, sighting: Sighting) -> bool:
+        """Keep ``sighting`` as its condition's entry in the instance's memory unless the stored one
+        should stay (:meth:`Sighting.replaces`), in one conditional write: two executions that saw
+        different messages of one bad period both write, and the worse stays whatever the order.
+        Returns whether it was kept."""
+        item = sighting.to_item()
+        values = {f":{key}": value for key, value in item.items()}
+        values[":expiresAt"] = _epoch(sighting.seen_at + SIGHTING_RETENTION)
+        names = {f"#{key}": key for key in item} | {"#expiresAt": "expiresAt"}
+        assignments = ", ".join(f"#{key} = :{key}" for key in [*item, "expiresAt"])
+        # The xid of a worse sighting without one must not survive from the stored one.
+        remove = "" if "xid" in item else " REMOVE xid"
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=self._sighting_key(cluster, subject, sighting.condition_type),
+                UpdateExpression=f"SET {assignments}{remove}",
+                ConditionExpression=(
+                    "attribute_not_exists(pk) OR #since < :since OR (#since = :since AND ("
+                    "(#bootId = :bootId AND #nodeUid = :nodeUid AND #cost < :cost) OR "
+                    "((#bootId <> :bootId OR #nodeUid <> :nodeUid) AND #seenAt < :seenAt)))"
+                ),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=serialize_item(values),
+            )
+        except ClientError as error:
+            if _is_conditional_failure(error):
+                return False
+            raise
+        return True
+
+    def sightings(self, cluster: str, subject: str) -> list[Sighting]:
+        """The instance's remembered sightings, one per condition type (stale ones included: the
+        reader checks each against the live node, :func:`nodeheal.workflow.episode.still_describes`)."""
+        items = self._query(
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues=serialize_item({":pk": f"EPISODE#{cluster}#{subject}"}),
+            ConsistentRead=True,
+        )
+        return [Sighting.from_item(item) for item in items]
 
     # -- the end of an execution (Record, Record failure, the finalizer and the sweeper) ---------
 

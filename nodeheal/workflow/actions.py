@@ -19,6 +19,7 @@ from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard
+from nodeheal.workflow.episode import remembered_worst
 from nodeheal.workflow.ports import InstancePort, KubeAccess, LedgerPort, PodOutcomeView
 from nodeheal.workflow.state import WorkflowState
 
@@ -54,6 +55,7 @@ def cordon(
         state,
         kube,
         ledger,
+        now=now,
         live_mode=mode,
         allowed=(Mode.FULL, Mode.CORDON_ONLY),
         step="cordon",
@@ -95,7 +97,7 @@ def drain_round(
     node that took the name mid-drain would have its pods evicted.
     """
     node = guard.before_mutation(
-        state, kube, ledger, live_mode=mode, allowed=(Mode.FULL,), step="drain", require_taint=True
+        state, kube, ledger, now=now, live_mode=mode, allowed=(Mode.FULL,), step="drain", require_taint=True
     )
     drain_settings = state.settings.drain
     previous: Mapping[str, Any] = state.step("drain") or {}
@@ -172,7 +174,14 @@ def force_drain(
     condition is still bad (invariant 7): a node that recovered stops here instead.
     """
     guard.before_mutation(
-        state, kube, ledger, live_mode=mode, allowed=(Mode.FULL,), step="force drain", require_taint=True
+        state,
+        kube,
+        ledger,
+        now=now,
+        live_mode=mode,
+        allowed=(Mode.FULL,),
+        step="force drain",
+        require_taint=True,
     )
     previous: Mapping[str, Any] = state.step("drain") or {}
     grace = state.settings.drain.force_grace_seconds
@@ -231,6 +240,7 @@ def terminate(
         state,
         kube,
         ledger,
+        now=now,
         live_mode=mode,
         allowed=(Mode.FULL,),
         step="terminate",
@@ -266,13 +276,18 @@ def reboot(
     mode: Mode,
 ) -> dict[str, Any]:
     node = guard.before_mutation(
-        state, kube, ledger, live_mode=mode, allowed=(Mode.FULL,), step="reboot", require_taint=True
+        state, kube, ledger, now=now, live_mode=mode, allowed=(Mode.FULL,), step="reboot", require_taint=True
     )
-    worse = str((state.step("drain") or {}).get("worsened", "")) or _worsened_to_replacement(state, node, now)
+    worse = (
+        str((state.step("drain") or {}).get("worsened", ""))
+        or _worsened_to_replacement(state, node, now)
+        or _remembered_replacement(state, ledger, node, now)
+    )
     if worse:
         # Severity only rises (D2): a confirmed fault on the node now calls for replacement (a
         # worse message on this condition, which NPD announces with no new event, or another
-        # condition whose own execution has not taken the node over yet). Replace instead.
+        # condition whose own execution has not taken the node over yet), or one did earlier in
+        # this episode (any execution's sighting, overwritten by a lesser message since).
         return {"performed": False, "escalateTo": Action.REPLACE.value, "skipped": worse, "at": _stamp(now)}
     admitted = guard.admitted_node(state)
     instance = _verified_instance(state, node, ec2)
@@ -306,6 +321,15 @@ def _worsened_to_replacement(state: WorkflowState, node: LiveNode, now: datetime
                 "replacing instead of rebooting"
             )
     return ""
+
+
+def _remembered_replacement(state: WorkflowState, ledger: LedgerPort, node: LiveNode, now: datetime) -> str:
+    """Why the instance's episode memory calls for replacement (a confirmed fault seen by any
+    execution and still bad on this boot), or "" when it does not."""
+    worst = remembered_worst(ledger.sightings(state.cluster, guard.admitted_node(state).subject), node, now)
+    if worst is None or worst.planned_action.cost <= Action.REBOOT.cost:
+        return ""
+    return f"{worst.reason}, which calls for {worst.planned_action.value}: replacing instead of rebooting"
 
 
 def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dict[str, Any]:
@@ -362,6 +386,7 @@ def uncordon(
         state,
         kube,
         ledger,
+        now=now,
         live_mode=mode,
         allowed=(Mode.FULL, Mode.CORDON_ONLY),
         step="uncordon",

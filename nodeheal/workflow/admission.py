@@ -27,6 +27,7 @@ from nodeheal.kube.model import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
+from nodeheal.workflow.episode import Sighting, remembered_worst, sighting_of, sightings_on
 from nodeheal.workflow.locks import LockClaim, LockView, may_preempt
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.records import Outcome, RemediationRecord, identity_key, node_history
@@ -148,6 +149,8 @@ def admit(
         - timedelta(hours=max(settings.policy.attempt_window_hours, settings.policy.reboot_escalation_hours)),
     )
     history = node_history(records, settings.policy, now)
+    remembered = ledger.sightings(state.cluster, admitted_node.subject)
+    _remember_sightings(state, ledger, node, live, admitted_node, remembered, now)
     decision = decide(
         live,
         labels=node.labels,
@@ -156,7 +159,10 @@ def admit(
         mode=mode or settings.mode,
         now=now,
         worst_seen=_worst_seen(
-            previous.decision, episode_worst(records, node), _sighted(state, live, node, settings, now)
+            previous.decision,
+            episode_worst(records, node),
+            remembered_worst(remembered, node, now),
+            _sighted(state, live, node, settings, now),
         ),
     )
     remaining = (
@@ -284,6 +290,36 @@ def _sighted(
         mode=Mode.FULL,
         now=now,
     )
+
+
+def _remember_sightings(
+    state: WorkflowState,
+    ledger: LedgerPort,
+    node: LiveNode,
+    live: Condition,
+    admitted: AdmittedNode,
+    remembered: Sequence[Sighting],
+    now: datetime,
+) -> None:
+    """Remember every bad condition of the live node, and the event's own report of this one
+    (the exporter saw it; a lesser message may have overwritten it since), in the instance's
+    episode memory (D2), so that a later execution of the instance decides by them too. A
+    condition already remembered as bad or worse in this period is not written again."""
+    seen = {
+        sighting.condition_type: sighting
+        for sighting in sightings_on(node, state.settings.policy, execution=state.execution.name, now=now)
+    }
+    reported = state.event.condition
+    if reported.type == live.type and reported.last_transition_time == live.last_transition_time:
+        sighting = sighting_of(reported, node, state.settings.policy, execution=state.execution.name, now=now)
+        current = seen.get(live.type)
+        if sighting is not None and (current is None or sighting.action.cost > current.action.cost):
+            seen[live.type] = sighting
+    stored = {sighting.condition_type: sighting for sighting in remembered}
+    for condition_type, sighting in sorted(seen.items()):
+        kept = stored.get(condition_type)
+        if kept is None or sighting.replaces(kept):
+            ledger.remember_sighting(state.cluster, admitted.subject, sighting)
 
 
 def _worst_seen(*decisions: Decision | None) -> Decision | None:

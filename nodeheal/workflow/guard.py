@@ -10,6 +10,8 @@ switch and the mode may all have changed since. So each mutating step, in this o
    ``NodeGoneError``). EC2 reuses private IPs, so a new node can take the old name mid-drain;
 3. checks the condition is still bad, otherwise ``ConditionClearedError`` (never drain further or
    force past a PodDisruptionBudget on a node that is no longer bad);
+   Any bad condition it reads that calls for more than the execution planned is remembered in the
+   instance's episode memory (D2, ``nodeheal.workflow.episode``) before anything else can stop it;
 4. proves it still holds the node's lock and marks the lock as mutating, in one conditional write
    (``claim_mutation``); a preempted execution gets ``SupersededError`` here (D2).
 
@@ -19,9 +21,9 @@ Each of these errors is a stop, not a failure: the state machine catches them by
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from nodeheal.actions import Mode
+from nodeheal.actions import Action, Mode
 from nodeheal.errors import (
     ConditionClearedError,
     ConfigurationError,
@@ -30,6 +32,7 @@ from nodeheal.errors import (
     RemediationPausedError,
 )
 from nodeheal.kube.model import LiveNode
+from nodeheal.workflow.episode import sightings_on, worse_than
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
 
@@ -108,6 +111,7 @@ def before_mutation(
     allowed: tuple[Mode, ...],
     step: str,
     require_taint: bool,
+    now: datetime,
     require_bad: bool = True,
     not_ready_counts: bool = False,
 ) -> LiveNode:
@@ -115,9 +119,25 @@ def before_mutation(
     require_mode(live_mode, allowed=allowed, step=step)
     require_not_paused(state, ledger, step=step)
     node = prove_admitted(state, kube, require_taint=require_taint)
+    remember_worse(state, ledger, node, now)
     if require_bad:
         require_still_bad(state, node, not_ready_counts=not_ready_counts)
     ledger.claim_mutation(
         state.cluster, admitted_node(state).subject, state.execution.name, step=step, busy_for=MUTATION_BUSY
     )
     return node
+
+
+def planned_action(state: WorkflowState) -> Action:
+    """What the admitted decision's classification asked for (the execution's plan, D2)."""
+    decision = (state.step("admission") or {}).get("decision") or {}
+    return Action(str(decision.get("plannedAction", decision.get("action", Action.NONE.value))))
+
+
+def remember_worse(state: WorkflowState, ledger: LedgerPort, node: LiveNode, now: datetime) -> None:
+    """Remember each bad condition on the live node that calls for more than this execution
+    planned: a later execution of the instance decides by it even if this one is superseded
+    before it acts on it, or the detector overwrites the message with a lesser one (D2)."""
+    found = sightings_on(node, state.settings.policy, execution=state.execution.name, now=now)
+    for sighting in worse_than(found, planned_action(state)):
+        ledger.remember_sighting(state.cluster, admitted_node(state).subject, sighting)

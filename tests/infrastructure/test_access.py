@@ -218,16 +218,24 @@ def test_defect_10_no_function_may_scan_delete_broadly_or_touch_the_index(full_s
         if "dynamodb:DeleteItem" in grant.actions
     }
     assert deletes == dict.fromkeys(("admit", "record", "record-failure", "finalize"), (LedgerItem.LOCK,))
-    # Updates are the mutating steps' claims on the lock they hold (nodeheal.workflow.guard).
-    updates = {
-        spec.name: grant.items
+    # Updates are the mutating steps' claims on the lock they hold (nodeheal.workflow.guard) and
+    # admit marking a busy, less severe holder (contend), and the episode memory every one of them
+    # keeps (remember_sighting, D2): nothing else.
+    updates: dict[str, set[LedgerItem]] = {}
+    for spec in ALL_TASKS:
+        for grant in spec.ledger:
+            if "dynamodb:UpdateItem" in grant.actions:
+                updates.setdefault(spec.name, set()).update(grant.items)
+    assert set(updates) == {"admit", "cordon", "drain", "force-drain", "terminate", "reboot", "uncordon"}
+    assert all(items == {LedgerItem.LOCK, LedgerItem.EPISODE} for items in updates.values()), updates
+    # Only admit and reboot read the memory back (Query of one instance's partition).
+    readers = {
+        spec.name
         for spec in ALL_TASKS
         for grant in spec.ledger
-        if "dynamodb:UpdateItem" in grant.actions
+        if "dynamodb:Query" in grant.actions and LedgerItem.EPISODE in grant.items
     }
-    # The mutating steps claim the lock; admit marks a busy, less severe holder (contend, D2).
-    assert set(updates) == {"admit", "cordon", "drain", "force-drain", "terminate", "reboot", "uncordon"}
-    assert set(updates.values()) == {(LedgerItem.LOCK,)}
+    assert readers == {"admit", "reboot"}
 
 
 @pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)

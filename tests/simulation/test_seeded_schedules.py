@@ -108,6 +108,23 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
     ),
     # An aborted execution whose status-change event was lost: the sweeper accounts for it.
     "I4 aborted, event lost": (32, None),
+    # Xid 79's holder lost its lock in an outage; the next execution, for the Xid 48 that overwrote
+    # it, admitted before the holder's record existed and rebooted: the episode memory decides now.
+    "I8 a sighting outlives its execution's lock": (
+        1007907,
+        plan("gpu-fault@13#235150033", "gpu-fault@33#922729562", "lock-ttl-expiry@47#796019903"),
+    ),
+    # A replace-level fault on a second condition was seen by its own execution only, then a lesser
+    # message overwrote it; another condition's execution rebooted the instance.
+    "I8 one memory per instance, across conditions": (
+        1007283,
+        plan(
+            "gpu-fault@57#27281413",
+            "gpu-fault@122#945231543",
+            "second-condition@137#237984863",
+            "message-less-severe@231#447203215",
+        ),
+    ),
 }
 
 

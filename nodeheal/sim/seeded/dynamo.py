@@ -16,6 +16,7 @@ from typing import Any
 from nodeheal.aws.ledger import Ledger
 from nodeheal.errors import LedgerContentionError
 from nodeheal.workflow.budget import ClusterAdmissionState
+from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView
 from nodeheal.workflow.records import DroppedEvent, RemediationRecord
 
@@ -119,6 +120,14 @@ class DynamoLedger:
     def instance_records(self, cluster: str, subject: str, since: datetime) -> list[RemediationRecord]:
         self.on_call("instance_records")
         return self._ledger.instance_records(cluster, subject, since)
+
+    def remember_sighting(self, cluster: str, subject: str, sighting: Sighting) -> bool:
+        self.on_call("remember_sighting")
+        return self._ledger.remember_sighting(cluster, subject, sighting)
+
+    def sightings(self, cluster: str, subject: str) -> list[Sighting]:
+        self.on_call("sightings")
+        return self._ledger.sightings(cluster, subject)
 
     def execution_ended(self, cluster: str, execution: str) -> bool:
         self.on_call("execution_ended")

@@ -20,6 +20,7 @@ from typing import Any
 
 from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededError
 from nodeheal.workflow.budget import ClusterAdmissionState
+from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView
 from nodeheal.workflow.records import DroppedEvent, RemediationRecord
 
@@ -44,6 +45,8 @@ class MemoryLedger:
     records: list[RemediationRecord] = field(default_factory=list)
     dropped: list[DroppedEvent] = field(default_factory=list)
     ended: dict[str, str] = field(default_factory=dict)
+    #: (cluster, instance, condition type) -> the remembered sighting (the episode memory, D2).
+    remembered: dict[tuple[str, str, str], Sighting] = field(default_factory=dict)
     now: datetime = _EPOCH
     #: The next write of the admission state loses a race (then behaves normally again).
     contention_once: bool = False
@@ -187,6 +190,19 @@ class MemoryLedger:
     def instance_records(self, cluster: str, subject: str, since: datetime) -> list[RemediationRecord]:
         self.on_call("instance_records")
         return [r for r in self.records if r.subject == subject and r.started_at >= since]
+
+    def remember_sighting(self, cluster: str, subject: str, sighting: Sighting) -> bool:
+        self.on_call("remember_sighting")
+        key = (cluster, subject, sighting.condition_type)
+        stored = self.remembered.get(key)
+        if stored is not None and not sighting.replaces(stored):
+            return False
+        self.remembered[key] = sighting
+        return True
+
+    def sightings(self, cluster: str, subject: str) -> list[Sighting]:
+        self.on_call("sightings")
+        return [s for (c, i, _), s in sorted(self.remembered.items()) if (c, i) == (cluster, subject)]
 
     def execution_ended(self, cluster: str, execution: str) -> bool:
         self.on_call("execution_ended")

@@ -16,6 +16,7 @@ from moto import mock_aws
 from nodeheal.actions import Action
 from nodeheal.aws.ledger import Ledger
 from nodeheal.errors import LockNotHeldError, SupersededError
+from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim
 from nodeheal.workflow.records import Outcome, RemediationRecord
 from tests.aws_fixtures import create_ledger_table
@@ -172,3 +173,65 @@ def test_a_contender_needs_the_exact_holder(subject: Subject) -> None:
     ledger.release_lock("c", INSTANCE, "a")
     assert ledger.acquire_lock("c", INSTANCE, "c2", TTL, claim(Action.REBOOT)).acquired
     assert not ledger.contend("c", INSTANCE, "b", claim(Action.REPLACE), holder=stale)
+
+
+def sighting(
+    action: Action,
+    *,
+    since: datetime = NOW,
+    seen_in: float = 0,
+    boot: str = "boot-1",
+    condition: str = "GPUProblem",
+    xid: int | None = 79,
+) -> Sighting:
+    return Sighting(
+        condition_type=condition,
+        since=since,
+        node_uid="uid-a",
+        boot_id=boot,
+        action=action,
+        signal=f"xid:{xid}" if xid is not None else "reason:GPUFailure",
+        xid=xid,
+        confirm_seconds=0,
+        execution=f"exec-{action.value}-{seen_in:g}",
+        seen_at=NOW + timedelta(seconds=seen_in),
+    )
+
+
+def test_the_episode_memory_keeps_the_worst_of_a_bad_period_in_any_order(subject: Subject) -> None:
+    """Two executions that saw different messages of one bad period both write; the worse stays
+    whichever wrote last (D2: severity only rises), and one item per condition type is kept."""
+    ledger = subject.ledger
+    assert ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=1))
+    assert not ledger.remember_sighting("c", INSTANCE, sighting(Action.REBOOT, seen_in=2, xid=None))
+    assert not ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=3))
+    assert ledger.remember_sighting(
+        "c", INSTANCE, sighting(Action.ALERT, condition="KernelDeadlock", xid=None)
+    )
+    kept = {s.condition_type: s for s in ledger.sightings("c", INSTANCE)}
+    assert set(kept) == {"GPUProblem", "KernelDeadlock"}
+    assert kept["GPUProblem"] == sighting(Action.REPLACE, seen_in=1)
+    assert kept["KernelDeadlock"].xid is None and kept["KernelDeadlock"].action is Action.ALERT
+    assert ledger.sightings("c", "i-0other") == [] and ledger.sightings("other", INSTANCE) == []
+
+
+def test_a_later_bad_period_or_boot_replaces_a_worse_sighting(subject: Subject) -> None:
+    """A new transition time is a new bad period; a later sighting on another boot (or Node
+    object) replaces one that no longer describes the instance, even when it is lesser; an
+    earlier bad period never comes back over a later one."""
+    ledger = subject.ledger
+    ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=1))
+    assert ledger.remember_sighting(
+        "c", INSTANCE, sighting(Action.REBOOT, seen_in=5, boot="boot-2", xid=None)
+    )
+    (kept,) = ledger.sightings("c", INSTANCE)
+    assert (kept.action, kept.boot_id, kept.xid) == (Action.REBOOT, "boot-2", None)
+    # An older sighting from the first boot, written late, does not return.
+    assert not ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=2))
+    later = NOW + timedelta(minutes=5)
+    assert ledger.remember_sighting(
+        "c", INSTANCE, sighting(Action.ALERT, since=later, seen_in=400, boot="boot-2")
+    )
+    assert not ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=500, boot="boot-2"))
+    (kept,) = ledger.sightings("c", INSTANCE)
+    assert (kept.since, kept.action) == (later, Action.ALERT)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from nodeheal.sim.seeded.world import MemoryInstances, MemoryNodes, MemoryPods, 
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow import actions
 from nodeheal.workflow.admission import PROCEED, UNLABELLED_POOL, admit, budget_pool
+from nodeheal.workflow.episode import sighting_of
 from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.state import WorkflowState
 
@@ -298,3 +300,89 @@ def test_a_worse_fault_read_during_the_drain_still_decides_at_the_reboot(world: 
     after_drain = WorkflowState.parse({**state.raw, "drain": drained})
     result = reboot(world, after_drain, ledger, T0 + timedelta(seconds=30))
     assert result["escalateTo"] == "replace" and "reboot" not in [m.kind for m in watch(world).mutations]
+
+
+def test_a_fault_another_execution_saw_decides_before_its_record_exists(world: World) -> None:
+    """Seed 1007907: the execution that admitted Xid 79 lost its lock in an outage and had not
+    written its record yet; the detector had overwritten the message with Xid 48, and the next
+    execution admitted that and rebooted. What the first admission saw is in the episode memory,
+    so the next one decides to replace."""
+    from nodeheal.actions import Action
+
+    world.add_node("gpu-a", pool_kind="karpenter", pool="gpu")
+    bad(world, "gpu-a", XID_79)
+    ledger = MemoryLedger(clock=world.now)
+    first = admitted(world, "gpu-a", "replace", ledger)
+    payload = dict(first.raw)
+    payload.pop("admission")
+    payload.pop("cordon")
+    assert admit(WorkflowState.parse(payload), kube(world), ledger, T0, mode=Mode.FULL).decision is not None
+    (remembered,) = ledger.sightings(CLUSTER, LiveNode.from_api(world.nodes["gpu-a"]).instance_id or "")
+    assert remembered.action is Action.REPLACE and remembered.xid == 79
+
+    bad(world, "gpu-a", XID_48)  # same status and reason: the first one's lock expires meanwhile
+    ledger.locks.clear()
+    second = {**payload, "execution": {**payload["execution"], "name": "e-2"}}
+    condition = world.condition("gpu-a", "GPUProblem") or {}
+    second["event"] = {
+        **payload["event"],
+        "condition": {k: v for k, v in condition.items() if k != "lastHeartbeatTime"},
+    }
+    decided = admit(
+        WorkflowState.parse(second), kube(world), ledger, T0 + timedelta(minutes=5), mode=Mode.FULL
+    )
+    assert decided.decision is not None
+    assert decided.decision.action is Action.REPLACE, decided.decision.reason
+    assert "xid:79 (replace) was seen first and still decides" in decided.decision.reason
+
+
+def test_the_reboot_step_replaces_for_a_fault_remembered_from_another_execution(world: World) -> None:
+    """The reboot step reads the episode memory too: a replace-level fault another execution saw
+    (and the detector has since overwritten) turns the reboot into a replacement."""
+    world.add_node("gpu-a", pool_kind="karpenter", pool="gpu")
+    bad(world, "gpu-a", XID_79)
+    ledger = MemoryLedger(clock=world.now)
+    node = LiveNode.from_api(world.nodes["gpu-a"])
+    seen = sighting_of(
+        node.conditions["GPUProblem"], node, RemediationSettings().policy, execution="other", now=T0
+    )
+    assert seen is not None
+    ledger.remember_sighting(CLUSTER, node.instance_id or "", seen)
+    bad(world, "gpu-a", XID_48)
+    state = admitted(world, "gpu-a", "reboot", ledger)
+    result = reboot(world, state, ledger, T0 + timedelta(seconds=30))
+    assert result["escalateTo"] == "replace" and "execution other saw it" in result["skipped"]
+    assert "reboot" not in [m.kind for m in watch(world).mutations]
+
+
+def test_a_remembered_fault_ends_with_the_boot_it_was_seen_on(world: World) -> None:
+    """A reboot ends the episode (D2): a sighting from the previous boot no longer decides."""
+    world.add_node("gpu-a", pool_kind="karpenter", pool="gpu")
+    bad(world, "gpu-a", XID_79)
+    ledger = MemoryLedger(clock=world.now)
+    node = LiveNode.from_api(world.nodes["gpu-a"])
+    seen = sighting_of(
+        node.conditions["GPUProblem"], node, RemediationSettings().policy, execution="other", now=T0
+    )
+    assert seen is not None
+    ledger.remember_sighting(CLUSTER, node.instance_id or "", replace(seen, boot_id="an-earlier-boot"))
+    bad(world, "gpu-a", XID_48)
+    state = admitted(world, "gpu-a", "reboot", ledger)
+    assert reboot(world, state, ledger, T0 + timedelta(seconds=30))["performed"] is True
+
+
+def test_a_step_remembers_a_worse_fault_it_reads(world: World) -> None:
+    """Every mutating step remembers a bad condition that calls for more than its execution
+    planned (one conditional write), so a successor decides by it even if this one stops."""
+    from nodeheal.actions import Action
+
+    world.add_node("gpu-a", pool_kind="karpenter", pool="gpu")
+    bad(world, "gpu-a", XID_48)
+    ledger = MemoryLedger(clock=world.now)
+    state = admitted(world, "gpu-a", "reboot", ledger)
+    actions.drain_round(state, kube(world), ledger, T0, mode=Mode.FULL)
+    assert ledger.remembered == {}  # nothing worse than the plan: no write
+    bad(world, "gpu-a", XID_79)
+    actions.drain_round(state, kube(world), ledger, T0 + timedelta(seconds=10), mode=Mode.FULL)
+    (remembered,) = ledger.remembered.values()
+    assert (remembered.action, remembered.execution) == (Action.REPLACE, "e-1")
