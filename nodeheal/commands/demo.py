@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nodeheal.errors import ConfigurationError
+from nodeheal.sim.template import quiet_jsii
 
 #: Real-world seconds per demo second: cdk.json's waits and the cluster's delays (pod shutdown,
 #: node boot) divided by this. At 60 the default scenario takes a few seconds after synthesis.
@@ -108,9 +109,7 @@ def _quiet_logging() -> Iterator[None]:
 
 def _prepare_process(*, verbose: bool) -> None:
     """Quiet, offline, and able to import the stack and the handlers."""
-    # jsii's banner about the Node.js version says nothing about NodeHeal.
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+    quiet_jsii()
     if not verbose:
         # The handlers' JSON logs and EMF metrics would bury the timeline (they are what CloudWatch
         # shows when deployed); --verbose brings them back.

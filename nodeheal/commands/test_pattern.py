@@ -223,6 +223,9 @@ def synthesize_template(config_path: str) -> Mapping[str, Any]:
     app_dir = str(Path(config_path).resolve().parent)
     if app_dir not in sys.path:
         sys.path.insert(0, app_dir)
+    from nodeheal.sim.template import SynthesizedApp, quiet_jsii
+
+    quiet_jsii()
     try:
         import stacks.nodeheal_stack  # noqa: F401
     except ImportError as exc:
@@ -230,8 +233,6 @@ def synthesize_template(config_path: str) -> Mapping[str, Any]:
             f"synthesizing needs the NodeHeal CDK app and aws-cdk-lib next to {config_path} ({exc}); "
             "pass --template cdk.out/NodeHeal.template.json instead"
         ) from None
-    from nodeheal.sim.template import SynthesizedApp
-
     return SynthesizedApp.synthesize(nodeheal).template
 
 

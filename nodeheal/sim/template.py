@@ -3,6 +3,7 @@ resolver for the intrinsics CDK emits (Ref, Fn::GetAtt, Fn::Join) against local 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,7 @@ class SynthesizedApp:
     @classmethod
     def synthesize(cls, nodeheal_context: Mapping[str, Any]) -> SynthesizedApp:
         """Synthesize NodeHeal's stack in-process (no asset bundling, no network, no Docker)."""
+        quiet_jsii()
         from aws_cdk import App
 
         from stacks.config import NodeHealConfig
@@ -88,6 +90,17 @@ class SynthesizedApp:
         stack = NodeHealStack(app, config.stack_name, config=config)
         assembly = app.synth()
         return cls(template=assembly.get_stack_by_name(stack.stack_name).template)
+
+
+def quiet_jsii() -> None:
+    """Keep jsii's Node.js version banners (printed by its runtime when aws-cdk-lib is first
+    imported, as raw bytes) out of NodeHeal's output: they say nothing about NodeHeal, and the
+    supported Node.js versions are in the README. Call before importing aws_cdk or ``stacks``.
+    The end-of-life variable lists the major versions to keep quiet about: 20, the oldest the
+    README supports."""
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+    os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
 
 def _get_att_target(value: Any) -> str:

@@ -164,6 +164,6 @@ class ExporterAccess(Construct):
             )
             # One PutPermission at a time: EventBridge rewrites the bus's whole policy on each.
             if policies:
-                policy.add_dependency(policies[-1])
+                policy.add_resource_dependency(policies[-1])
             policies.append(policy)
         return policies

@@ -105,3 +105,35 @@ def test_configuration_error_is_one_clear_line(tmp_path: Path) -> None:
         "(did you mean 'maxInFlight'?)" in result.stderr
     )
     assert "Traceback" not in result.stderr
+
+
+def test_synthesizing_commands_print_only_nodeheal_output(tmp_path: Path) -> None:
+    """`test-pattern --config` synthesizes the stack in-process: jsii's Node.js version banners
+    (printed as Python bytes) and CDK deprecation warnings must not reach the person reading the
+    verdict, even when they have not set the JSII_SILENCE_* variables themselves."""
+    from tests.unit.test_patterns_moto import condition_detail
+
+    event = tmp_path / "xid79.json"
+    event.write_text(json.dumps(condition_detail("GPUProblem", "True")))
+    environment = {
+        key: value for key, value in offline_environment().items() if not key.startswith("JSII_SILENCE_")
+    }
+    result = subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "nodeheal"),
+            "test-pattern",
+            "--config",
+            str(ROOT / "cdk.json"),
+            str(event),
+        ],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1 of 1 event(s) match at least one rule" in result.stdout, result.stdout
+    for noise in ("b'!!", "end-of-life", "deprecated", "[WARNING]"):
+        assert noise not in result.stderr and noise not in result.stdout, result.stderr
