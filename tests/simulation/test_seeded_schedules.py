@@ -114,6 +114,17 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
         1007907,
         plan("gpu-fault@13#235150033", "gpu-fault@33#922729562", "lock-ttl-expiry@47#796019903"),
     ),
+    # A reboot's execution, taken over by a replacement of the same instance, waited for a
+    # recovery that would not come: it could not mutate again, yet I3 counted it in flight.
+    "I3 an execution that lost its lock is not in flight": (
+        1001132,
+        plan(
+            "gpu-fault@23#191448189",
+            "second-condition@168#670486241",
+            "gpu-fault@187#819748415",
+            "gpu-fault@199#901283435",
+        ),
+    ),
     # A replace-level fault on a second condition was seen by its own execution only, then a lesser
     # message overwrote it; another condition's execution rebooted the instance.
     "I8 one memory per instance, across conditions": (

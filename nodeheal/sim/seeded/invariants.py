@@ -394,18 +394,21 @@ class Invariants:
         settings = self.sim.settings.budgets
         now = self.sim.clock
         self._first_cordon.setdefault(mutation.instance_id, now)
-        # In flight: executions that have mutated a node and may still do so. One whose first
-        # mutation is older than the lock TTL no longer holds the lock it was admitted with (an
-        # outage longer than the TTL): its next claim fails and it ends without mutating again.
-        ttl = timedelta(seconds=self.sim.settings.lock_ttl_seconds)
-        first: dict[str, tuple[datetime, str]] = {}
+        # In flight: executions that have mutated a node and may still do so, which takes holding
+        # its lock (every mutation claims it; only admission, before any mutation, takes one). An
+        # execution whose lock expired in an outage, or was taken over by a more severe one for the
+        # same instance, fails its next claim and ends without mutating again.
+        holders = {lock.execution for _, lock in self.sim.ledger.observed_locks(self.sim.world.cluster)}
+        mutated: dict[str, str] = {}
         for m in self.journal:
             if m.caller is not None and m.caller.execution:
-                first.setdefault(m.caller.execution, (m.at, m.instance_id))
+                mutated.setdefault(m.caller.execution, m.instance_id)
         active = {
             instance
-            for execution, (at, instance) in first.items()
-            if now - at < ttl and not self.sim.executions[execution].run.done and not self._ended(execution)
+            for execution, instance in mutated.items()
+            if execution in holders
+            and not self.sim.executions[execution].run.done
+            and not self._ended(execution)
         }
         if len(active) > settings.max_in_flight:
             self.fail(
