@@ -19,3 +19,56 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "NodeHeal")
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "nodeheal")
+
+
+# -- the fake API server's conformance table (docs/fake-apiserver.md) --------------------------------
+#
+# Every (method, path, status) the fake API server answered during the run must have a row in the
+# table, where the real server's behaviour and its source are written down. Workers of pytest-xdist
+# hand their keys to the controller, which checks the union once. NODEHEAL_FAKE_API_ROWS=FILE writes
+# every key served, as table rows, to FILE (a start for a new row).
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nodeheal.sim.apiserver import conformance
+
+CONFORMANCE_TABLE = Path(__file__).resolve().parent.parent / "docs" / "fake-apiserver.md"
+_WORKER_OUTPUT_KEY = "fake_api_rows"
+_from_workers: set[conformance.RowKey] = set()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    output = getattr(node, "workeroutput", {}) or {}
+    for method, path, status in json.loads(output.get(_WORKER_OUTPUT_KEY, "[]")):
+        _from_workers.add(conformance.RowKey(method, path, status))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    served = conformance.served()
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output[_WORKER_OUTPUT_KEY] = json.dumps([[r.method, r.path, r.status] for r in sorted(served)])
+        return
+    served |= _from_workers
+    dump = os.environ.get("NODEHEAL_FAKE_API_ROWS")
+    if dump:
+        Path(dump).write_text("".join(f"{row.describe()}\n" for row in sorted(served)), encoding="utf-8")
+    missing = conformance.missing_rows(served, CONFORMANCE_TABLE)
+    if not missing:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [
+        f"The fake API server answered {len(missing)} request kind(s) that {CONFORMANCE_TABLE.name} has no row "
+        "for. Add each, with the real server's behaviour, its source and the test that pins it:",
+        *(f"  {row.describe()}" for row in missing),
+    ]
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
