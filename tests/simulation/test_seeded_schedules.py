@@ -125,6 +125,18 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
             "gpu-fault@199#901283435",
         ),
     ),
+    # KernelDeadlock went bad with an Xid 48 message (reboot, no confirmation), then read as a
+    # hung task (replace after 600 s): the reboot 30 s later was right, but I8 took the replace as
+    # confirmed by the first message's confirmation time.
+    "I8 a changed message needs its own confirmation": (
+        1008913,
+        plan(
+            "gpu-fault@2#1071214289",
+            "second-condition@26#778747872",
+            "gpu-fault@32#925756564",
+            "gpu-fault@81#985245793",
+        ),
+    ),
     # A replace-level fault on a second condition was seen by its own execution only, then a lesser
     # message overwrote it; another condition's execution rebooted the instance.
     "I8 one memory per instance, across conditions": (

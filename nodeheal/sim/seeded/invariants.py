@@ -108,10 +108,11 @@ class Invariants:
         )
         self._seen_conditions: dict[tuple[str, str], tuple[str, str, str]] = {}
         self._boots: dict[str, str] = {}
-        #: (node uid, condition type, bad since) -> the worst action of any message NodeHeal saw in
-        #: that bad period, in an event or by reading the Node. A message no event carried and no
-        #: step read is not "seen": a detector may overwrite it before anything reads it.
-        self._seen_worst: dict[tuple[str, str, datetime], str] = {}
+        #: (node uid, condition type, bad since) -> each action a message NodeHeal saw in that bad
+        #: period called for, in an event or by reading the Node, with the shortest confirmation
+        #: time it was seen with. A message no event carried and no step read is not "seen": a
+        #: detector may overwrite it before anything reads it.
+        self._seen_worst: dict[tuple[str, str, datetime], dict[str, int]] = {}
         #: Node name -> (resourceVersion, uid, its bad conditions): a node is rescanned when it changes.
         self._node_scans: dict[str, tuple[str, str, list[tuple[tuple[str, str, str], Any, Episode]]]] = {}
         #: (start, duration) of outages: nothing of NodeHeal runs then, so I2's clock stops.
@@ -164,7 +165,7 @@ class Invariants:
     # -- what NodeHeal has seen of each condition (I8 holds it to the worst of that) -----------------
 
     def _saw(self, node_uid: str, condition: Mapping[str, Any], labels: Mapping[str, str]) -> None:
-        from nodeheal.sim.seeded.schedule import classify
+        from nodeheal.sim.seeded.schedule import classify, confirm_seconds
 
         if condition.get("type") == "Ready" or not is_bad_status(
             str(condition["type"]), str(condition["status"])
@@ -175,8 +176,9 @@ class Invariants:
             return
         key = (node_uid, str(condition["type"]), parse_timestamp(str(since), "lastTransitionTime"))
         action = classify(dict(condition), self.sim.settings, labels)
-        if SEVERITY.get(action, 0) > SEVERITY.get(self._seen_worst.get(key, "none"), 0):
-            self._seen_worst[key] = action
+        confirm = confirm_seconds(dict(condition), self.sim.settings, labels)
+        seen = self._seen_worst.setdefault(key, {})
+        seen[action] = min(confirm, seen.get(action, confirm))
 
     def saw_node(self, node: Mapping[str, Any]) -> None:
         """A step read the Node: NodeHeal has seen each of its conditions' current message."""
@@ -499,16 +501,19 @@ class Invariants:
                 earlier = before.get(condition_type)
                 if earlier is not None and earlier[0] == since:
                     worst[condition_type] = earlier
-                seen = self._seen_worst.get((episode.node_uid, condition_type, episode.since))
-                if (
-                    condition_type != "Ready"
-                    and seen is not None
-                    and now - episode.since >= timedelta(seconds=episode.confirm_seconds)
-                ):
-                    # A fault counts once it is confirmed (a holder still confirming may be
-                    # preempted by a lesser fault that acts sooner, D2) and seen by NodeHeal, and
-                    # while its condition stays bad a lesser message does not lower it.
-                    action = seen
+                seen = self._seen_worst.get((episode.node_uid, condition_type, episode.since), {})
+                # A fault counts once it is seen by NodeHeal and confirmed: bad for the confirmation
+                # time of the message that called for it (a holder still confirming may be preempted
+                # by a lesser fault that acts sooner, D2; a bad condition whose message changes to
+                # one that needs a longer confirmation is not confirmed for it yet). While its
+                # condition stays bad a lesser message does not lower it.
+                confirmed = [
+                    action
+                    for action, confirm in seen.items()
+                    if now - episode.since >= timedelta(seconds=confirm)
+                ]
+                if condition_type != "Ready" and confirmed:
+                    action = max(confirmed, key=lambda a: SEVERITY.get(a, 0))
                     if SEVERITY.get(action, 0) > SEVERITY.get(worst.get(condition_type, ("", "none"))[1], 0):
                         worst[condition_type] = (since, action)
             self._worst[instance] = worst
