@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from nodeheal.sim.apiserver import pdb as pdbmath
-from nodeheal.sim.apiserver import validation
+from nodeheal.sim.apiserver import messages, validation
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
 from nodeheal.sim.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
 from nodeheal.sim.apiserver.resources import BY_KIND, NODES, PDBS, PODS, RESOURCES, ResourceType
@@ -163,11 +162,8 @@ class ObjectStore:
         return ((namespace or "") if rtype.namespaced else "", name)
 
     def _present(self, rtype: ResourceType, obj: JSON) -> JSON:
-        out = copy.deepcopy(obj)
-        if rtype is PDBS:
-            status = pdbmath.compute_status(out, self._objects["pods"].values(), self._scales)
-            pdbmath.with_status(out, status, rfc3339())
-        return out
+        """The object as the API serves it; ClusterStore adds the status controllers maintain."""
+        return copy.deepcopy(obj)
 
     def _stored(self, rtype: ResourceType, name: str, namespace: str | None) -> JSON:
         obj = self._objects[rtype.plural].get(self._key(rtype, namespace, name))
@@ -488,22 +484,27 @@ class ObjectStore:
             self._run_hooks()
 
     def _check_preconditions(self, rtype: ResourceType, obj: JSON, options: JSON) -> None:
+        """rest.BeforeDelete's early check of DeleteOptions.preconditions, which is what a client
+        sees: a Conflict on the object's Kind (details.kind "Pod", not "pods"), uid first. A
+        precondition that is present is compared even when empty, as the pointer is set.
+        https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/rest/delete.go#L83-L91"""
         pre = options.get("preconditions") or {}
         meta = obj["metadata"]
-        if pre.get("uid") and pre["uid"] != meta["uid"]:
+        if pre.get("uid") is not None and pre["uid"] != meta["uid"]:
             raise conflict(
-                rtype.plural,
+                rtype.kind,
                 rtype.group,
                 meta["name"],
-                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",
+                messages.PRECONDITION_UID_MISMATCH.format(precondition=pre["uid"], record=meta["uid"]),
             )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+        if pre.get("resourceVersion") is not None and pre["resourceVersion"] != meta["resourceVersion"]:
             raise conflict(
-                rtype.plural,
+                rtype.kind,
                 rtype.group,
                 meta["name"],
-                f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                messages.PRECONDITION_RESOURCE_VERSION_MISMATCH.format(
+                    precondition=pre["resourceVersion"], record=meta["resourceVersion"]
+                ),
             )
 
     def _pod_grace(self, pod: JSON, options: JSON) -> int:
