@@ -9,7 +9,8 @@ authorizer sees them (verb, API group, resource[/subresource]):
   ``list`` nodes with a label selector (admit's pool health), ``patch`` a node (cordon,
   uncordon), ``delete`` a node (terminate, only with ``deleteNodeAfterTerminate``).
 * ``nodeheal/kube/pods.py``: ``list`` pods with ``fieldSelector=spec.nodeName`` (drain,
-  force-drain), ``create`` on ``pods/eviction`` (drain), ``delete`` pods (force-drain).
+  force-drain) and, after a 409, ``fieldSelector=metadata.name`` (is the pod gone?), ``create`` on
+  ``pods/eviction`` (drain), ``delete`` pods (force-drain).
 * Every function may ``create`` Events (core and ``events.k8s.io``), so what it did to a node is
   visible in ``kubectl describe``.
 
@@ -147,7 +148,13 @@ KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
     ),
     "drain": (
         _PROVE_NODE,
-        PolicyRule(("",), ("pods",), ("list",), "The pods bound to the node (fieldSelector spec.nodeName)."),
+        PolicyRule(
+            ("",),
+            ("pods",),
+            ("list",),
+            "The pods bound to the node (fieldSelector spec.nodeName); after a 409 on an eviction, "
+            "the pod of that name (fieldSelector metadata.name): gone, or still there?",
+        ),
         PolicyRule(
             ("",),
             ("pods/eviction",),
@@ -163,7 +170,7 @@ KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
             ("pods",),
             ("list", "delete"),
             "After the drain timeout with drain.onTimeout=force: delete the pods left, with the "
-            "configured grace period.",
+            "configured grace period (after a 409, list the pod by name: gone, or still there?).",
         ),
         EVENTS,
     ),

@@ -32,6 +32,9 @@ class ApiStatus:
     message: str
     #: ``details.causes[].message``: where the specifics live (which PDB, which field was invalid).
     causes: tuple[str, ...] = ()
+    #: ``details.causes[].reason`` (a StatusCause's type): what the causes are about, e.g.
+    #: ``DisruptionBudget`` on an eviction's 429, as opposed to API Priority and Fairness's 429.
+    cause_reasons: tuple[str, ...] = ()
 
     @property
     def explanation(self) -> str:
@@ -67,16 +70,13 @@ def status_from_body(code: int, body: Any, http_reason: str = "") -> ApiStatus:
     if isinstance(parsed, dict):
         details = parsed.get("details")
         raw_causes = details.get("causes") if isinstance(details, dict) else None
-        causes = tuple(
-            str(cause["message"])
-            for cause in raw_causes or []
-            if isinstance(cause, dict) and cause.get("message")
-        )
+        cause_list = [cause for cause in raw_causes or [] if isinstance(cause, dict)]
         return ApiStatus(
             code=code,
             reason=str(parsed.get("reason") or http_reason or ""),
             message=str(parsed.get("message") or ""),
-            causes=causes,
+            causes=tuple(str(cause["message"]) for cause in cause_list if cause.get("message")),
+            cause_reasons=tuple(str(cause["reason"]) for cause in cause_list if cause.get("reason")),
         )
     return ApiStatus(code=code, reason=http_reason, message="")
 

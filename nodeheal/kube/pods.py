@@ -11,6 +11,14 @@ get to as ``not-reached``; the drain loop asks for them next round.
 Every eviction and deletion names the pod's uid as a precondition. StatefulSet pods keep their
 names when recreated, so without it a retried eviction could hit the healthy replacement pod that
 was just scheduled on another node.
+
+Answers are told apart by status, reason and the Status ``details``, never by message wording:
+429 with a ``DisruptionBudget`` cause is a PodDisruptionBudget's refusal (including "still being
+processed", sent with retry-after 10 s while the disruption controller catches up); another 429
+is the API server shedding load. A 409 Conflict is a precondition that failed, and only a look at
+the pod says which: gone or replaced by a namesake (the uid no longer names it), or, on an
+eviction, the server's own resourceVersion check losing a race with a change to the very pod we
+meant, which the next round asks again.
 """
 
 from __future__ import annotations
@@ -29,17 +37,20 @@ from nodeheal.kube.client import (
     JsonResponse,
     expect_success,
 )
-from nodeheal.kube.errors import is_retryable_status
+from nodeheal.kube.errors import ApiStatus, is_retryable_status
 from nodeheal.kube.model import PodView
 
 LIST_PAGE_SIZE = 500
+#: policyv1.DisruptionBudgetCause: the cause the eviction subresource gives a PDB's 429.
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 
 
 class PodOutcome(enum.StrEnum):
     #: Eviction accepted (201) / deletion accepted (200, 202): the pod is terminating.
     EVICTED = "evicted"
     DELETED = "deleted"
-    #: 429 from the eviction subresource: a PodDisruptionBudget allows no disruption right now.
+    #: 429 from the eviction subresource with a DisruptionBudget cause: a PodDisruptionBudget
+    #: allows no disruption right now (or is still being processed by the server).
     BLOCKED = "blocked"
     #: 404, or the uid precondition failed: the pod we meant no longer exists.
     GONE = "gone"
@@ -60,15 +71,18 @@ class PodResult:
     status: int | None = None
     #: The API server's message (the PDB explanation for BLOCKED), or the transport error.
     message: str = ""
+    #: A FAILED answer whose status alone would be final but that asking again can change: a
+    #: Conflict on the pod we meant, still there with its uid (the server raced a change to it).
+    transient: bool = False
 
     @property
     def retryable(self) -> bool:
-        """Whether the same request may succeed later (PDB, overload, no answer)."""
+        """Whether the same request may succeed later (PDB, overload, no answer, a race)."""
         if self.outcome in (PodOutcome.BLOCKED, PodOutcome.NOT_REACHED):
             return True
         if self.outcome != PodOutcome.FAILED:
             return False
-        return self.status is None or is_retryable_status(self.status)
+        return self.transient or self.status is None or is_retryable_status(self.status)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -197,15 +211,16 @@ class PodOperations(ApiOperations):
             response = self._request("POST", f"{_pod_path(pod)}/eviction", action=action, body=body)
         except (KubernetesApiUnavailableError, KubernetesApiError, DeadlineExceededError) as exc:
             return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.FAILED, message=str(exc))
-        if response.status == 429:
+        status = response.api_status
+        if response.status == 429 and DISRUPTION_BUDGET_CAUSE in status.cause_reasons:
             return PodResult(
                 pod=pod.key,
                 uid=pod.uid,
                 outcome=PodOutcome.BLOCKED,
                 status=429,
-                message=response.api_status.explanation,
+                message=status.explanation,
             )
-        return _result(pod, response, action, success=PodOutcome.EVICTED)
+        return self._result(pod, response, action, success=PodOutcome.EVICTED)
 
     # -- deletion --------------------------------------------------------------------------------
 
@@ -232,28 +247,67 @@ class PodOperations(ApiOperations):
             response = self._request("DELETE", _pod_path(pod), action=action, body=body)
         except (KubernetesApiUnavailableError, KubernetesApiError, DeadlineExceededError) as exc:
             return PodResult(pod=pod.key, uid=pod.uid, outcome=PodOutcome.FAILED, message=str(exc))
-        return _result(pod, response, action, success=PodOutcome.DELETED)
+        return self._result(pod, response, action, success=PodOutcome.DELETED)
 
-
-def _result(pod: PodView, response: JsonResponse, action: str, *, success: PodOutcome) -> PodResult:
-    """Classify an eviction's or deletion's answer: accepted, the pod is gone, or failed."""
-    status = response.api_status
-    if response.ok:
-        return PodResult(pod=pod.key, uid=pod.uid, outcome=success, status=response.status)
-    if response.status == 404 or _uid_precondition_failed(response.status, status.message):
+    def _result(self, pod: PodView, response: JsonResponse, action: str, *, success: PodOutcome) -> PodResult:
+        """Classify an eviction's or deletion's answer: accepted, the pod is gone, or failed."""
+        status = response.api_status
+        if response.ok:
+            return PodResult(pod=pod.key, uid=pod.uid, outcome=success, status=response.status)
+        if response.status == 404:
+            return PodResult(
+                pod=pod.key,
+                uid=pod.uid,
+                outcome=PodOutcome.GONE,
+                status=response.status,
+                message=status.message,
+            )
+        if response.status == 409 and status.reason == "Conflict":
+            return self._after_conflict(pod, status, action)
         return PodResult(
-            pod=pod.key, uid=pod.uid, outcome=PodOutcome.GONE, status=response.status, message=status.message
+            pod=pod.key,
+            uid=pod.uid,
+            outcome=PodOutcome.FAILED,
+            status=response.status,
+            message=f"{action}: {status.describe()}",
         )
-    return PodResult(
-        pod=pod.key,
-        uid=pod.uid,
-        outcome=PodOutcome.FAILED,
-        status=response.status,
-        message=f"{action}: {status.describe()}",
-    )
 
+    def _after_conflict(self, pod: PodView, status: ApiStatus, action: str) -> PodResult:
+        """A precondition failed: GONE if the pod's uid no longer names a pod (a namesake took the
+        name, or it was deleted), otherwise a transient failure to ask about next round."""
+        try:
+            current = self._uid_now(pod)
+        except (KubernetesApiUnavailableError, KubernetesApiError, DeadlineExceededError) as exc:
+            return PodResult(
+                pod=pod.key,
+                uid=pod.uid,
+                outcome=PodOutcome.FAILED,
+                status=status.code,
+                message=f"{action}: {status.describe()}; could not look at the pod: {exc}",
+                transient=True,
+            )
+        if pod.uid and current != pod.uid:
+            return PodResult(
+                pod=pod.key, uid=pod.uid, outcome=PodOutcome.GONE, status=status.code, message=status.message
+            )
+        return PodResult(
+            pod=pod.key,
+            uid=pod.uid,
+            outcome=PodOutcome.FAILED,
+            status=status.code,
+            message=f"{action}: {status.describe()} (the pod is still there; asking again next round)",
+            transient=True,
+        )
 
-def _uid_precondition_failed(status: int, message: str) -> bool:
-    # apimachinery answers a failed uid precondition with 409 and "Precondition failed: UID in
-    # precondition: <a>, UID in object meta: <b>": the pod we listed was replaced by a namesake.
-    return status == 409 and "precondition" in message.lower() and "uid" in message.lower()
+    def _uid_now(self, pod: PodView) -> str | None:
+        """The uid of the pod now called ``pod.name`` (None: there is none). A list by name, not
+        a get, so the drain's permission to list pods is all it needs."""
+        action = f"look up pod {pod.key}"
+        response = self._request(
+            "GET",
+            f"/api/v1/namespaces/{quote(pod.namespace, safe='')}/pods",
+            action=action,
+            query=[("fieldSelector", f"metadata.name={pod.name}")],
+        )
+        items = [item for item in expect_success(response, action=action).get("items") or [] if item]
+        return str((items[0].get("metadata") or {}).get("uid", "")) if items else None

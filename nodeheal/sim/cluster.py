@@ -4,7 +4,8 @@ On top of the fake API server's store it plays the parts of the cluster NodeHeal
 does not own:
 
 * node-problem-detector: :meth:`SimulatedCluster.inject` sets a Node condition as NPD would;
-* the kubelet after an EC2 reboot (:class:`NodeAgent`): a new boot ID, detectors that start clean;
+* the kubelet after an EC2 reboot (:class:`NodeAgent`): a new boot ID, detectors that start clean,
+  and a kubelet that :meth:`SimulatedCluster.kill_kubelet` had killed running again;
 * Karpenter (:class:`KarpenterStandIn`): when an instance is terminated it deletes the Node and,
   after a delay, launches a replacement instance in moto and registers its Node;
 * the Job/StatefulSet/DaemonSet controllers, pod garbage collection and the scheduler
@@ -449,6 +450,20 @@ class SimulatedCluster:
         for node in nodes:
             self.timeline.emit("fault", "fault", fault.describe(node), node=node)
         self.store.set_node_conditions(nodes, fault.condition_type, fault.status, fault.reason, fault.message)
+
+    def kill_kubelet(self, node: str) -> None:
+        """The node's kubelet dies with its GPU (the kernel hung on the fallen-off device): pods
+        deleted or evicted from now on stay Terminating, as nothing stops their containers and
+        sends the final delete, until the node reboots or is replaced (a delete with grace 0
+        still removes them). The drain's slowest real case. Ready is left alone, as for a
+        reboot: when the node controller notices depends on its grace period, not on NodeHeal."""
+        self.store.set_kubelet_alive(node, False)
+        self.timeline.emit(
+            "node",
+            "kubelet-dead",
+            f"the kubelet of {short_node(node)} died: its pods can no longer finish terminating",
+            node=node,
+        )
 
     def clear(self, node: str, condition_type: str) -> None:
         """The detector reports the condition healthy again."""

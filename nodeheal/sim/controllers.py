@@ -149,6 +149,10 @@ class NodeAgent:
         # Ready is not flipped: NodeHeal's recovery check keys on the new boot ID, and whether a real
         # reboot shows as NotReady depends on the node controller's grace period, not on NodeHeal.
         cluster.store.reboot_node(name)
+        # A kubelet that had died starts again with the node and finishes the pods left terminating.
+        revived = not cluster.store.kubelet_alive(name)
+        if revived:
+            cluster.store.set_kubelet_alive(name, True)
         node = cluster.node(name) or {}
         cleared = []
         for condition in node.get("status", {}).get("conditions", []):
@@ -160,6 +164,8 @@ class NodeAgent:
                 )
                 cleared.append(kind)
         what = f", {', '.join(cleared)} healthy" if cleared else ""
+        if revived:
+            what += ", the kubelet running again"
         cluster.timeline.emit(
             "node", "node-rebooted", f"{short_node(name)} back from the reboot: new boot ID{what}", node=name
         )
@@ -352,6 +358,13 @@ class WorkloadControllers:
             return
         if current["metadata"]["uid"] != uid or current["metadata"].get("deletionTimestamp"):
             return
+        if not self._kubelet_alive(node):
+            # No kubelet to start the containers: the pod waits, bound, until it is back.
+            cluster.clock.after(
+                cluster.timings.pod_start_seconds,
+                lambda: self._started(namespace, name, uid, node),
+            )
+            return
         running = make_pod(name, namespace, node, gpus=gpus_requested(current), phase="Running")["status"]
 
         def start(obj: JSON) -> None:
@@ -360,6 +373,12 @@ class WorkloadControllers:
         cluster.store.mutate("pods", name, start, namespace)
         cluster.timeline.emit("scheduler", "pod-running", f"{name} Running on {short_node(node)}", node=node)
         self._report_whole()
+
+    def _kubelet_alive(self, node: str) -> bool:
+        try:
+            return self._cluster.store.kubelet_alive(node)
+        except ApiError:
+            return True  # the Node is gone: pod garbage collection removes its pods
 
     def _report_whole(self) -> None:
         cluster = self._cluster

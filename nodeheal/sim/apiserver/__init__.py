@@ -3,9 +3,10 @@
 It is the half of `nodeheal.sim` that stands in for kube-apiserver and nothing else: an
 in-memory store with etcd's resourceVersion semantics (`store`, `objectstore`), the three patch
 types (`patch`), selectors, validation, PodDisruptionBudget arithmetic (`pdb`), watch streams
-(`watch`), authentication and RBAC (`authorizer`), injected request faults (`faults`) and the HTTP
-front (`server`). Every behaviour is meant to be the real server's; `docs/fake-apiserver.md` holds
-the conformance table with the source of each.
+(`watch`), the eviction subresource (`eviction`), authentication and RBAC (`authorizer`),
+injected request faults (`faults`), the server's own messages (`messages`) and the HTTP front
+(`server`). Every behaviour is meant to be the real server's; `docs/fake-apiserver.md` holds the
+conformance table with the source of each.
 """
 
 from __future__ import annotations

@@ -420,17 +420,22 @@ def make_pdb(
     selector: JSON,
     min_available: int | str | None = None,
     max_unavailable: int | str | None = None,
+    *,
+    unhealthy_pod_eviction_policy: str | None = None,
 ) -> JSON:
-    """A policy/v1 PodDisruptionBudget; `selector` is a metav1.LabelSelector or plain matchLabels."""
+    """A policy/v1 PodDisruptionBudget; `selector` is a metav1.LabelSelector or plain matchLabels
+    (an empty dict is the empty selector, which in policy/v1 covers every pod of the namespace)."""
     if (min_available is None) == (max_unavailable is None):
         raise ValueError("exactly one of min_available and max_unavailable must be set")
-    if "matchLabels" not in selector and "matchExpressions" not in selector:
+    if selector and "matchLabels" not in selector and "matchExpressions" not in selector:
         selector = {"matchLabels": dict(selector)}
     spec: JSON = {"selector": selector}
     if min_available is not None:
         spec["minAvailable"] = min_available
     else:
         spec["maxUnavailable"] = max_unavailable
+    if unhealthy_pod_eviction_policy is not None:
+        spec["unhealthyPodEvictionPolicy"] = unhealthy_pod_eviction_policy
     return {
         "kind": "PodDisruptionBudget",
         "apiVersion": "policy/v1",

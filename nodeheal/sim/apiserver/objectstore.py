@@ -3,7 +3,8 @@
 One global resourceVersion counter orders every write, as etcd's revision does; a bounded
 history of events serves watches that resume from a resourceVersion, and anything older than
 the history answers 410 Expired. Pods are deleted gracefully (deletionTimestamp first, removal
-when the simulated containers stop), with wall-clock delays multiplied by `time_scale`.
+when the simulated containers stop and the kubelet sends its final delete, which a dead kubelet
+never does), with wall-clock delays multiplied by `time_scale`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from nodeheal.sim.apiserver import pdb as pdbmath
-from nodeheal.sim.apiserver import validation
+from nodeheal.sim.apiserver import messages, validation
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
 from nodeheal.sim.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
 from nodeheal.sim.apiserver.resources import BY_KIND, NODES, PDBS, PODS, RESOURCES, ResourceType
@@ -84,6 +84,8 @@ class ObjectStore:
         self._hooks: dict[str, list[Hook]] = {"pod_deleted": [], "pod_evicted": [], "node_deleted": []}
         self._pending_hooks: list[tuple[Hook, JSON]] = []
         self._deadlines: list[tuple[float, int, str, str, str]] = []
+        #: Uids of the Nodes whose kubelet is dead, and the final deletes each of them owes.
+        self._dead_kubelets: dict[str, list[tuple[str, str, str]]] = {}
         self._seq = itertools.count()
         self._reaper: threading.Thread | None = None
         self._closed = False
@@ -163,11 +165,8 @@ class ObjectStore:
         return ((namespace or "") if rtype.namespaced else "", name)
 
     def _present(self, rtype: ResourceType, obj: JSON) -> JSON:
-        out = copy.deepcopy(obj)
-        if rtype is PDBS:
-            status = pdbmath.compute_status(out, self._objects["pods"].values(), self._scales)
-            pdbmath.with_status(out, status, rfc3339())
-        return out
+        """The object as the API serves it; ClusterStore adds the status controllers maintain."""
+        return copy.deepcopy(obj)
 
     def _stored(self, rtype: ResourceType, name: str, namespace: str | None) -> JSON:
         obj = self._objects[rtype.plural].get(self._key(rtype, namespace, name))
@@ -475,6 +474,7 @@ class ObjectStore:
         if rtype is PODS:
             self._fire("pod_deleted", obj)
         elif rtype is NODES:
+            self._dead_kubelets.pop(obj["metadata"]["uid"], None)
             self._fire("node_deleted", obj)
 
     def remove(self, resource: str, name: str, namespace: str | None = None) -> None:
@@ -488,22 +488,27 @@ class ObjectStore:
             self._run_hooks()
 
     def _check_preconditions(self, rtype: ResourceType, obj: JSON, options: JSON) -> None:
+        """rest.BeforeDelete's early check of DeleteOptions.preconditions, which is what a client
+        sees: a Conflict on the object's Kind (details.kind "Pod", not "pods"), uid first. A
+        precondition that is present is compared even when empty, as the pointer is set.
+        https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/rest/delete.go#L83-L91"""
         pre = options.get("preconditions") or {}
         meta = obj["metadata"]
-        if pre.get("uid") and pre["uid"] != meta["uid"]:
+        if pre.get("uid") is not None and pre["uid"] != meta["uid"]:
             raise conflict(
-                rtype.plural,
+                rtype.kind,
                 rtype.group,
                 meta["name"],
-                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",
+                messages.PRECONDITION_UID_MISMATCH.format(precondition=pre["uid"], record=meta["uid"]),
             )
-        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+        if pre.get("resourceVersion") is not None and pre["resourceVersion"] != meta["resourceVersion"]:
             raise conflict(
-                rtype.plural,
+                rtype.kind,
                 rtype.group,
                 meta["name"],
-                f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                messages.PRECONDITION_RESOURCE_VERSION_MISMATCH.format(
+                    precondition=pre["resourceVersion"], record=meta["resourceVersion"]
+                ),
             )
 
     def _pod_grace(self, pod: JSON, options: JSON) -> int:
@@ -598,6 +603,12 @@ class ObjectStore:
                     and pod["metadata"]["uid"] == uid
                     and pod["metadata"].get("deletionTimestamp")
                 ):
+                    owed = self._dead_kubelet_of(pod)
+                    if owed is not None:
+                        # Nobody stops the containers or sends the final delete: the pod stays
+                        # Terminating until the kubelet is back or someone deletes it with grace 0.
+                        owed.append((ns, name, uid))
+                        continue
                     # The kubelet's final delete: grace period 0 once the containers have stopped.
                     new = copy.deepcopy(pod)
                     new["metadata"]["deletionGracePeriodSeconds"] = 0
@@ -608,6 +619,51 @@ class ObjectStore:
                     else:
                         self._remove(PODS, (ns, name), new)
             self._run_hooks()
+
+    # ---- the kubelet ------------------------------------------------------------------------
+
+    def _dead_kubelet_of(self, pod: JSON) -> list[tuple[str, str, str]] | None:
+        node = self._objects["nodes"].get(("", pod["spec"].get("nodeName") or ""))
+        return None if node is None else self._dead_kubelets.get(node["metadata"]["uid"])
+
+    def set_kubelet_alive(self, node: str, alive: bool) -> None:
+        """Kill or revive the kubelet of the Node now called ``node``.
+
+        A kubelet is what finishes a graceful pod deletion: it stops the containers and sends the
+        final delete (grace period 0). With it dead (a node whose GPU took the kernel down with
+        it), every pod on the node that is deleted with a grace period stays Terminating, its
+        deletionTimestamp set, for ever; a delete with gracePeriodSeconds=0 still removes it at
+        once, as the API server does it alone. A revived kubelet stops whatever is past its grace
+        period at once. The switch belongs to the Node object: a new Node that takes the name
+        (EC2 reuses private IPs) has a kubelet of its own.
+        """
+        with self._lock:
+            uid = self._stored(NODES, node, None)["metadata"]["uid"]
+            if not alive:
+                self._dead_kubelets.setdefault(uid, [])
+                return
+            owed = self._dead_kubelets.pop(uid, [])
+            now = time.monotonic()
+            for ns, name, pod_uid in owed:
+                heapq.heappush(self._deadlines, (now, next(self._seq), ns, name, pod_uid))
+            self.changed.notify_all()
+
+    def kubelet_alive(self, node: str) -> bool:
+        with self._lock:
+            return self._stored(NODES, node, None)["metadata"]["uid"] not in self._dead_kubelets
+
+    def stuck_terminating(self, node: str) -> list[str]:
+        """``namespace/name`` of the pods on ``node`` whose grace period is over but whose final
+        delete its dead kubelet owes: Terminating until it comes back or a delete with grace 0."""
+        with self._lock:
+            owed = self._dead_kubelets.get(self._stored(NODES, node, None)["metadata"]["uid"], [])
+            return sorted(
+                {
+                    f"{ns}/{name}"
+                    for ns, name, uid in owed
+                    if (self._objects["pods"].get((ns, name)) or {}).get("metadata", {}).get("uid") == uid
+                }
+            )
 
     def set_pod_stop_seconds(self, namespace: str, name: str, seconds: float) -> None:
         """The pod's containers stop this many (simulated) seconds after deletion starts."""

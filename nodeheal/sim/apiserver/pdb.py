@@ -11,16 +11,28 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nodeheal.sim.apiserver.objects import rfc3339
 from nodeheal.sim.apiserver.selectors import selector_from_label_selector
 
 JSON = dict[str, Any]
 
 # Controllers whose scale the disruption controller can find without a /scale subresource.
 SCALABLE_KINDS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController", "Deployment"})
+
+#: disruption.go DeletionTimeout: how long a pod the eviction subresource let go (an entry of
+#: status.disruptedPods) is counted as not healthy while it has not started terminating.
+#: https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/controller/disruption/disruption.go
+DELETION_TIMEOUT_SECONDS = 120.0
+
+
+def unsynced_status() -> JSON:
+    """The status of a PDB the disruption controller has not synced yet: the registry resets it on
+    create, and these four fields are not omitempty (k8s.io/api policy/v1 types.go)."""
+    return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
 
 
 @dataclass(frozen=True)
@@ -62,14 +74,18 @@ def scaled_value(value: int | str, total: int) -> int:
     return math.ceil(int(m.group(1)) * total / 100)
 
 
+def selects(pdb: JSON, pod: JSON) -> bool:
+    """Whether the budget covers the pod, with metav1.LabelSelectorAsSelector's policy/v1 meaning
+    (as both the eviction subresource and the disruption controller apply it): no selector matches
+    nothing, an empty one every pod of the PDB's namespace."""
+    spec_selector = (pdb.get("spec") or {}).get("selector")
+    if spec_selector is None or pod["metadata"].get("namespace") != pdb["metadata"].get("namespace"):
+        return False
+    return selector_from_label_selector(spec_selector).matches(pod["metadata"].get("labels"))
+
+
 def selected_pods(pdb: JSON, pods: Iterable[JSON]) -> list[JSON]:
-    selector = selector_from_label_selector((pdb.get("spec") or {}).get("selector"))
-    namespace = pdb["metadata"].get("namespace")
-    return [
-        p
-        for p in pods
-        if p["metadata"].get("namespace") == namespace and selector.matches(p["metadata"].get("labels"))
-    ]
+    return [p for p in pods if selects(pdb, p)]
 
 
 def _expected_scale(pods: list[JSON], scales: Mapping[tuple[str, str, str], int]) -> int:
@@ -95,11 +111,16 @@ def _expected_scale(pods: list[JSON], scales: Mapping[tuple[str, str, str], int]
 
 
 def compute_status(
-    pdb: JSON, pods: Iterable[JSON], scales: Mapping[tuple[str, str, str], int]
+    pdb: JSON,
+    pods: Iterable[JSON],
+    scales: Mapping[tuple[str, str, str], int],
+    disrupted_uids: Collection[str] = (),
 ) -> BudgetStatus:
+    """The status as trySync computes it; pods in ``disrupted_uids`` (evictions the budget let go
+    of, not yet terminating) do not count as healthy (disruption.go countHealthyPods)."""
     selected = selected_pods(pdb, pods)
     spec = pdb.get("spec") or {}
-    current = sum(1 for p in selected if is_pod_healthy(p))
+    current = sum(1 for p in selected if is_pod_healthy(p) and p["metadata"].get("uid") not in disrupted_uids)
     try:
         if spec.get("maxUnavailable") is not None:
             expected = _expected_scale(selected, scales)
@@ -120,8 +141,11 @@ def compute_status(
     return BudgetStatus(current, desired, expected, allowed)
 
 
-def with_status(pdb: JSON, status: BudgetStatus, now: str) -> JSON:
-    """The stored PDB with the computed status filled in, conditions as pdbhelper sets them."""
+def with_status(
+    pdb: JSON, status: BudgetStatus, now: str, disrupted_pods: Mapping[str, str] | None = None
+) -> JSON:
+    """The stored PDB with the computed status filled in, conditions as pdbhelper sets them;
+    ``disrupted_pods`` (pod name to the time its eviction was allowed) is omitted when empty."""
     generation = int(pdb["metadata"].get("generation", 1))
     if status.sync_error is not None:
         condition = {"status": "False", "reason": "SyncFailed", "message": status.sync_error}
@@ -142,6 +166,7 @@ def with_status(pdb: JSON, status: BudgetStatus, now: str) -> JSON:
     )
     pdb["status"] = {
         "observedGeneration": generation,
+        **({"disruptedPods": dict(disrupted_pods)} if disrupted_pods else {}),
         "disruptionsAllowed": status.disruptions_allowed,
         "currentHealthy": status.current_healthy,
         "desiredHealthy": status.desired_healthy,
@@ -156,3 +181,25 @@ def with_status(pdb: JSON, status: BudgetStatus, now: str) -> JSON:
         ],
     }
     return pdb
+
+
+def update_allowed_condition(status: JSON) -> None:
+    """pdbhelper.UpdateDisruptionAllowedCondition with meta.SetStatusCondition's rules: the
+    DisruptionAllowed condition follows disruptionsAllowed, keeps its place in the list, and moves
+    its transition time only when its status changes."""
+    allowed = int(status.get("disruptionsAllowed", 0)) > 0
+    wanted = {
+        "type": "DisruptionAllowed",
+        "status": "True" if allowed else "False",
+        "observedGeneration": int(status.get("observedGeneration", 0)),
+        "reason": "SufficientPods" if allowed else "InsufficientPods",
+        "message": "",
+    }
+    conditions = status.setdefault("conditions", [])
+    for index, condition in enumerate(conditions):
+        if condition.get("type") == "DisruptionAllowed":
+            moved = condition.get("status") != wanted["status"]
+            transition = rfc3339() if moved else condition.get("lastTransitionTime", rfc3339())
+            conditions[index] = {**wanted, "lastTransitionTime": transition}
+            return
+    conditions.append({**wanted, "lastTransitionTime": rfc3339()})

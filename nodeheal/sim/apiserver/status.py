@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeheal.sim.apiserver import messages
+
 JSON = dict[str, Any]
 
 
@@ -86,7 +88,7 @@ def conflict(resource: str, group: str, name: str, why: str) -> ApiError:
         status_body(
             409,
             "Conflict",
-            f'Operation cannot be fulfilled on {qualified(resource, group)} "{name}": {why}',
+            messages.CONFLICT.format(resource=qualified(resource, group), name=name, why=why),
             _details(resource, group, name),
         )
     )

@@ -1,33 +1,44 @@
 """Thread-safe in-memory cluster store behind the fake API server.
 
 `ObjectStore` keeps objects, the global resourceVersion, the bounded watch history and graceful
-pod deletion. This class adds what is specific to a cluster: the eviction subresource checked
-against live PodDisruptionBudgets, controller scales, and the helpers a simulation uses to play
-kubelet, node-problem-detector and reboots.
+pod deletion. This class adds what is specific to a cluster: PodDisruptionBudget status as the
+disruption controller keeps it (live, or paused so it lags), the storage side of the eviction
+subresource (whose order of checks lives in `eviction`), controller scales, and the helpers a
+simulation uses to play kubelet, node-problem-detector and reboots.
 """
 
 from __future__ import annotations
 
+import copy
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from nodeheal.sim.apiserver import messages
 from nodeheal.sim.apiserver import pdb as pdbmath
+from nodeheal.sim.apiserver.eviction import EVICTIONS_RETRY, Backoff, EvictionRest, still_being_processed
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
 from nodeheal.sim.apiserver.objectstore import ObjectStore, ResourceExpiredError, WatchEvent
-from nodeheal.sim.apiserver.resources import PODS
-from nodeheal.sim.apiserver.selectors import selector_from_label_selector
-from nodeheal.sim.apiserver.status import (
-    ApiError,
-    bad_request,
-    status_body,
-    success_status,
-    too_many_requests,
-)
+from nodeheal.sim.apiserver.resources import PDBS, PODS, ResourceType
+from nodeheal.sim.apiserver.status import conflict, too_many_requests
 
 JSON = dict[str, Any]
 
 __all__ = ["ClusterStore", "ResourceExpiredError", "WatchEvent"]
+
+
+def _set_pod_condition(pod: JSON, condition: JSON) -> None:
+    """podutil.UpdatePodCondition: a new condition is appended; an existing one is replaced in
+    place, keeping its transition time while its status is unchanged."""
+    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+    for index, existing in enumerate(conditions):
+        if existing.get("type") == condition["type"]:
+            if existing.get("status") == condition["status"]:
+                condition = {**condition, "lastTransitionTime": existing.get("lastTransitionTime")}
+            conditions[index] = condition
+            return
+    conditions.append(condition)
 
 
 def _condition_setter(type: str, status: str, reason: str, message: str, now: str) -> Callable[[JSON], None]:
@@ -58,73 +69,185 @@ def _condition_setter(type: str, status: str, reason: str, message: str, now: st
 
 
 class ClusterStore(ObjectStore):
-    # ---- eviction ----------------------------------------------------------------------------
+    def __init__(
+        self,
+        *,
+        history_size: int = 2000,
+        time_scale: float = 1.0,
+        eviction_retry: Backoff = EVICTIONS_RETRY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """``eviction_retry`` and ``sleep`` are the eviction subresource's conflict retry and how it
+        pauses (each pause multiplied by ``time_scale``), for tests that count or script them."""
+        super().__init__(history_size=history_size, time_scale=time_scale)
+        self.eviction = EvictionRest(self, retry=eviction_retry, sleep=sleep)
+        self._disruption_controller_running = True
+        #: While the disruption controller is paused: the status it last wrote, by PDB uid.
+        self._synced_budgets: dict[str, JSON] = {}
+        #: status.disruptedPods, by PDB uid: pod name -> (pod uid, time written, monotonic expiry).
+        self._disrupted: dict[str, dict[str, tuple[str, str, float]]] = {}
 
-    def _budgets_for(self, pod: JSON) -> list[JSON]:
-        ns = pod["metadata"]["namespace"]
-        out = []
-        for (pdb_ns, _), pdb in sorted(self._objects["poddisruptionbudgets"].items()):
-            if pdb_ns != ns:
-                continue
-            selector = selector_from_label_selector((pdb.get("spec") or {}).get("selector"))
-            # A PDB with an empty selector matches nothing for eviction purposes.
-            if not selector.empty and selector.matches(pod["metadata"].get("labels")):
-                out.append(pdb)
+    # ---- PodDisruptionBudget status, as the disruption controller keeps it -----------------
+
+    def _present(self, rtype: ResourceType, obj: JSON) -> JSON:
+        out = copy.deepcopy(obj)
+        if rtype is PDBS:
+            out["status"] = self._budget_status(obj)
         return out
 
+    def _live_disruptions(self, pdb: JSON) -> dict[str, tuple[str, str, float]]:
+        """The disruptedPods entries the controller keeps (buildDisruptedPodMap): the pod is still
+        there, is the pod the eviction read, has not started terminating, and the entry is younger
+        than DeletionTimeout. The others are dropped for good."""
+        entries = self._disrupted.get(pdb["metadata"]["uid"])
+        if not entries:
+            return {}
+        now = time.monotonic()
+        namespace = pdb["metadata"]["namespace"]
+        for name, (uid, _, expires) in list(entries.items()):
+            pod = self._objects["pods"].get((namespace, name))
+            if (
+                pod is None
+                or pod["metadata"]["uid"] != uid
+                or pod["metadata"].get("deletionTimestamp")
+                or expires <= now
+            ):
+                del entries[name]
+        return entries
+
+    def _budget_status(self, pdb: JSON) -> JSON:
+        uid = pdb["metadata"]["uid"]
+        if not self._disruption_controller_running:
+            return copy.deepcopy(self._synced_budgets.get(uid) or pdbmath.unsynced_status())
+        disruptions = self._live_disruptions(pdb)
+        status = pdbmath.compute_status(
+            pdb, self._objects["pods"].values(), self._scales, {u for u, _, _ in disruptions.values()}
+        )
+        presented = pdbmath.with_status(
+            copy.deepcopy(pdb), status, rfc3339(), {name: at for name, (_, at, _) in disruptions.items()}
+        )
+        return dict(presented["status"])
+
+    def pause_disruption_controller(self) -> None:
+        """The disruption controller stops syncing: every PDB keeps the status it has now, a PDB
+        created meanwhile has none yet (observedGeneration 0), and a spec change leaves
+        status.observedGeneration behind metadata.generation. Evictions still decrement what is
+        served, as the eviction subresource writes status itself."""
+        with self._lock:
+            if not self._disruption_controller_running:
+                return
+            self._synced_budgets = {
+                pdb["metadata"]["uid"]: self._budget_status(pdb)
+                for pdb in self._objects["poddisruptionbudgets"].values()
+            }
+            self._disruption_controller_running = False
+
+    def resume_disruption_controller(self) -> None:
+        """The controller syncs every PDB again, from the pods and the evictions' disruptedPods."""
+        with self._lock:
+            self._disruption_controller_running = True
+            self._synced_budgets = {}
+            self.changed.notify_all()
+
+    # ---- eviction ----------------------------------------------------------------------------
+
     def evict(self, namespace: str, name: str, eviction: JSON) -> JSON:
-        """pods/eviction following pkg/registry/core/pod/storage/eviction.go."""
-        meta = eviction.get("metadata") or {}
-        if meta.get("name") != name:
-            raise bad_request("name in URL does not match name in Eviction object")
-        options = eviction.get("deleteOptions") or {}
+        """POST pods/{name}/eviction; see :mod:`nodeheal.sim.apiserver.eviction`."""
+        return self.eviction.create(namespace, name, eviction)
+
+    def budgets_for(self, pod: JSON) -> list[JSON]:
+        """The PDBs covering the pod, as served (eviction.go getPodDisruptionBudgets)."""
+        with self._lock:
+            return [
+                self._present(PDBS, pdb)
+                for _, pdb in sorted(self._objects["poddisruptionbudgets"].items())
+                if pdbmath.selects(pdb, pod)
+            ]
+
+    def check_and_decrement(self, budget: JSON, pod: JSON, *, dry_run: bool) -> None:
+        """eviction.go checkAndDecrement against the budget's current status: 429 while the
+        controller has not observed its generation (retry-after 10 s) or when it allows no
+        disruption; otherwise one disruption is used up and, unless a dry run, the pod is written
+        into status.disruptedPods, which keeps it out of the healthy count until it terminates
+        (or DeletionTimeout passes). The status write cannot conflict: it is made under the lock."""
+        with self._lock:
+            meta = budget["metadata"]
+            stored = self._stored(PDBS, meta["name"], meta["namespace"])
+            status = self._budget_status(stored)
+            if int(status.get("observedGeneration", 0)) < int(stored["metadata"].get("generation", 1)):
+                raise still_being_processed(meta["name"])
+            allowed = int(status.get("disruptionsAllowed", 0))
+            if allowed == 0:
+                raise too_many_requests(
+                    messages.EVICTION_BUDGET_VIOLATION,
+                    [
+                        {
+                            "reason": messages.DISRUPTION_BUDGET_CAUSE,
+                            "message": messages.EVICTION_BUDGET_NEEDS.format(
+                                name=meta["name"],
+                                desired=status.get("desiredHealthy", 0),
+                                current=status.get("currentHealthy", 0),
+                            ),
+                        }
+                    ],
+                )
+            if dry_run:
+                return
+            at = rfc3339()
+            expires = time.monotonic() + pdbmath.DELETION_TIMEOUT_SECONDS * self.time_scale
+            pdb_uid = stored["metadata"]["uid"]
+            self._disrupted.setdefault(pdb_uid, {})[pod["metadata"]["name"]] = (
+                pod["metadata"]["uid"],
+                at,
+                expires,
+            )
+            if not self._disruption_controller_running:
+                synced = self._synced_budgets.setdefault(pdb_uid, status)
+                synced["disruptionsAllowed"] = allowed - 1
+                synced.setdefault("disruptedPods", {})[pod["metadata"]["name"]] = at
+                if allowed - 1 == 0:
+                    pdbmath.update_allowed_condition(synced)
+
+    def mark_disruption_target(self, namespace: str, name: str, preconditions: JSON) -> str:
+        """addConditionAndDeletePod's status update: the preconditions are checked against the
+        latest pod (getLatestPod, a Conflict on "Pod"), then podutil.UpdatePodCondition adds
+        DisruptionTarget (a no-op, with no new resourceVersion, when it is already there).
+        Returns the pod's resourceVersion after the write."""
         try:
             with self._lock:
-                pod = self._stored(PODS, name, namespace)
-                phase = (pod.get("status") or {}).get("phase")
-                can_ignore = phase in ("Succeeded", "Failed", "Pending") or bool(
-                    pod["metadata"].get("deletionTimestamp")
+                old = self._stored(PODS, name, namespace)
+                meta = old["metadata"]
+                uid, version = preconditions.get("uid"), preconditions.get("resourceVersion")
+                if uid and uid != meta["uid"]:
+                    why = messages.PRECONDITION_UID_MISMATCH.format(precondition=uid, record=meta["uid"])
+                    raise conflict(PODS.kind, PODS.group, name, why)
+                if version and version != meta["resourceVersion"]:
+                    why = messages.PRECONDITION_RESOURCE_VERSION_MISMATCH.format(
+                        precondition=version, record=meta["resourceVersion"]
+                    )
+                    raise conflict(PODS.kind, PODS.group, name, why)
+                new = copy.deepcopy(old)
+                _set_pod_condition(
+                    new,
+                    {
+                        "type": messages.DISRUPTION_TARGET,
+                        "status": "True",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": rfc3339(),
+                        "reason": messages.DISRUPTION_TARGET_REASON,
+                        "message": messages.DISRUPTION_TARGET_MESSAGE,
+                    },
                 )
-                if not can_ignore:
-                    budgets = self._budgets_for(pod)
-                    if len(budgets) > 1:
-                        body = status_body(
-                            500,
-                            "",
-                            "This pod has more than one PodDisruptionBudget, which the eviction "
-                            "subresource does not support.",
-                        )
-                        body.pop("reason")
-                        body.pop("details")
-                        raise ApiError(body)
-                    if budgets:
-                        self._check_budget(pod, budgets[0])
-                self.delete("pods", name, namespace, options)
-                if not options.get("dryRun"):
-                    self._fire("pod_evicted", pod)
-            return success_status(201)
+                result = self._commit_update(PODS, self._key(PODS, namespace, name), old, new)
+                return str(result["metadata"]["resourceVersion"])
         finally:
             self._run_hooks()
 
-    def _check_budget(self, pod: JSON, budget: JSON) -> None:
-        status = pdbmath.compute_status(budget, self._objects["pods"].values(), self._scales)
-        if (
-            not pdbmath.is_pod_ready(pod)
-            and status.current_healthy >= status.desired_healthy
-            and status.desired_healthy > 0
-        ):
-            return
-        if status.disruptions_allowed == 0:
-            raise too_many_requests(
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-                [
-                    {
-                        "reason": "DisruptionBudget",
-                        "message": f"The disruption budget {budget['metadata']['name']} needs "
-                        f"{status.desired_healthy} healthy pods and has {status.current_healthy} currently",
-                    }
-                ],
-            )
+    def evicted(self, pod: JSON) -> None:
+        """Report an eviction the subresource carried out to the ``pod_evicted`` hooks."""
+        with self._lock:
+            self._fire("pod_evicted", pod)
+        self._run_hooks()
 
     def set_scale(self, namespace: str, kind: str, name: str, replicas: int) -> None:
         """Declare a controller's desired replicas, the denominator of percentage/maxUnavailable PDBs."""

@@ -22,9 +22,11 @@ from nodeheal.kube.model import (
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.pods import PodOperations, PodOutcome
 from nodeheal.kube.transport import GeneratedClientTransport, HttpTransport
+from nodeheal.sim.apiserver import messages
 from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.status import ApiError
+from nodeheal.sim.apiserver.store import ClusterStore
 
 NODE = "ip-10-0-158-235.us-west-2.compute.internal"
 OTHER_NODE = "ip-10-0-7-9.us-west-2.compute.internal"
@@ -368,8 +370,8 @@ def test_eviction_classifies_evicted_blocked_gone(kube: FakeKubeApiServer, pods:
     assert blocked.outcome is PodOutcome.BLOCKED
     assert blocked.status == 429
     assert blocked.retryable
-    assert "disruption budget" in blocked.message
-    assert "trainer needs 2 healthy pods" in blocked.message
+    assert messages.EVICTION_BUDGET_VIOLATION in blocked.message
+    assert messages.EVICTION_BUDGET_NEEDS.format(name="trainer", desired=2, current=2) in blocked.message
     assert by_pod["ml/vanished"].outcome is PodOutcome.GONE
     assert by_pod["ml/vanished"].status == 404
     assert [r.pod for r in report.evicted] == ["ml/web-1"]
@@ -403,6 +405,103 @@ def test_eviction_of_a_replaced_namesake_is_gone_not_evicted(
     assert result.outcome is PodOutcome.GONE
     assert result.status == 409
     assert kube.store.get("pods", "trainer-0", "ml")["metadata"].get("deletionTimestamp") is None
+
+
+def test_eviction_of_a_pending_namesake_is_gone_after_the_servers_retries() -> None:
+    """The namesake is Pending: the real server retries its uid conflict for ~10 s
+    (EvictionsRetry in pkg/registry/core/pod/storage/eviction.go) and then answers 409, which is
+    still GONE. https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/registry/core/pod/storage/eviction.go
+    """
+    store = ClusterStore(time_scale=0.001)
+    with FakeKubeApiServer(store) as kube:
+        pods = PodOperations(_client(kube))
+        _add_pods(kube, make_pod("trainer-0", "ml", NODE, owner_kind="StatefulSet", owner_name="trainer"))
+        listed = pods.list_on_node(NODE)
+        kube.store.remove("pods", "trainer-0", "ml")
+        _add_pods(
+            kube,
+            make_pod(
+                "trainer-0", "ml", OTHER_NODE, owner_kind="StatefulSet", owner_name="trainer", phase="Pending"
+            ),
+        )
+        (result,) = pods.evict(listed, parallelism=1).results
+        assert (result.outcome, result.status, result.retryable) == (PodOutcome.GONE, 409, False)
+        assert not kube.store.get("pods", "trainer-0", "ml")["metadata"].get("deletionTimestamp")
+    store.close()
+
+
+def test_a_budget_still_being_processed_is_blocked_and_retried(
+    kube: FakeKubeApiServer, pods: PodOperations
+) -> None:
+    """429 with retry-after 10 s while the disruption controller has not observed the PDB's
+    generation (eviction.go checkAndDecrement, createTooManyRequestsError): blocked, retried next
+    round, and the explanation says why."""
+    kube.store.add(make_pdb("trainer", "ml", {"app": "trainer"}, max_unavailable=1))
+    _add_pods(
+        kube,
+        make_pod(
+            "trainer-0", "ml", NODE, labels={"app": "trainer"}, owner_kind="StatefulSet", owner_name="trainer"
+        ),
+    )
+    listed = pods.list_on_node(NODE)
+    kube.store.pause_disruption_controller()
+    kube.store.patch(
+        "poddisruptionbudgets",
+        "trainer",
+        "application/merge-patch+json",
+        {"spec": {"maxUnavailable": 2}},
+        "ml",
+    )
+    (result,) = pods.evict(listed, parallelism=1).results
+    assert (result.outcome, result.status, result.retryable) == (PodOutcome.BLOCKED, 429, True)
+    assert messages.EVICTION_BUDGET_PROCESSING.format(name="trainer") in result.message
+
+
+def test_a_429_without_a_budget_cause_is_load_shedding_not_a_budget(
+    kube: FakeKubeApiServer, pods: PodOperations
+) -> None:
+    """API Priority and Fairness answers 429 too, with no DisruptionBudget cause: a retryable
+    failure, not a PodDisruptionBudget's refusal."""
+    _add_pods(kube, make_pod("web-1", "ml", NODE, owner_kind="ReplicaSet", owner_name="web"))
+    listed = pods.list_on_node(NODE)
+    kube.faults.fail_next(1, status=429, method="POST", path=r"/eviction$")
+    (result,) = pods.evict(listed, parallelism=1).results
+    assert (result.outcome, result.status, result.retryable) == (PodOutcome.FAILED, 429, True)
+
+
+def test_a_conflict_on_the_pod_still_there_is_retried_not_gone(
+    kube: FakeKubeApiServer, pods: PodOperations
+) -> None:
+    """A 409 Conflict while the pod is still there with its uid (the server's own resourceVersion
+    check lost a race: eviction.go shouldEnforceResourceVersion) does not mean the pod is gone,
+    whatever the message says: a transient failure, asked again next round."""
+    _add_pods(kube, make_pod("web-1", "ml", NODE, owner_kind="ReplicaSet", owner_name="web"))
+    listed = pods.list_on_node(NODE)
+    kube.faults.fail_next(1, status=409, method="POST", path=r"/eviction$", message="precondition uid")
+    (result,) = pods.evict(listed, parallelism=1).results
+    assert (result.outcome, result.status, result.retryable) == (PodOutcome.FAILED, 409, True)
+    kube.faults.fail_next(1, status=409, method="POST", path=r"/eviction$")
+    kube.faults.fail_next(1, status=500, method="GET", path=r"/namespaces/ml/pods$")
+    (unknown,) = pods.evict(listed, parallelism=1).results
+    assert (unknown.outcome, unknown.retryable) == (PodOutcome.FAILED, True)
+    assert [r.outcome for r in pods.evict(listed, parallelism=1).results] == [PodOutcome.EVICTED]
+
+
+def test_a_pod_under_two_budgets_fails_retryably_with_the_servers_words(
+    kube: FakeKubeApiServer, pods: PodOperations
+) -> None:
+    """eviction.go answers a pod covered by two PDBs with a bare 500: a failure, retried (a person
+    may fix the budgets) until the drain's timeout decides."""
+    kube.store.add(
+        make_pdb("one", "ml", {"app": "web"}, max_unavailable=1),
+        make_pdb("two", "ml", {"app": "web"}, max_unavailable=1),
+    )
+    _add_pods(
+        kube, make_pod("web-1", "ml", NODE, labels={"app": "web"}, owner_kind="ReplicaSet", owner_name="web")
+    )
+    (result,) = pods.evict(pods.list_on_node(NODE), parallelism=1).results
+    assert (result.outcome, result.status, result.retryable) == (PodOutcome.FAILED, 500, True)
+    assert messages.EVICTION_MULTIPLE_BUDGETS in result.message
 
 
 def test_parallel_eviction_of_a_hundred_pods(kube: FakeKubeApiServer, pods: PodOperations) -> None:

@@ -9,7 +9,7 @@ import pytest
 import urllib3
 from kubernetes import client
 
-from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node
+from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node, messages
 from nodeheal.sim.apiserver.selectors import parse_label_selector
 
 
@@ -214,15 +214,24 @@ def test_noop_patch_keeps_resource_version(core: client.CoreV1Api) -> None:
 
 
 def test_delete_with_uid_precondition(server: FakeKubeApiServer, core: client.CoreV1Api) -> None:
+    """A stale uid precondition fails rest.BeforeDelete's early check: a Conflict on the Kind.
+
+    k8s.io/apiserver pkg/registry/rest/delete.go BeforeDelete, errors.NewConflict with
+    GroupResource{Resource: gvk.Kind}:
+    https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/rest/delete.go#L83-L91
+    """
     deleted: list[str] = []
     server.store.on("node_deleted", lambda node: deleted.append(node["metadata"]["name"]))
+    uid = core.read_node("gpu-a").metadata.uid
     with pytest.raises(client.ApiException) as err:
         core.delete_node(
             "gpu-a", body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="nope"))
         )
     assert err.value.status == 409
-    assert "Precondition failed: UID in precondition: nope" in json.loads(err.value.body)["message"]
-    uid = core.read_node("gpu-a").metadata.uid
+    body = json.loads(err.value.body)
+    why = messages.PRECONDITION_UID_MISMATCH.format(precondition="nope", record=uid)
+    assert body["message"] == messages.CONFLICT.format(resource="Node", name="gpu-a", why=why)
+    assert (body["reason"], body["details"]) == ("Conflict", {"name": "gpu-a", "kind": "Node"})
     result = core.delete_node(
         "gpu-a", body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
     )

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node, make_pdb, make_pod, messages
 
 
 @pytest.fixture
@@ -110,13 +110,15 @@ def test_eviction_blocked_by_pdb_returns_real_429(server: FakeKubeApiServer, cor
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
-        "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+        "message": messages.EVICTION_BUDGET_VIOLATION,
         "reason": "TooManyRequests",
         "details": {
             "causes": [
                 {
-                    "reason": "DisruptionBudget",
-                    "message": "The disruption budget trainer-pdb needs 2 healthy pods and has 2 currently",
+                    "reason": messages.DISRUPTION_BUDGET_CAUSE,
+                    "message": messages.EVICTION_BUDGET_NEEDS.format(
+                        name="trainer-pdb", desired=2, current=2
+                    ),
                 }
             ]
         },
@@ -159,7 +161,7 @@ def test_eviction_with_two_matching_pdbs_is_500(server: FakeKubeApiServer, core:
     with pytest.raises(client.ApiException) as err:
         evict(core, "trainer-0")
     assert err.value.status == 500
-    assert "more than one PodDisruptionBudget" in json.loads(err.value.body)["message"]
+    assert json.loads(err.value.body)["message"] == messages.EVICTION_MULTIPLE_BUDGETS
 
 
 def test_not_ready_pod_can_be_evicted_when_budget_is_met(
@@ -267,12 +269,30 @@ def test_actual_stop_time_override_and_shortening(server: FakeKubeApiServer, cor
 
 
 def test_delete_grace_zero_and_uid_precondition(core: client.CoreV1Api, server: FakeKubeApiServer) -> None:
-    server.store.add(make_pod("p", "train", "gpu-a"))
+    """A stale uid precondition is rest.BeforeDelete's early Conflict, on the Kind "Pod":
+    https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/rest/delete.go#L83-L91"""
+    (pod,) = server.store.add(make_pod("p", "train", "gpu-a"))
     with pytest.raises(client.ApiException) as err:
         core.delete_namespaced_pod(
             "p", "train", body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="x"))
         )
     assert err.value.status == 409
+    body = json.loads(err.value.body)
+    why = messages.PRECONDITION_UID_MISMATCH.format(precondition="x", record=pod["metadata"]["uid"])
+    assert body["message"] == messages.CONFLICT.format(resource="Pod", name="p", why=why)
+    assert (body["reason"], body["details"]) == ("Conflict", {"name": "p", "kind": "Pod"})
+    # Present though empty, the precondition is still compared (the pointer is set).
+    with pytest.raises(client.ApiException) as empty:
+        core.delete_namespaced_pod("p", "train", body={"preconditions": {"uid": ""}})
+    assert empty.value.status == 409
+    with pytest.raises(client.ApiException) as stale:
+        core.delete_namespaced_pod("p", "train", body={"preconditions": {"resourceVersion": "1"}})
+    why = messages.PRECONDITION_RESOURCE_VERSION_MISMATCH.format(
+        precondition="1", record=pod["metadata"]["resourceVersion"]
+    )
+    assert json.loads(stale.value.body)["message"] == messages.CONFLICT.format(
+        resource="Pod", name="p", why=why
+    )
     deleted = core.delete_namespaced_pod("p", "train", body=client.V1DeleteOptions(grace_period_seconds=0))
     assert deleted.metadata.name == "p"
     assert core.list_namespaced_pod("train").items == []

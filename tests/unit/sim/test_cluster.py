@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -148,3 +149,57 @@ def test_the_scheduler_binds_pending_pods_and_skips_passes_when_nothing_changed(
     bound = store.get("pods", "trainer", "training")
     assert bound["spec"]["nodeName"] in cluster.gpu_nodes
     assert selects == 2
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 5
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def test_a_dead_kubelet_holds_terminating_pods_until_the_node_reboots() -> None:
+    """kill_kubelet uses the fake API server's switch: a deleted pod stays Terminating past its
+    grace period (no kubelet sends the final delete, pkg/kubelet/status/status_manager.go syncPod),
+    a pod bound meanwhile does not start, and the reboot brings the kubelet back, which finishes both."""
+    store, timeline = ClusterStore(time_scale=0.001), Timeline()
+    cluster = SimulatedCluster(
+        store,
+        _Ec2(),  # type: ignore[arg-type]
+        timeline,
+        cluster="training-on-eks",
+        layout=ClusterLayout(gpu_nodes=1, training_workers=0, notebook_gpus=0),
+        timings=ClusterTimings().scaled(3000),
+    )
+    cluster.build()
+    node = cluster.gpu_nodes[0]
+    store.add(make_pod("job-0", "training", node, grace_seconds=30))
+    cluster.kill_kubelet(node)
+    store.delete("pods", "job-0", "training")
+    _wait_for(lambda: store.stuck_terminating(node) == ["training/job-0"], "the grace period to end")
+    assert store.get("pods", "job-0", "training")["metadata"]["deletionTimestamp"]
+    store.add(make_pod("late", "training", None, gpus=8, phase="Pending"))
+    cluster.clock.start()
+    try:
+        cluster.controllers.schedule_pending()
+        assert store.get("pods", "late", "training")["spec"]["nodeName"] == node
+        cluster.agent.instances_rebooted([cluster.instance_of(node)])
+        _wait_for(
+            lambda: not store.select("pods", lambda p: p["metadata"]["name"] == "job-0"), "the pod to go"
+        )
+        _wait_for(
+            lambda: store.get("pods", "late", "training")["status"]["phase"] == "Running",
+            "the late pod to start",
+        )
+    finally:
+        cluster.clock.stop()
+        store.close()
+    assert store.kubelet_alive(node)
+    assert [e.kind for e in timeline.events(node=node) if e.kind in ("kubelet-dead", "node-rebooted")] == [
+        "kubelet-dead",
+        "node-rebooted",
+    ]
+    assert "the kubelet running again" in timeline.events("node-rebooted")[0].text
+    kinds = [e.kind for e in timeline.events(node=node) if e.kind in ("node-rebooted", "pod-running")]
+    assert kinds == ["node-rebooted", "pod-running"]  # the late pod started only with the kubelet
+    assert cluster.clock.errors == []
