@@ -3,7 +3,7 @@
 One typed object, :class:`RemediationSettings`, parsed strictly from the ``nodeheal`` object in
 ``cdk.json`` (camelCase keys, the same shape that appears under ``settings`` in every execution's
 input, so the console shows which policy made each decision). Deploy-only settings (bus name, rule
-pattern, e-mails, VPC) live in ``stacks/config.py``; the Lambdas never read ``cdk.json``.
+pattern, e-mails, VPC) live in ``nodeheal/deploy_config.py``; the Lambdas never read ``cdk.json``.
 """
 
 from __future__ import annotations
@@ -389,7 +389,8 @@ class RemediationSettings:
     #: to notice the instance is gone (it does within a minute or two; see the README).
     delete_node_after_terminate: bool = False
     #: The rule's scope, checked by admit against the live node. Not read by :meth:`read`: the
-    #: stack derives it from the ``rule`` keys (``stacks/config.py``) so rule and check cannot drift.
+    #: deployment derives it from the ``rule`` keys (``nodeheal/deploy_config.py``) so rule and
+    #: check cannot drift.
     scope: ScopeSettings = field(default_factory=ScopeSettings)
 
     def to_json(self) -> dict[str, Any]:

@@ -80,7 +80,7 @@ class SynthesizedApp:
         """Synthesize NodeHeal's stack in-process (no asset bundling, no network, no Docker)."""
         from aws_cdk import App
 
-        from stacks.config import NodeHealConfig
+        from nodeheal.deploy_config import NodeHealConfig
         from stacks.nodeheal_stack import NodeHealStack
 
         config = NodeHealConfig.from_cdk_context(nodeheal_context)

@@ -11,8 +11,8 @@ import pytest
 
 from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings
+from nodeheal.deploy_config import DEFAULT_RULE_CONDITIONS, LambdaNetwork, NodeHealConfig, RuleCondition
 from nodeheal.errors import ConfigurationError
-from stacks.config import DEFAULT_RULE_CONDITIONS, LambdaNetwork, NodeHealConfig, RuleCondition
 
 CDK_JSON = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())
 MINIMAL: dict[str, Any] = {"clusters": ["training-on-eks"]}
