@@ -62,6 +62,9 @@ STOP_ERROR_NAMES = frozenset(error.__name__ for error in STOP_ERRORS)
 
 FAST_CONTEXT: dict[str, Any] = {
     "clusters": [CLUSTER],
+    # The tests exercise remediations: chosen here, never inherited from cdk.json (whose shipped
+    # mode is dry-run, for a first deployment) or from a default.
+    "mode": "full",
     "drain": {"timeoutSeconds": 4, "pollSeconds": 1, "doNotDisruptWaitSeconds": 0, "forceGraceSeconds": 0},
     "reboot": {"pollSeconds": 1, "recoveryTimeoutSeconds": 5},
     "retry": {"intervalSeconds": 1, "maxAttempts": 2, "backoffRate": 1.0},

@@ -230,7 +230,9 @@ def test_defect_6_every_wait_is_bounded(overrides: dict[str, Any], match: str) -
 
 def test_defect_6_hold_of_zero_is_allowed_with_a_zero_drain_timeout() -> None:
     assert (
-        parse(drain={"timeoutSeconds": 0, "doNotDisruptWaitSeconds": 0}).remediation.drain.timeout_seconds
+        parse(
+            drain={"timeoutSeconds": 0, "doNotDisruptWaitSeconds": 0, "allowImmediateForce": True}
+        ).remediation.drain.timeout_seconds
         == 0
     )
 
