@@ -904,8 +904,6 @@ SCENARIOS: dict[str, Scenario] = {
     )
 }
 
-DEFAULT_SCENARIO = "xid79"
-
 
 def describe(records: list[RemediationRecord]) -> str:
     """``replaced x2, refused x4`` for a summary line."""
