@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from nodeheal.aws.executions import deployed_settings
 from nodeheal.aws.ledger import Ledger
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
@@ -588,11 +589,7 @@ class LocalPipeline:
     @property
     def remediation_settings(self) -> RemediationSettings:
         """The settings the deployed state machine hands every execution (its Load settings state)."""
-        sfn = self.aws.client("stepfunctions")
-        definition = json.loads(
-            sfn.describe_state_machine(stateMachineArn=self.aws.state_machine_arn)["definition"]
-        )
-        return RemediationSettings.from_json(definition["States"]["Load settings"]["Parameters"]["settings"])
+        return deployed_settings(self.aws.client("stepfunctions"), self.aws.state_machine_arn)
 
     @property
     def ledger(self) -> Ledger:
