@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from nodeheal.commands.extras import require_extra
 from nodeheal.deploy_config import read_cdk_json
 from nodeheal.errors import ConfigurationError
 
@@ -79,6 +80,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("demo", "demo")
     from nodeheal.sim.scenarios import SCENARIOS
 
     out: TextIO = sys.stdout
