@@ -41,3 +41,26 @@ def test_every_cdk_json_key_is_in_the_readme_table() -> None:
 def test_readme_names_the_two_setup_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "make demo" in readme and "make test" in readme
+
+
+def paragraph_with(text: str, needle: str) -> str:
+    start = text.index(needle)
+    begin = text.rfind("\n\n", 0, start) + 2
+    end = text.find("\n\n", start)
+    return text[begin : end if end != -1 else len(text)]
+
+
+def test_the_quick_start_says_where_the_cli_is() -> None:
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme[
+        readme.index("## Quick start") : readme.index("\n## ", readme.index("## Quick start") + 1)
+    ]
+    # Before the quick start's first `nodeheal ...` command, the reader learns it is not on PATH.
+    first_command = quick_start.index("`nodeheal ")
+    where = quick_start.index(".venv/bin/nodeheal")
+    assert where < first_command
+    assert "does not put the `nodeheal` CLI on\nyour PATH" in quick_start
+    assert "source .venv/bin/activate" in quick_start
+    assert "pipx install ." in quick_start
+    operating = paragraph_with(readme, "**The `nodeheal` CLI**")
+    assert ".venv/bin/nodeheal" in operating
