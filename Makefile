@@ -1,9 +1,52 @@
 # NodeHeal developer entry points. Every target bootstraps what it needs (virtualenv, pip and npm
-# packages) so a fresh clone needs nothing but Python 3.11+, Node 20+ and make.
+# packages) so a fresh clone needs nothing but Python 3.11+, Node.js 22+ (20 still works) and make.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+MIN_PYTHON := 3.11
+
+# The interpreter is checked before anything is installed: pip on Python 3.10 runs for a minute and
+# then fails on a dependency, which says nothing about the real cause. Goals that install nothing
+# (help, clean) skip the check, so a wrong interpreter can still be cleaned up after.
+NO_PYTHON_GOALS := help clean
+# $(call py_version,INTERPRETER): its version (3.11.7), or nothing when it cannot run.
+py_version = $(shell $(1) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)
+# $(call py_base,INTERPRETER): the interpreter behind it (a venv's base, a pyenv shim's target).
+py_base = $(shell $(1) -c 'import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))' 2>/dev/null)
+# $(call py_ok,VERSION): "yes" when VERSION is at least MIN_PYTHON.
+py_ok = $(shell v='$(1)'; want='$(MIN_PYTHON)'; \
+	[ -n "$$v" ] && [ "$${v%%.*}" -eq "$${want%%.*}" ] 2>/dev/null \
+	&& v="$${v#*.}" && [ "$${v%%.*}" -ge "$${want#*.}" ] 2>/dev/null && echo yes)
+
+ifneq ($(filter-out $(NO_PYTHON_GOALS),$(or $(MAKECMDGOALS),help)),)
+VENV_VERSION := $(if $(wildcard $(BIN)/python),$(call py_version,$(BIN)/python))
+# PYTHON not chosen on the command line or in the environment: a working venv is kept as it is.
+ifneq ($(origin PYTHON)$(call py_ok,$(VENV_VERSION)),fileyes)
+PYTHON_VERSION := $(call py_version,$(PYTHON))
+ifeq ($(PYTHON_VERSION),)
+$(error cannot run $(PYTHON): install Python $(MIN_PYTHON) or newer and name it, e.g. make $(MAKECMDGOALS) PYTHON=python$(MIN_PYTHON))
+endif
+ifneq ($(call py_ok,$(PYTHON_VERSION)),yes)
+$(error NodeHeal needs Python $(MIN_PYTHON) or newer, and $(PYTHON) is $(PYTHON_VERSION): install Python $(MIN_PYTHON)+ and run make $(MAKECMDGOALS) PYTHON=python$(MIN_PYTHON) (the virtualenv is recreated with it))
+endif
+# A venv made with another interpreter (an older Python, or before PYTHON was given) is rebuilt
+# with PYTHON: its packages were installed for that interpreter.
+ifneq ($(wildcard $(VENV)),)
+ifneq ($(call py_base,$(BIN)/python),$(call py_base,$(PYTHON)))
+VENV_MISMATCH := $(VENV) was made with $(or $(call py_base,$(BIN)/python),an interpreter that no longer runs) $(VENV_VERSION), not $(PYTHON) ($(call py_base,$(PYTHON)) $(PYTHON_VERSION))
+# make -n promises to change nothing: the old venv stays until a real run.
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
+$(info $(VENV_MISMATCH): recreating it)
+$(shell rm -rf $(VENV))
+else
+$(info $(VENV_MISMATCH): a real run recreates it)
+endif
+endif
+endif
+endif
+endif
+
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export PYTHONDONTWRITEBYTECODE := 1
@@ -18,6 +61,8 @@ help:
 	@echo "make rbac   - regenerate deploy/rbac/remediator.yaml from nodeheal/rbac.py"
 	@echo "make simulate SEED=n - replay one seeded schedule of the simulation with its trace"
 	@echo "make soak   - run 20,000 seeded schedules against the safety invariants"
+	@echo "make clean  - remove build outputs, caches and the virtualenv $(VENV)"
+	@echo "PYTHON=python3.12 picks the interpreter (3.11 or newer); the nodeheal CLI is $(BIN)/nodeheal"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +116,9 @@ bench: $(VENV)/.installed
 # SCENARIO=name picks another scenario (`make demo SCENARIO=storm`; list: `.venv/bin/nodeheal demo --list`).
 demo: $(VENV)/.installed
 	$(BIN)/nodeheal demo $(if $(SCENARIO),--scenario $(SCENARIO))
+	@echo
+	@echo "The nodeheal CLI is $(BIN)/nodeheal (make does not put it on your PATH):"
+	@echo "  $(BIN)/nodeheal --help        or: source $(BIN)/activate && nodeheal --help"
 
 rbac: $(VENV)/.installed
 	$(BIN)/python -m nodeheal.rbac --group-prefix "$${NODEHEAL_GROUP_PREFIX:-nodeheal}" > deploy/rbac/remediator.yaml
@@ -86,5 +134,7 @@ soak: $(VENV)/.installed
 	@$(BIN)/nodeheal simulate --schedules $${SCHEDULES:-20000} --first-seed $${FIRST_SEED:-1000000}
 	@$(BIN)/nodeheal simulate --schedules $${MOTO_SCHEDULES:-50} --first-seed 2000000 --ledger dynamodb
 
+# Everything make created but npm's packages (node_modules): the virtualenv too, so the next target
+# rebuilds it with the interpreter PYTHON names.
 clean:
-	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache $(VENV)

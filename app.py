@@ -15,8 +15,8 @@ from typing import Any
 from aws_cdk import App, Validations
 from cdk_nag import AwsSolutionsChecks
 
+from nodeheal.deploy_config import CONTEXT_KEY, NodeHealConfig
 from nodeheal.errors import ConfigurationError
-from stacks.config import CONTEXT_KEY, NodeHealConfig
 from stacks.lambda_asset import LambdaAssetError, check_wheelhouse
 from stacks.nodeheal_stack import NodeHealStack
 

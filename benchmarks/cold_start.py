@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import ROOT, XID_48, XID_79, Stack, deep_merge, median, open_stack
 from benchmarks.harness import production_context as cdk_context
+from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.timeutil import format_timestamp, utc_now
-from stacks.config import NodeHealConfig
 
 CHILD = Path(__file__).with_name("cold_child.py")
 BARE_HANDLER = "benchmarks.bare_boto3_handler.handler"

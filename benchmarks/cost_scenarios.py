@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.harness import CLUSTER, deep_merge
+from benchmarks.harness import CLUSTER, deep_merge, production_context
 from nodeheal.sim.apiserver.objects import make_pdb, make_pod
 from nodeheal.sim.cluster import DCGM_ERROR, XID_13, XID_48, XID_79, ClusterLayout, Fault
 from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, align_to_second, demo_context, wait_until
@@ -120,8 +120,9 @@ def _prepare(pipeline: LocalPipeline, nodes: Mapping[str, str]) -> None:
 
 
 def measure(speed: float = SPEED, timeout: float = TIMEOUT_SECONDS) -> dict[str, Any]:
+    demo, _ = demo_context(production_context(), speed)
     context = deep_merge(
-        demo_context(speed),
+        demo,
         {
             "clusters": [CLUSTER],
             "budgets": {"maxInFlight": 10, "maxPerHour": 100, "maxUnhealthyPoolShare": 1.0},

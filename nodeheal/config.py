@@ -3,7 +3,7 @@
 One typed object, :class:`RemediationSettings`, parsed strictly from the ``nodeheal`` object in
 ``cdk.json`` (camelCase keys, the same shape that appears under ``settings`` in every execution's
 input, so the console shows which policy made each decision). Deploy-only settings (bus name, rule
-pattern, e-mails, VPC) live in ``stacks/config.py``; the Lambdas never read ``cdk.json``.
+pattern, e-mails, VPC) live in ``nodeheal/deploy_config.py``; the Lambdas never read ``cdk.json``.
 """
 
 from __future__ import annotations
@@ -271,6 +271,9 @@ class DrainSettings:
     poll_seconds: int = 10
     #: ``force`` deletes what is left with ``force_grace_seconds``; ``abort`` stops, stays cordoned, alerts.
     on_timeout: str = "force"
+    #: ``timeout_seconds`` 0 with ``on_timeout`` ``force`` deletes every pod at once, past every
+    #: PodDisruptionBudget: refused unless this says it is meant (a typo'd 0 must not do that).
+    allow_immediate_force: bool = False
     force_grace_seconds: int = 30
     #: How long pods annotated ``karpenter.sh/do-not-disrupt=true`` are left alone (for a checkpoint)
     #: before they are evicted like the others. The GPU is broken: they cannot make progress anyway.
@@ -290,6 +293,7 @@ class DrainSettings:
             "timeoutSeconds": self.timeout_seconds,
             "pollSeconds": self.poll_seconds,
             "onTimeout": self.on_timeout,
+            "allowImmediateForce": self.allow_immediate_force,
             "forceGraceSeconds": self.force_grace_seconds,
             "doNotDisruptWaitSeconds": self.do_not_disrupt_wait_seconds,
             "parallelism": self.parallelism,
@@ -302,6 +306,7 @@ class DrainSettings:
             timeout_seconds=reader.integer("timeoutSeconds", 900, minimum=0, maximum=86_400),
             poll_seconds=reader.integer("pollSeconds", 10, minimum=1, maximum=3600),
             on_timeout=reader.choice("onTimeout", ("force", "abort"), "force"),
+            allow_immediate_force=reader.boolean("allowImmediateForce", False),
             force_grace_seconds=reader.integer("forceGraceSeconds", 30, minimum=0, maximum=3600),
             do_not_disrupt_wait_seconds=reader.integer(
                 "doNotDisruptWaitSeconds", 300, minimum=0, maximum=86_400
@@ -312,6 +317,18 @@ class DrainSettings:
             ),
         )
         reader.finish()
+        if (
+            settings.timeout_seconds == 0
+            and settings.on_timeout == "force"
+            and not settings.allow_immediate_force
+        ):
+            timeout, on_timeout = reader.where("timeoutSeconds"), reader.where("onTimeout")
+            raise ConfigurationError(
+                f'{timeout} is 0 with {on_timeout} "force": every pod the first eviction round does not '
+                "remove would be force-deleted at once, past its PodDisruptionBudget. Give the drain time, "
+                f'set {on_timeout} to "abort", or set {reader.where("allowImmediateForce")} to true if '
+                "that is meant"
+            )
         return settings
 
 
@@ -389,7 +406,8 @@ class RemediationSettings:
     #: to notice the instance is gone (it does within a minute or two; see the README).
     delete_node_after_terminate: bool = False
     #: The rule's scope, checked by admit against the live node. Not read by :meth:`read`: the
-    #: stack derives it from the ``rule`` keys (``stacks/config.py``) so rule and check cannot drift.
+    #: deployment derives it from the ``rule`` keys (``nodeheal/deploy_config.py``) so rule and
+    #: check cannot drift.
     scope: ScopeSettings = field(default_factory=ScopeSettings)
 
     def to_json(self) -> dict[str, Any]:

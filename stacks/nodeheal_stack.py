@@ -8,8 +8,8 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
+from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.events import cluster_source
-from stacks.config import NodeHealConfig
 from stacks.constructs.access import AccessConstruct
 from stacks.constructs.exporter_access import ExporterAccess
 from stacks.constructs.finalizer import FinalizerConstruct

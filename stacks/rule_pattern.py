@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, DETAIL_TYPE_EXPORTER_HEARTBEAT
-from stacks.config import NodeHealConfig
 
 
 def exporter_sources(config: NodeHealConfig) -> list[Any]:

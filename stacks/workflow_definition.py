@@ -33,6 +33,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from nodeheal.aws.executions import LOAD_SETTINGS_STATE
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS, ConditionClearedError
 from nodeheal.timing import RetryClause, task_retry_clauses
@@ -132,7 +133,7 @@ class _DefinitionBuilder:
         )
         load_settings = sfn.Pass(
             self._scope,
-            "Load settings",
+            LOAD_SETTINGS_STATE,
             comment="The deployed policy, budgets and timings travel with the execution for audit.",
             parameters={
                 "event.$": "$.event",

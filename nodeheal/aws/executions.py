@@ -7,8 +7,12 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from nodeheal.config import RemediationSettings
+from nodeheal.errors import ConfigurationError
 from nodeheal.workflow.finalizer import UNCAUGHT_END_STATUSES, EndedExecution
 
+#: The state that hands every execution the deployed settings (stacks/workflow_definition.py).
+LOAD_SETTINGS_STATE = "Load settings"
 #: History events per page when reading an execution backwards (the API's maximum is 1000).
 HISTORY_PAGE = 100
 #: The newest events of a history hold the last state entered; never read more than this many.
@@ -23,6 +27,23 @@ def _json_object(raw: Any) -> Mapping[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, Mapping) else None
+
+
+def deployed_settings(client: Any, state_machine_arn: str) -> RemediationSettings:
+    """The settings the deployed state machine gives every execution: what Admit decides with.
+
+    Read from the definition (the ``Load settings`` state), not from a cdk.json that may differ
+    from what was deployed. Not re-checked for timing: they were checked when they were deployed.
+    """
+    definition = _json_object(client.describe_state_machine(stateMachineArn=state_machine_arn)["definition"])
+    state = (definition or {}).get("States", {}).get(LOAD_SETTINGS_STATE)
+    settings = (state or {}).get("Parameters", {}).get("settings") if isinstance(state, Mapping) else None
+    if not isinstance(settings, Mapping):
+        raise ConfigurationError(
+            f"state machine {state_machine_arn} has no {LOAD_SETTINGS_STATE!r} state with settings: "
+            "is it NodeHeal's remediation workflow?"
+        )
+    return RemediationSettings.from_json(settings, "deployed settings", check_timing=False)
 
 
 class StepFunctionsExecutions:

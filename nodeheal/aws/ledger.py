@@ -11,6 +11,7 @@ cluster admission state      CLUSTER#<cluster> / ADMISSION            budgets, b
 remediation record           INSTANCE#<cluster>#<instance> / REM#...  history per instance; GSI: per cluster
 end of an execution          EXECUTION#<cluster>#<name> / END        record + notify exactly once per end
 episode memory               EPISODE#<cluster>#<instance> / CONDITION#<type>  worst fault seen (D2)
+re-evaluation counter        REEVALUATION#<cluster> / COUNTER         N of the -r<N> names (D3)
 dropped event                DROPPED#<yyyy-mm-dd> / <t>#<id>          why an event started nothing
 ===========================  =======================================  ======================================
 
@@ -642,6 +643,23 @@ class Ledger:
                     if value.startswith("CLUSTER#"):
                         clusters.add(value.removeprefix("CLUSTER#"))
         return sorted(clusters)
+
+    # -- operator re-evaluations (D3) --------------------------------------------------------------
+
+    def next_reevaluation(self, cluster: str) -> int:
+        """The next number for a person's re-evaluation in ``cluster``: 1, 2, ..., never reused.
+
+        One atomic ADD, so two people resetting at once cannot give two executions one name.
+        """
+        response = self._client.update_item(
+            TableName=self._table,
+            Key=serialize_item({"pk": f"REEVALUATION#{cluster}", "sk": "COUNTER"}),
+            UpdateExpression="ADD #number :one",
+            ExpressionAttributeNames={"#number": "number"},
+            ExpressionAttributeValues=serialize_item({":one": 1}),
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(deserialize_item(response["Attributes"])["number"])
 
     # -- dropped events --------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from nodeheal.errors import ConfigurationError, NodeHealError
 DEFAULT_STACK = "NodeHeal"
 LEDGER_OUTPUT = "LedgerTableName"
 BUS_OUTPUT = "EventBusName"
+STATE_MACHINE_OUTPUT = "StateMachineArn"
 
 
 class AwsCallError(NodeHealError):

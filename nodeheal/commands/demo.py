@@ -4,6 +4,10 @@ Everything runs in this process on loopback: the fake Kubernetes API server with
 cluster and a Karpenter stand-in, moto with the stack synthesized from ``stacks/`` (bus, rule,
 ledger, topic, state machine executing the real Lambda handlers), and the real exporter. A
 scenario injects a fault as node-problem-detector would; the timeline shows every hop.
+
+The stack is synthesized from the checkout's ``cdk.json`` (or ``--config``), with the changes
+the demo needs printed one by one before it starts (DESIGN D14): ``mode: full`` whatever the file
+ships, the simulated cluster's name, the waits divided by ``--speed``, and the scenario's settings.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import sys
@@ -20,9 +25,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from nodeheal.commands.extras import require_extra
+from nodeheal.deploy_config import read_cdk_json
 from nodeheal.errors import ConfigurationError
 from nodeheal.sim.template import quiet_jsii
 
+#: The scenario ``nodeheal demo`` plays without ``--scenario``. Defined here, not imported from the
+#: simulation, so that registering the command (every ``nodeheal`` run) needs no simulation package.
+DEFAULT_SCENARIO = "xid79"
 #: Real-world seconds per demo second: cdk.json's waits and the cluster's delays (pod shutdown,
 #: node boot) divided by this. At 60 the default scenario takes a few seconds after synthesis.
 DEFAULT_SPEED = 60.0
@@ -31,8 +41,6 @@ MAX_SPEED = 1000.0
 
 
 def register(subparsers: Any) -> None:
-    from nodeheal.sim.scenarios import DEFAULT_SCENARIO
-
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "demo",
         help="run the whole pipeline locally (simulated cluster, moto, real exporter) and watch a node heal",
@@ -60,11 +68,20 @@ def register(subparsers: Any) -> None:
             f"default {DEFAULT_SPEED:g})"
         ),
     )
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help=(
+            "cdk.json to run with (default: the checkout's); the demo forces mode full, the simulated "
+            "cluster and the scaled waits, and prints every setting it changes"
+        ),
+    )
     parser.add_argument("--verbose", action="store_true", help="also print the handlers' and exporter's logs")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("demo", "demo")
     from nodeheal.sim.scenarios import SCENARIOS
 
     out: TextIO = sys.stdout
@@ -80,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
             f"--speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}, got {args.speed:g}"
         )
     _prepare_process(verbose=args.verbose)
+    config_path = Path(args.config) if args.config else checkout_root() / "cdk.json"
+    configured = read_cdk_json(config_path)
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        return _play(args.scenario, args.speed, out)
+        return _play(args.scenario, args.speed, config_path, configured, out)
     # The handlers print their EMF metrics and logs to stdout (CloudWatch collects them when
     # deployed), and moto and the exporter log every injected failure; here they would bury the
     # timeline, which writes to the saved stream instead.
@@ -91,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         contextlib.redirect_stdout(sink),
         _quiet_logging(),
     ):
-        return _play(args.scenario, args.speed, out)
+        return _play(args.scenario, args.speed, config_path, configured, out)
 
 
 @contextlib.contextmanager
@@ -119,12 +138,17 @@ def _prepare_process(*, verbose: bool) -> None:
     make_sources_importable()
 
 
+def checkout_root() -> Path:
+    """The source checkout this package runs from (where ``stacks/``, ``lambdas/`` and cdk.json are)."""
+    return Path(__file__).resolve().parents[2]
+
+
 def make_sources_importable() -> None:
     """The demo and the simulation synthesize ``stacks/`` and run ``lambdas/``: both live next to
     the package in the source checkout and are not installed with it."""
     if importlib.util.find_spec("stacks") is not None and importlib.util.find_spec("lambdas") is not None:
         return
-    root = Path(__file__).resolve().parents[2]
+    root = checkout_root()
     if (root / "stacks" / "nodeheal_stack.py").is_file() and (root / "lambdas").is_dir():
         sys.path.insert(0, str(root))
         return
@@ -133,18 +157,20 @@ def make_sources_importable() -> None:
     )
 
 
-def _play(name: str, speed: float, out: TextIO) -> int:
-    from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, deep_merge, demo_context
+def _play(name: str, speed: float, config_path: Path, configured: dict[str, Any], out: TextIO) -> int:
+    from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, demo_context
     from nodeheal.sim.scenarios import SCENARIOS
     from nodeheal.sim.timeline import TimelinePrinter, history_table
 
     scenario = SCENARIOS[name]
     started = time.monotonic()
+    context, overrides = demo_context(configured, speed, scenario=name, scenario_context=scenario.context)
     out.write(f"NodeHeal local demo - scenario {name}: {scenario.title}\n")
-    out.write(f"speed {speed:g}x (cdk.json waits and cluster delays divided by {speed:g})\n\n")
+    out.write(f"settings: {config_path}, except what the demo changes:\n")
+    out.write(_overrides_table(overrides) + "\n")
+    out.write(f"speed {speed:g}x: the cluster's delays are divided by {speed:g} too\n\n")
     out.write("synthesizing the CDK stack ... ")
     out.flush()
-    context = deep_merge(demo_context(speed), scenario.context)
     app = TEMPLATES.get(context)
     out.write(f"{len(app.template.get('Resources', {}))} resources in {time.monotonic() - started:.1f}s\n")
     with LocalPipeline(app, layout=scenario.layout, speed=speed) as pipeline:
@@ -167,6 +193,20 @@ def _play(name: str, speed: float, out: TextIO) -> int:
             sys.stderr.write(f"  - {problem}\n")
         return 1
     return 0
+
+
+def _overrides_table(overrides: list[Any]) -> str:
+    """One line per changed setting: key, cdk.json's value, the demo's, and why."""
+    rows = [(o.path, _shown(o.configured), _shown(o.used), o.why) for o in overrides]
+    widths = [max((len(row[i]) for row in rows), default=0) for i in range(3)]
+    return "\n".join(
+        f"  {path:<{widths[0]}}  {configured:>{widths[1]}} -> {used:<{widths[2]}}  ({why})"
+        for path, configured, used, why in rows
+    )
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value
 
 
 def _indent(text: str) -> str:

@@ -28,7 +28,8 @@ from nodeheal import timing
 from nodeheal.actions import Mode
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
-from nodeheal.errors import ConfigurationError, InvalidEventError
+from nodeheal.deploy_config import load_cdk_json
+from nodeheal.errors import InvalidEventError
 from nodeheal.events import (
     DETAIL_TYPE_CONDITION_CHANGED,
     NodeConditionEvent,
@@ -37,25 +38,6 @@ from nodeheal.events import (
 from nodeheal.kube.model import LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timeutil import utc_now
-
-#: Keys of cdk.json's ``nodeheal`` object that configure the deployment (read by the CDK app),
-#: not the remediation policy; explain skips them and validates everything else strictly.
-DEPLOY_ONLY_KEYS = frozenset(
-    {
-        "clusters",
-        "eventBus",
-        "rule",
-        "ingest",
-        "notifications",
-        "observability",
-        "lambdaNetwork",
-        "workflow",
-        "kubernetesGroupPrefix",
-        "exporter",
-        "logRetentionDays",
-        "stackName",
-    }
-)
 
 
 def register(subparsers: Any) -> None:
@@ -114,21 +96,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_settings(path: str) -> RemediationSettings:
-    """The remediation settings from a cdk.json (``context.nodeheal``), strictly validated."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise ConfigurationError(f"{path} is not valid JSON: {exc}") from None
-    context = document.get("context") if isinstance(document, dict) else None
-    nodeheal = context.get("nodeheal") if isinstance(context, dict) else None
-    if not isinstance(nodeheal, dict):
-        raise ConfigurationError(f"{path} has no context.nodeheal object")
-    remediation = {key: value for key, value in nodeheal.items() if key not in DEPLOY_ONLY_KEYS}
-    return RemediationSettings.from_json(remediation, "context.nodeheal")
+    """The remediation settings of a cdk.json, after validating all of it as ``cdk synth`` does.
+
+    The deployment keys (bus, rule, e-mails, VPC...) are checked too, not skipped: a file explain
+    accepts is one the deployment accepts, and the rule's scope is part of what it returns.
+    """
+    return load_cdk_json(path).remediation
 
 
 def explain_timing(settings: RemediationSettings) -> dict[str, Any]:

@@ -18,18 +18,16 @@ import argparse
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
+from nodeheal.commands.kube_access import add_kube_arguments, kube_transport
 from nodeheal.commands.output import confirm, print_json
 from nodeheal.conditions import CONDITION_STATUSES, Condition
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
 from nodeheal.policy.catalog import lookup
 from nodeheal.timeutil import format_timestamp, utc_now
-
-if TYPE_CHECKING:
-    from nodeheal.kube.transport import KubeTransport
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 GPU_CONDITION = "GPUProblem"
@@ -126,12 +124,8 @@ def register(subparsers: Any) -> None:
     fault.add_argument("--status", choices=sorted(CONDITION_STATUSES), help="condition status")
     fault.add_argument("--reason", help="condition reason (CamelCase, as detectors write it)")
     fault.add_argument("--message", help="condition message (default with --xid: the driver's log line)")
-    access = parser.add_argument_group("cluster access (default: kubeconfig, or in-cluster)")
-    access.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    access.add_argument("--context", help="kubeconfig context (default: the current one)")
-    access.add_argument(
-        "--eks", action="store_true", help="reach the cluster through EKS (DescribeCluster + IAM token)"
-    )
+    add_kube_arguments(parser)
+    access = parser.add_argument_group("AWS, with --eks")
     access.add_argument("--region", help="AWS region with --eks")
     access.add_argument("--profile", help="AWS profile with --eks")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -139,29 +133,9 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _transport(args: argparse.Namespace) -> KubeTransport:
-    if args.eks:
-        if args.kubeconfig or args.context:
-            raise ConfigurationError("--eks reaches the cluster through AWS; drop --kubeconfig/--context")
-        from nodeheal.commands.aws_access import aws_errors, session
-        from nodeheal.kube.client import EksClientProvider
-
-        boto_session = session(args)
-        with aws_errors(f"describe EKS cluster {args.cluster}"):
-            provider = EksClientProvider(
-                boto_session.client("eks"), boto_session, region=str(boto_session.region_name)
-            )
-            return provider.transport(args.cluster)
-    from nodeheal.exporter.kubeclient import load_api_client
-    from nodeheal.kube.transport import GeneratedClientTransport
-
-    # A kubeconfig may name exec plugins or client certificates: the kubernetes package reads them.
-    return GeneratedClientTransport(load_api_client(args.kubeconfig or "", args.context or ""))
-
-
 def run(args: argparse.Namespace) -> int:
     injection = injection_for(args)
-    api = _transport(args)
+    api = kube_transport(args, args.cluster)
     from nodeheal.kube.client import expect_success, request_json
     from nodeheal.kube.model import LiveNode
 

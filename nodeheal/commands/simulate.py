@@ -12,6 +12,7 @@ import sys
 import warnings
 from typing import Any
 
+from nodeheal.commands.extras import require_extra
 from nodeheal.commands.output import print_json
 
 EXIT_VIOLATION = 1
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    require_extra("demo", "simulate")
     from nodeheal.commands.demo import make_sources_importable
     from nodeheal.sim.seeded.faults import PlannedFault
     from nodeheal.sim.seeded.runner import load_template, run_campaign, run_schedule, shrink

@@ -97,8 +97,9 @@ class NodeOperations(ApiOperations):
         raw = self._get_raw(name)
         return None if raw is None else LiveNode.from_api(raw)
 
-    def list(self, label_selector: str | None = None) -> list[LiveNode]:
-        nodes: list[LiveNode] = []
+    def list_raw(self, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """Every Node as the API server sent it, page by page (for what needs more than the view)."""
+        nodes: list[dict[str, Any]] = []
         continue_token = ""
         action = f"list nodes (labelSelector={label_selector!r})" if label_selector else "list nodes"
         while True:
@@ -109,12 +110,13 @@ class NodeOperations(ApiOperations):
                 query.append(("continue", continue_token))
             response = self._request("GET", "/api/v1/nodes", action=action, query=query)
             body = expect_success(response, action=action)
-            nodes.extend(
-                LiveNode.from_api(item) for item in body.get("items") or [] if isinstance(item, dict)
-            )
+            nodes.extend(item for item in body.get("items") or [] if isinstance(item, dict))
             continue_token = str((body.get("metadata") or {}).get("continue") or "")
             if not continue_token:
                 return nodes
+
+    def list(self, label_selector: str | None = None) -> list[LiveNode]:
+        return [LiveNode.from_api(item) for item in self.list_raw(label_selector)]
 
     def _get_raw(self, name: str) -> dict[str, Any] | None:
         action = f"get node {name}"

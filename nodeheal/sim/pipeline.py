@@ -8,8 +8,8 @@ state machine moto executes with the real task handlers. The simulated cluster (
 scheduler, the kubelet after a reboot) reacts to what the workflow does.
 
 Timings: the workflow's waits come from the cdk context the template was synthesized with
-(:data:`FAST_CONTEXT` for tests, :func:`demo_context` for the demo); the cluster's own delays
-(pod shutdown, node boot, ...) are real-world durations divided by ``speed``.
+(:data:`FAST_CONTEXT` for tests, cdk.json through :func:`demo_context` for the demo); the
+cluster's own delays (pod shutdown, node boot, ...) are real-world durations divided by ``speed``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from nodeheal.aws.executions import deployed_settings
 from nodeheal.aws.ledger import Ledger
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
+from nodeheal.deploy_config import FILE_CONTEXT_PATH, NodeHealConfig
 from nodeheal.errors import STOP_ERRORS
 from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, PreviousState, cluster_source
 from nodeheal.exporter.app import Exporter
@@ -62,6 +64,9 @@ STOP_ERROR_NAMES = frozenset(error.__name__ for error in STOP_ERRORS)
 
 FAST_CONTEXT: dict[str, Any] = {
     "clusters": [CLUSTER],
+    # The tests exercise remediations: chosen here, never inherited from cdk.json (whose shipped
+    # mode is dry-run, for a first deployment) or from a default.
+    "mode": "full",
     "drain": {"timeoutSeconds": 4, "pollSeconds": 1, "doNotDisruptWaitSeconds": 0, "forceGraceSeconds": 0},
     "reboot": {"pollSeconds": 1, "recoveryTimeoutSeconds": 5},
     "retry": {"intervalSeconds": 1, "maxAttempts": 2, "backoffRate": 1.0},
@@ -89,28 +94,98 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def demo_context(speed: float) -> dict[str, Any]:
-    """cdk.json's production timings divided by ``speed`` (whole seconds, as ASL needs), so the
-    demo shows the deployed shape of every wait, only faster. The lock TTL and the workflow timeout
-    keep their defaults: they must cover Lambda timeouts and retries, which do not scale."""
+#: The waits of cdk.json the demo divides by its speed, each with the least it may become: ASL
+#: waits are whole seconds, and the drain and the recovery need a few polls to show their shape.
+#: The lock TTL and the workflow timeout keep their values: they must cover Lambda timeouts and
+#: retries, which no speed-up shortens (nodeheal.timing).
+DEMO_SCALED_WAITS: tuple[tuple[str, int], ...] = (
+    ("drain.timeoutSeconds", 4),
+    ("drain.pollSeconds", 1),
+    ("drain.forceGraceSeconds", 0),
+    ("drain.doNotDisruptWaitSeconds", 0),
+    ("reboot.pollSeconds", 1),
+    ("reboot.recoveryTimeoutSeconds", 5),
+    ("retry.intervalSeconds", 1),
+)
 
-    def scaled(seconds: float, minimum: int) -> int:
-        return max(minimum, round(seconds / speed))
 
-    drain_timeout = scaled(900, 4)
-    recovery_timeout = scaled(900, 5)
-    return {
-        "clusters": [CLUSTER],
-        "drain": {
-            "timeoutSeconds": drain_timeout,
-            "pollSeconds": scaled(10, 1),
-            "forceGraceSeconds": scaled(30, 0),
-            "doNotDisruptWaitSeconds": scaled(300, 0),
-        },
-        "reboot": {"pollSeconds": scaled(30, 1), "recoveryTimeoutSeconds": recovery_timeout},
-        "retry": {"intervalSeconds": scaled(2, 1), "maxAttempts": 4, "backoffRate": 2.0},
-        "notifications": {"emails": ["oncall@example.com"]},
-    }
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A setting the demo runs with that is not what cdk.json says (DESIGN D14), and why."""
+
+    path: str
+    #: What cdk.json says, or the default it leaves in place when it does not set the key.
+    configured: Any
+    used: Any
+    why: str
+
+
+def demo_context(
+    configured: Mapping[str, Any],
+    speed: float,
+    *,
+    scenario: str = "",
+    scenario_context: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], list[Override]]:
+    """cdk.json's ``nodeheal`` object as the demo runs it, and every setting it changed.
+
+    The demo remediates whatever mode cdk.json ships (``full``: it exists to show a node healing),
+    runs on the simulated cluster, divides cdk.json's waits by ``speed``, and applies what the
+    scenario needs. The overrides are computed by comparing the result with what cdk.json means
+    (its values, and the defaults for the keys it leaves out), so none goes unreported.
+    """
+    config = NodeHealConfig.from_cdk_context(configured, FILE_CONTEXT_PATH)
+    remediation = config.remediation.to_json()
+    remediation.pop("scope")  # spelled out once, under "rule"
+    meant = deep_merge({**remediation, "clusters": list(config.clusters)}, configured)
+    layers: list[tuple[dict[str, Any], str]] = [
+        (
+            {"mode": "full"},
+            "the demo shows a remediation; a deployment runs the mode cdk.json sets",
+        ),
+        ({"clusters": [CLUSTER]}, "the simulated cluster"),
+    ]
+    for path, least in DEMO_SCALED_WAITS:
+        seconds = _leaf(meant, path)
+        layers.append(
+            (_nested(path, max(least, round(seconds / speed))), f"cdk.json's wait / speed {speed:g}")
+        )
+    if scenario_context:
+        layers.append((dict(scenario_context), f"scenario {scenario}"))
+    context = deep_merge({}, configured)
+    why: dict[str, str] = {}
+    for layer, reason in layers:
+        context = deep_merge(context, layer)
+        why.update(dict.fromkeys(_leaf_paths(layer), reason))
+    overrides = [
+        Override(path, _leaf(meant, path), _leaf(context, path), why[path])
+        for path in why
+        if _leaf(context, path) != _leaf(meant, path)
+    ]
+    return context, overrides
+
+
+def _nested(path: str, value: Any) -> dict[str, Any]:
+    head, _, rest = path.partition(".")
+    return {head: _nested(rest, value) if rest else value}
+
+
+def _leaf(document: Mapping[str, Any], path: str) -> Any:
+    value: Any = document
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _leaf_paths(document: Mapping[str, Any], prefix: str = "") -> list[str]:
+    paths = []
+    for key, value in document.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            paths.extend(_leaf_paths(value, f"{path}."))
+        else:
+            paths.append(path)
+    return paths
 
 
 class TemplateCache:
@@ -514,11 +589,7 @@ class LocalPipeline:
     @property
     def remediation_settings(self) -> RemediationSettings:
         """The settings the deployed state machine hands every execution (its Load settings state)."""
-        sfn = self.aws.client("stepfunctions")
-        definition = json.loads(
-            sfn.describe_state_machine(stateMachineArn=self.aws.state_machine_arn)["definition"]
-        )
-        return RemediationSettings.from_json(definition["States"]["Load settings"]["Parameters"]["settings"])
+        return deployed_settings(self.aws.client("stepfunctions"), self.aws.state_machine_arn)
 
     @property
     def ledger(self) -> Ledger:

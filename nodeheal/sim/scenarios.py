@@ -481,8 +481,9 @@ def _storm_play(run: ScenarioRun) -> None:
     run.facts["breaker"] = pipeline.ledger.read_admission_state(pipeline.cluster_name).breaker
     run.facts["executions"] = len(pipeline.executions())
     run.facts["notifications"] = pipeline.aws.notifications()
-    # A person resets the breaker (the ledger item, as `nodeheal breaker reset` writes it), then the
-    # exporter restarts and re-sends every condition still bad: nothing may be replayed.
+    # A person closes the breaker (the ledger item, as `nodeheal breaker reset --no-reevaluate`
+    # writes it), then the exporter restarts and re-sends every condition still bad: nothing may be
+    # replayed. (The reset's re-evaluations are tests/e2e/test_breaker_reset.py's.)
     ledger = pipeline.ledger
     state = ledger.read_admission_state(pipeline.cluster_name)
     ledger.write_admission_state(replace(state, breaker=BreakerState(), recent_refusals=()))
@@ -903,8 +904,6 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
-
-DEFAULT_SCENARIO = "xid79"
 
 
 def describe(records: list[RemediationRecord]) -> str:

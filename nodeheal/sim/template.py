@@ -82,7 +82,7 @@ class SynthesizedApp:
         quiet_jsii()
         from aws_cdk import App
 
-        from stacks.config import NodeHealConfig
+        from nodeheal.deploy_config import NodeHealConfig
         from stacks.nodeheal_stack import NodeHealStack
 
         config = NodeHealConfig.from_cdk_context(nodeheal_context)

@@ -127,6 +127,37 @@ def execution_name(event: NodeConditionEvent) -> str:
     return f"{cluster_part}-{node_part}-{condition_part}-{stamp}-{digest}"[:MAX_EXECUTION_NAME]
 
 
+#: What stays of a base name when a re-evaluation suffix needs room: ``-<transition time>-<hash>``.
+_NAME_TAIL = len("-20261121T100000Z-") + _DIGEST_CHARS
+
+
+def reevaluation_name(base: str, number: int) -> str:
+    """The name of an operator's re-evaluation of a transition: ``<base name>-r<number>`` (D3).
+
+    Deliveries, resyncs and replays of a transition always get its base name, so after it was
+    handled (or refused while the breaker was open) they are all duplicates; a person who wants it
+    looked at again starts a new execution under this name, ``number`` coming from the ledger's
+    counter so no two re-evaluations share one. When the result would pass 80 characters the
+    readable prefix is cut, never the transition time, the hash or the suffix.
+    """
+    if number < 1:
+        raise ValueError(f"re-evaluation numbers start at 1, got {number}")
+    suffix = f"-r{number}"
+    if len(base) + len(suffix) <= MAX_EXECUTION_NAME:
+        return base + suffix
+    head, tail = base[:-_NAME_TAIL], base[-_NAME_TAIL:]
+    return head[: MAX_EXECUTION_NAME - len(tail) - len(suffix)].rstrip("-") + tail + suffix
+
+
+def execution_input(event: NodeConditionEvent, *, event_id: str, received_at: datetime) -> dict[str, Any]:
+    """The input every remediation execution starts with, from ingest or from a person."""
+    return {
+        "event": event.to_detail(),
+        "eventId": event_id,
+        "receivedAt": format_timestamp(received_at, millis=True),
+    }
+
+
 def check_source(source: Any, *, cluster: str, schema_version: str, prefix: str) -> tuple[str, str] | None:
     """``(category, reason)`` when ``source`` may not speak for ``cluster``; None when it may.
 
@@ -208,13 +239,8 @@ def ingest(
 
     warning = _legacy_warning(event)
     name = execution_name(event)
-    execution_input = {
-        "event": event.to_detail(),
-        "eventId": event_id,
-        "receivedAt": format_timestamp(now, millis=True),
-    }
     try:
-        arn = starter.start(name, execution_input)
+        arn = starter.start(name, execution_input(event, event_id=event_id, received_at=now))
     except DuplicateExecutionError:
         return IngestResult(
             "duplicate", f"execution {name} exists: this transition is handled", name, warning=warning

@@ -24,7 +24,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.config import NodeHealConfig
+from nodeheal.deploy_config import NodeHealConfig
 from stacks.constructs.lambda_function import NodeHealFunction
 
 

@@ -22,8 +22,8 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.workflow.finalizer import UNCAUGHT_END_STATUSES
-from stacks.config import NodeHealConfig
 from stacks.constructs.lambda_function import NodeHealFunction
 from stacks.workflow_tasks import FINALIZER_TASK
 

@@ -20,7 +20,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.config import NodeHealConfig
+from nodeheal.deploy_config import NodeHealConfig
 from stacks.constructs.lambda_function import NodeHealFunction
 from stacks.rule_pattern import build_event_pattern, build_heartbeat_pattern
 from stacks.workflow_tasks import INGEST_TASK

@@ -13,7 +13,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from stacks.config import SlackChannel
+from nodeheal.deploy_config import SlackChannel
 
 
 class NotificationsConstruct(Construct):

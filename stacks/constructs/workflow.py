@@ -15,7 +15,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.config import LambdaNetwork, NodeHealConfig
+from nodeheal.deploy_config import LambdaNetwork, NodeHealConfig
 from stacks.constructs.lambda_function import FunctionNetwork, NodeHealFunction, apply_retention
 from stacks.workflow_definition import build_definition
 from stacks.workflow_tasks import WORKFLOW_TASKS, TaskSpec
@@ -34,7 +34,7 @@ class WorkflowConstruct(Construct):
     ) -> None:
         super().__init__(scope, id_)
         self._config = config
-        self.state_machine_name = f"{config.stack_name}-remediation"
+        self.state_machine_name = config.state_machine_name
         self.network = self._build_network(config.lambda_network)
         self.functions = self._build_functions(code, ledger_table_name, topic_arn)
         self.log_group = self._build_log_group()

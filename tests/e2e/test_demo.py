@@ -4,16 +4,20 @@ exit non-zero with a clear message when the scenario's outcome did not happen.""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from nodeheal.cli import main
+from nodeheal.commands import demo
 from nodeheal.sim import scenarios
 from nodeheal.workflow.records import Outcome
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +37,7 @@ def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--list"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == list(scenarios.SCENARIOS)
+    assert demo.DEFAULT_SCENARIO in listed
 
 
 def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -40,10 +45,29 @@ def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
     assert "unknown scenario 'xid999'" in capsys.readouterr().err
 
 
+def test_an_invalid_config_is_a_usage_error_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads((ROOT / "cdk.json").read_text())
+    document["context"]["nodeheal"]["budgets"]["maxInflight"] = 3
+    config = tmp_path / "cdk.json"
+    config.write_text(json.dumps(document))
+    assert main(["demo", "--config", str(config)]) == 2
+    assert "context.nodeheal.budgets.maxInflight (did you mean 'maxInFlight'?)" in capsys.readouterr().err
+
+
 def test_default_demo_shows_the_whole_path_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    # The checkout's cdk.json ships mode dry-run: the demo runs it in full and says so first.
+    assert json.loads((ROOT / "cdk.json").read_text())["context"]["nodeheal"]["mode"] == "dry-run"
     assert main(["demo"]) == 0
 
     out = capsys.readouterr().out
+    header = out[: out.index("synthesizing")]
+    assert f"settings: {ROOT / 'cdk.json'}, except what the demo changes:" in header
+    assert any(line.split()[:4] == ["mode", "dry-run", "->", "full"] for line in header.splitlines()), header
+    assert any(
+        line.split()[:4] == ["drain.timeoutSeconds", "900", "->", "15"] for line in header.splitlines()
+    )
     steps = [
         "Xid 79 (GPU has fallen off the bus) on ",
         "exporter    saw GPUProblem False -> True",

@@ -17,7 +17,7 @@ from aws_cdk import App, Validations, cx_api
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
-from stacks.config import CONTEXT_KEY, NodeHealConfig
+from nodeheal.deploy_config import CONTEXT_KEY, NodeHealConfig
 from stacks.nodeheal_stack import NodeHealStack
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.rbac import (
     EXPORTER_ROLES,
     EXPORTER_SERVICE_ACCOUNT,
@@ -19,7 +20,6 @@ from nodeheal.rbac import (
     markdown_table,
     render_manifest,
 )
-from stacks.config import NodeHealConfig
 from stacks.workflow_tasks import WORKFLOW_TASKS
 from tests.infrastructure.conftest import CDK_JSON, ROOT
 

@@ -191,28 +191,68 @@ def test_node_object_honours_opt_out_label(tmp_path: Path, capsys: pytest.Captur
     assert (gpu["action"], gpu["plannedAction"]) == ("alert", "replace")
 
 
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = str(ROOT / "cdk.json")
+
+
 def cdk_json(tmp_path: Path, nodeheal: dict[str, Any]) -> str:
     document = {
         "app": "python3 app.py",
         "context": {
             "@aws-cdk/core:newStyleStackSynthesis": True,
             "nodeheal": {
-                # Deploy-only keys, read by the CDK app and ignored by explain.
-                "clusters": ["training-on-eks"],
-                "eventBus": "nodeheal",
-                "rule": {"conditionTypes": ["GPUProblem"]},
-                "ingest": {"maxEventAgeSeconds": 600},
-                "notifications": {"emails": ["oncall@example.com"]},
-                "lambdaNetwork": {"subnetIds": []},
-                "workflow": {"timeoutMinutes": 180},
-                "kubernetesGroupPrefix": "nodeheal",
-                "logRetentionDays": 30,
+                # Deployment keys: explain validates them as cdk synth does, and applies none.
                 "stackName": "NodeHeal",
+                "clusters": ["training-on-eks"],
+                "eventBus": {"name": "nodeheal", "source": "nodeheal.exporter"},
+                "rule": {"conditions": [{"type": "GPUProblem", "statuses": ["True"]}], "nodeLabels": {}},
+                "ingest": {"staleEventSeconds": 600},
+                "notifications": {"emails": ["oncall@example.com"]},
+                "lambdaNetwork": {},
+                "workflow": {"timeoutMinutes": 1200},
+                "kubernetesGroupPrefix": "nodeheal",
+                "exporter": {"namespace": "gpu-health", "serviceAccount": "exporter"},
+                "logRetentionDays": 30,
+                # The tests below read decisions: chosen here, not inherited from a default.
+                "mode": "full",
                 **nodeheal,
             },
         },
     }
     return write(tmp_path, document, "cdk.json")
+
+
+def test_explain_an_event_against_the_shipped_cdk_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every key the shipped cdk.json spells out is accepted: the documented tuning loop works on
+    an unmodified checkout."""
+    shipped_mode = json.loads(Path(SHIPPED).read_text())["context"]["nodeheal"]["mode"]
+    out = explain(capsys, write(tmp_path, detail()), "--config", SHIPPED)
+    assert out["plannedAction"] == "replace"
+    assert out["mode"] == shipped_mode
+    node = explain(capsys, write(tmp_path, node_object(), "node.json"), "--config", SHIPPED)
+    assert {item["condition"]["type"] for item in node} >= {"GPUProblem", "Ready"}
+
+
+@pytest.mark.parametrize(
+    ("nodeheal", "message"),
+    [
+        ({"exporter": {"namespce": "x"}}, "context.nodeheal.exporter.namespce (did you mean 'namespace'?)"),
+        ({"eventBus": "nodeheal"}, "context.nodeheal.eventBus must be an object"),
+        ({"clusters": []}, "context.nodeheal.clusters must list at least one value"),
+        (
+            {"workflow": {"timeoutMinutes": 180}},
+            "context.nodeheal.workflow.timeoutMinutes (180) must be at least",
+        ),
+    ],
+    ids=["typo-in-exporter", "bus-not-object", "no-cluster", "short-workflow-timeout"],
+)
+def test_deployment_keys_are_validated_not_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], nodeheal: dict[str, Any], message: str
+) -> None:
+    error = fails(capsys, write(tmp_path, detail()), "--config", cdk_json(tmp_path, nodeheal))
+    assert message in error
 
 
 def test_config_policy_and_mode_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -330,8 +370,7 @@ def test_help_lists_explain(capsys: pytest.CaptureFixture[str]) -> None:
 def test_defect_6_explain_config_prints_the_worst_case_and_the_i2_bound(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    shipped = str(Path(__file__).resolve().parents[2] / "cdk.json")
-    out = explain(capsys, "--config", shipped)
+    out = explain(capsys, "--config", SHIPPED)
     holding = out["holding"]
     assert (holding["totalSeconds"], holding["total"]) == (28_012, "7 h 46 min 52 s")
     assert sum(term["seconds"] for term in holding["terms"]) == holding["totalSeconds"]
@@ -353,7 +392,11 @@ def test_defect_6_explain_config_follows_the_configuration(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rule = {"GPUProblem": {"action": "replace", "confirmSeconds": 3600}}
-    config = cdk_json(tmp_path, {"policy": {"conditionRules": rule}, "lockTtlSeconds": 40_000})
+    # A longer lock TTL lengthens the wait behind a holder: the workflow timeout must cover it too.
+    config = cdk_json(
+        tmp_path,
+        {"policy": {"conditionRules": rule}, "lockTtlSeconds": 40_000, "workflow": {"timeoutMinutes": 1400}},
+    )
     out = explain(capsys, "--config", config)
     # The hour-long confirmation replaces the built-in 10 minutes: 3000 s more to hold and to wait.
     assert out["holding"]["totalSeconds"] == 28_012 + 3000

@@ -22,8 +22,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.patterns import match
-from stacks.config import NodeHealConfig
 from stacks.rule_pattern import build_event_pattern
 
 ROOT = Path(__file__).resolve().parents[2]

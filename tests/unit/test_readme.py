@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
 from typing import Any
 
+from nodeheal.cli import build_parser
+from nodeheal.deploy_config import NodeHealConfig
+
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = json.loads((ROOT / "cdk.json").read_text())["context"]["nodeheal"]
 #: Objects documented as one row (free-form maps or a group of keys given together).
 DOCUMENTED_AS_A_WHOLE = {
     "rule.nodeLabels",
@@ -41,3 +46,84 @@ def test_every_cdk_json_key_is_in_the_readme_table() -> None:
 def test_readme_names_the_two_setup_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "make demo" in readme and "make test" in readme
+
+
+def paragraph_with(text: str, needle: str) -> str:
+    start = text.index(needle)
+    begin = text.rfind("\n\n", 0, start) + 2
+    end = text.find("\n\n", start)
+    return text[begin : end if end != -1 else len(text)]
+
+
+def test_the_quick_start_says_where_the_cli_is() -> None:
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme[
+        readme.index("## Quick start") : readme.index("\n## ", readme.index("## Quick start") + 1)
+    ]
+    # Before the quick start's first `nodeheal ...` command, the reader learns it is not on PATH.
+    first_command = quick_start.index("`nodeheal ")
+    where = quick_start.index(".venv/bin/nodeheal")
+    assert where < first_command
+    assert "does not put the `nodeheal` CLI on\nyour PATH" in quick_start
+    assert "source .venv/bin/activate" in quick_start
+    assert "pipx install ." in quick_start
+    operating = paragraph_with(readme, "**The `nodeheal` CLI**")
+    assert ".venv/bin/nodeheal" in operating
+
+
+def cli_commands() -> dict[str, bool]:
+    """Every runnable ``nodeheal`` command path (``breaker status``...) -> whether it takes --json."""
+    found: dict[str, bool] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        options = {option for action in parser._actions for option in action.option_strings}
+        if path and (not subparsers or not any(a.required for a in subparsers)):
+            found[path] = "--json" in options
+        for action in subparsers:
+            for name, child in action.choices.items():
+                walk(child, f"{path} {name}".strip())
+
+    walk(build_parser(), "")
+    return found
+
+
+def named(text: str) -> set[str]:
+    """Commands in backticks, with ``breaker status|reset`` standing for both."""
+    names: set[str] = set()
+    for item in re.findall(r"`([a-z][a-z -]*(?:\|[a-z-]+)*)`", text):
+        head, _, tail = item.rpartition(" ")
+        names.update(f"{head} {word}".strip() for word in tail.split("|"))
+    return names
+
+
+def test_the_cli_bullet_names_every_command_and_which_print_json() -> None:
+    bullet = paragraph_with((ROOT / "README.md").read_text(), "**The `nodeheal` CLI**")
+    commands = cli_commands()
+    listed, json_part = bullet.split("these print JSON with `--json`:")
+    assert set(commands) <= named(listed), "a command the README does not list"
+    assert named(json_part) == {path for path, has_json in commands.items() if has_json}
+    assert "Each has `--help`" in bullet
+    assert "`explain` always prints JSON" in bullet
+
+
+def test_the_readme_names_the_state_machine_as_the_stack_does() -> None:
+    name = NodeHealConfig.from_cdk_context(SHIPPED).state_machine_name
+    readme = (ROOT / "README.md").read_text()
+    history = paragraph_with(readme, "**History**")
+    assert f"`{name}`" in history and "`<stackName>-remediation`" in history
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    assert f"State machines → {name} → Executions" in operations
+    # Every state machine ARN the docs show names it as the stack does.
+    arns = re.findall(r"arn:aws:states:[^:]+:\d+:(?:execution|stateMachine):([^:\s]+)", readme + operations)
+    assert arns and set(arns) == {name}
+
+
+def test_the_readme_recommends_node_22_and_keeps_20_working() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "Node 20+" not in readme
+    assert "Node.js 22+ (20 still works" in readme
+    makefile = (ROOT / "Makefile").read_text()
+    assert "Node.js 22+ (20 still works)" in makefile
+    # Node 20 keeps working without jsii's end-of-life banner burying make's output.
+    assert "export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20" in makefile

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,8 @@ import pytest
 
 from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings
+from nodeheal.deploy_config import DEFAULT_RULE_CONDITIONS, LambdaNetwork, NodeHealConfig, RuleCondition
 from nodeheal.errors import ConfigurationError
-from stacks.config import DEFAULT_RULE_CONDITIONS, LambdaNetwork, NodeHealConfig, RuleCondition
 
 CDK_JSON = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())
 MINIMAL: dict[str, Any] = {"clusters": ["training-on-eks"]}
@@ -50,10 +51,14 @@ def test_defaults() -> None:
 
 def test_cdk_json_spells_out_the_defaults() -> None:
     context = CDK_JSON["context"]["nodeheal"]
-    assert NodeHealConfig.from_cdk_context(context) == parse()
+    # One deliberate difference: a first deployment decides and records, and changes nothing.
+    assert context["mode"] == "dry-run"
+    shipped = NodeHealConfig.from_cdk_context(context)
+    assert shipped.remediation.mode is Mode.DRY_RUN
+    assert replace(shipped, remediation=replace(shipped.remediation, mode=Mode.FULL)) == parse()
     # Every remediation key is written out, so users see what they can tune; a new setting must
     # be added to cdk.json with its default.
-    remediation_keys = RemediationSettings().to_json()
+    remediation_keys = RemediationSettings(mode=Mode.DRY_RUN).to_json()
     # The workflow's scope is the rule: cdk.json spells it out once, under "rule".
     assert context["rule"] == remediation_keys.pop("scope")
     assert {key: context[key] for key in remediation_keys} == remediation_keys
@@ -225,3 +230,24 @@ def test_defect_10_node_delete_group_only_with_delete_node_after_terminate() -> 
 
 def test_bad_log_retention() -> None:
     refused("logRetentionDays must be >= 1", logRetentionDays=0)
+
+
+def test_immediate_forced_drain_is_refused_unless_declared() -> None:
+    # A drain timeout of 0 with "force" deletes every pod the first round leaves, past its PDB.
+    refused(
+        r'nodeheal\.drain\.timeoutSeconds is 0 with nodeheal\.drain\.onTimeout "force".*'
+        r"set nodeheal\.drain\.allowImmediateForce to true if that is meant",
+        drain={"timeoutSeconds": 0, "doNotDisruptWaitSeconds": 0},
+    )
+    declared = parse(drain={"timeoutSeconds": 0, "doNotDisruptWaitSeconds": 0, "allowImmediateForce": True})
+    assert declared.remediation.drain.allow_immediate_force is True
+    # Neither a zero timeout that aborts nor a forced drain with time to evict needs the flag.
+    aborting = parse(drain={"timeoutSeconds": 0, "doNotDisruptWaitSeconds": 0, "onTimeout": "abort"})
+    assert aborting.remediation.drain.timeout_seconds == 0
+    assert parse(drain={"timeoutSeconds": 60, "doNotDisruptWaitSeconds": 0}).remediation.drain.on_timeout == (
+        "force"
+    )
+    # The flag travels with each execution's settings and is read back from them.
+    settings = declared.remediation.to_json()
+    assert settings["drain"]["allowImmediateForce"] is True
+    assert RemediationSettings.from_json(settings).drain.allow_immediate_force is True

@@ -11,10 +11,10 @@ import pytest
 
 from nodeheal import timing
 from nodeheal.config import DrainSettings, RemediationSettings, RetrySettings
+from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.errors import ConfigurationError
 from nodeheal.timing import RetryClause
 from nodeheal.workflow.state import WorkflowState
-from stacks.config import NodeHealConfig
 from stacks.workflow_tasks import WORKFLOW_TASKS
 
 CDK_JSON = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())
@@ -230,7 +230,9 @@ def test_defect_6_every_wait_is_bounded(overrides: dict[str, Any], match: str) -
 
 def test_defect_6_hold_of_zero_is_allowed_with_a_zero_drain_timeout() -> None:
     assert (
-        parse(drain={"timeoutSeconds": 0, "doNotDisruptWaitSeconds": 0}).remediation.drain.timeout_seconds
+        parse(
+            drain={"timeoutSeconds": 0, "doNotDisruptWaitSeconds": 0, "allowImmediateForce": True}
+        ).remediation.drain.timeout_seconds
         == 0
     )
 

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -24,6 +25,7 @@ TABLE = "NodeHeal-LedgerTable1234"
 BUS = "nodeheal"
 CLUSTER = "training-on-eks"
 NODE = "ip-10-0-158-235.us-west-2.compute.internal"
+STATE_MACHINE_ARN = f"arn:aws:states:{REGION}:123456789012:stateMachine:NodeHeal-remediation"
 
 
 def create_stack(cloudformation: Any, name: str = "NodeHeal") -> None:
@@ -32,9 +34,27 @@ def create_stack(cloudformation: Any, name: str = "NodeHeal") -> None:
         "Outputs": {
             "LedgerTableName": {"Value": TABLE},
             "EventBusName": {"Value": BUS},
+            "StateMachineArn": {"Value": STATE_MACHINE_ARN},
         },
     }
     cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(template))
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig naming ``server``, as the person's own would (the fake API server in tests)."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "sim", "cluster": {"server": server}}],
+                "users": [{"name": "sre", "user": {"token": "sim-token"}}],
+                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sre"}}],
+                "current-context": "sim",
+            }
+        )
+    )
+    return path
 
 
 @dataclass

@@ -70,7 +70,7 @@ def test_status_without_any_state(cli: Cli, aws: Aws) -> None:
 
 def test_reset_closes_the_breaker_and_forgets_the_refusals(cli: Cli, aws: Aws, tripped: None) -> None:
     assert not _admits(aws).admitted
-    result = cli("breaker", "reset", "--cluster", CLUSTER, "--yes")
+    result = cli("breaker", "reset", "--cluster", CLUSTER, "--no-reevaluate", "--yes")
     assert result.code == 0, result.err
     assert "breaker closed" in result.out
     state = aws.ledger.read_admission_state(CLUSTER)
@@ -78,12 +78,12 @@ def test_reset_closes_the_breaker_and_forgets_the_refusals(cli: Cli, aws: Aws, t
     assert "gpu-a" in state.in_flight, "a reset must not drop running remediations' slots"
     assert _admits(aws).admitted
     assert cli("breaker", "status").code == 0
-    again = cli("breaker", "reset", "--cluster", CLUSTER, "--yes")
+    again = cli("breaker", "reset", "--cluster", CLUSTER, "--no-reevaluate", "--yes")
     assert "already closed" in again.out
 
 
 def test_reset_without_a_terminal_needs_yes(cli: Cli, tripped: None, aws: Aws) -> None:
-    result = cli("breaker", "reset", "--cluster", CLUSTER)
+    result = cli("breaker", "reset", "--cluster", CLUSTER, "--no-reevaluate")
     assert result.code == 2
     assert "pass --yes" in result.err
     assert aws.ledger.read_admission_state(CLUSTER).breaker.open
@@ -99,7 +99,7 @@ def test_reset_answered_no_changes_nothing(
             return True
 
     monkeypatch.setattr("sys.stdin", Terminal("n\n"))
-    result = cli("breaker", "reset", "--cluster", CLUSTER)
+    result = cli("breaker", "reset", "--cluster", CLUSTER, "--no-reevaluate")
     assert result.code == 1
     assert "cancelled" in result.err
     assert aws.ledger.read_admission_state(CLUSTER).breaker.open

@@ -13,27 +13,11 @@ import pytest
 from nodeheal.commands.inject import XID_REASONS, xid_message
 from nodeheal.policy.signals import xids_in_message
 from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node
-from tests.unit.cli.conftest import Result
+from tests.unit.cli.conftest import Result, kubeconfig
 
 Cli = Callable[..., Result]
 ROOT = Path(__file__).resolve().parents[3]
 NODE = "gpu-a"
-
-
-def kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "sim", "cluster": {"server": server}}],
-                "users": [{"name": "sre", "user": {"token": "sim-token"}}],
-                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sre"}}],
-                "current-context": "sim",
-            }
-        )
-    )
-    return path
 
 
 @pytest.fixture

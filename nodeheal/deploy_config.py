@@ -3,12 +3,19 @@
 Fails fast, naming the offending key, before any construct is created. The remediation part
 (mode, policy, budgets, drain, reboot) is :class:`nodeheal.config.RemediationSettings`, shared with
 the Lambdas; this module adds what only the deployment needs.
+
+It lives in the package, not beside the CDK code in ``stacks/``, because the CLI reads the same
+``cdk.json`` (``explain --config``, ``demo``, ``breaker reset --config``) and must accept exactly
+what ``cdk synth`` accepts: one parser, so no list of keys the CLI skips can go stale. Nothing here
+imports the CDK.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from nodeheal import timing
@@ -24,6 +31,8 @@ from nodeheal.rbac import DEFAULT_GROUP_PREFIX, groups_of
 from nodeheal.settings_reader import SettingsReader
 
 CONTEXT_KEY = "nodeheal"
+#: How a command that reads cdk.json itself names the object in its errors.
+FILE_CONTEXT_PATH = f"context.{CONTEXT_KEY}"
 
 _CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")  # EKS CreateCluster constraint
 _BUS_NAME = re.compile(r"^[/\.\-_A-Za-z0-9]{1,256}$")
@@ -118,28 +127,38 @@ class NodeHealConfig:
     exporter_service_account: str
     log_retention_days: int
 
+    @property
+    def state_machine_name(self) -> str:
+        """The remediation state machine's name, as the console lists it."""
+        return f"{self.stack_name}-remediation"
+
     @classmethod
-    def from_cdk_context(cls, context: Any) -> NodeHealConfig:
-        """Build from ``app.node.try_get_context("nodeheal")``; raises ConfigurationError."""
+    def from_cdk_context(cls, context: Any, where: str = CONTEXT_KEY) -> NodeHealConfig:
+        """Build from ``app.node.try_get_context("nodeheal")``; raises ConfigurationError.
+
+        ``where`` names the object in errors: ``nodeheal`` for the CDK app, ``context.nodeheal``
+        for a command that reads the file itself, so each error names the key as its reader sees it.
+        """
         if context is None:
             raise ConfigurationError(f"cdk.json has no {CONTEXT_KEY!r} context object")
-        reader = SettingsReader(context, CONTEXT_KEY)
+        reader = SettingsReader(context, where)
         clusters = reader.string_list("clusters", non_empty=True)
         for name in clusters:
             if not _CLUSTER_NAME.match(name):
-                raise ConfigurationError(f"{CONTEXT_KEY}.clusters has an invalid EKS cluster name {name!r}")
+                raise ConfigurationError(
+                    f"{reader.where('clusters')} has an invalid EKS cluster name {name!r}"
+                )
         if len(set(clusters)) != len(clusters):
-            raise ConfigurationError(f"{CONTEXT_KEY}.clusters lists a cluster twice")
+            raise ConfigurationError(f"{reader.where('clusters')} lists a cluster twice")
         bus = reader.child("eventBus")
         bus_name = bus.string("name", "nodeheal")
         if bus_name == "default" or not _BUS_NAME.match(bus_name):
             raise ConfigurationError(
-                f"{CONTEXT_KEY}.eventBus.name must be a custom bus name (letters, digits, . - _ /), "
-                f"got {bus_name!r}"
+                f"{bus.where('name')} must be a custom bus name (letters, digits, . - _ /), got {bus_name!r}"
             )
         source = bus.string("source", DEFAULT_SOURCE)
         if source.startswith("aws."):
-            raise ConfigurationError(f"{CONTEXT_KEY}.eventBus.source must not start with 'aws.'")
+            raise ConfigurationError(f"{bus.where('source')} must not start with 'aws.'")
         archive_days = bus.integer("archiveRetentionDays", 14, minimum=0, maximum=3650)
         bus.finish()
         rule = RuleSettings.read(reader.child("rule"))
@@ -152,14 +171,10 @@ class NodeHealConfig:
         emails = notifications.string_list("emails", ())
         for email in emails:
             if not _EMAIL.match(email):
-                raise ConfigurationError(
-                    f"{CONTEXT_KEY}.notifications.emails has an invalid address {email!r}"
-                )
+                raise ConfigurationError(f"{notifications.where('emails')} has an invalid address {email!r}")
         slack_raw = notifications.mapping("slack", {})
         slack = (
-            SlackChannel.read(SettingsReader(slack_raw, f"{CONTEXT_KEY}.notifications.slack"))
-            if slack_raw
-            else None
+            SlackChannel.read(SettingsReader(slack_raw, notifications.where("slack"))) if slack_raw else None
         )
         notifications.finish()
         observability = reader.child("observability")
@@ -167,7 +182,7 @@ class NodeHealConfig:
         observability.finish()
         network_raw = reader.mapping("lambdaNetwork", {})
         network = (
-            LambdaNetwork.read(SettingsReader(network_raw, f"{CONTEXT_KEY}.lambdaNetwork"))
+            LambdaNetwork.read(SettingsReader(network_raw, reader.where("lambdaNetwork")))
             if network_raw
             else None
         )
@@ -208,6 +223,30 @@ class NodeHealConfig:
         )
 
 
+def read_cdk_json(path: str | Path) -> dict[str, Any]:
+    """The ``context.nodeheal`` object of a cdk.json file, unparsed; ConfigurationError if absent."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{path} is not UTF-8 text") from None
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"{path} is not valid JSON: {exc}") from None
+    context = document.get("context") if isinstance(document, dict) else None
+    nodeheal = context.get(CONTEXT_KEY) if isinstance(context, dict) else None
+    if not isinstance(nodeheal, dict):
+        raise ConfigurationError(f"{path} has no {FILE_CONTEXT_PATH} object")
+    return nodeheal
+
+
+def load_cdk_json(path: str | Path) -> NodeHealConfig:
+    """The deployment configuration of a cdk.json, validated exactly as ``cdk synth`` validates it."""
+    return NodeHealConfig.from_cdk_context(read_cdk_json(path), FILE_CONTEXT_PATH)
+
+
 def _check_workflow_timeout(timeout_minutes: int, remediation: RemediationSettings, where: str) -> None:
     """Refuse a workflow timeout that could stop a healthy execution before it releases its lock."""
     execution = timing.execution_worst_case(remediation)
@@ -226,7 +265,8 @@ def _check_workflow_timeout(timeout_minutes: int, remediation: RemediationSettin
 def _group_prefix(reader: SettingsReader) -> str:
     if "kubernetesGroup" in reader.key_names():
         raise ConfigurationError(
-            f"{CONTEXT_KEY}.kubernetesGroup was replaced by {CONTEXT_KEY}.kubernetesGroupPrefix: every "
+            f"{reader.where('kubernetesGroup')} was replaced by "
+            f"{reader.where('kubernetesGroupPrefix')}: every "
             "function now has its own group and ClusterRole, <prefix>-<function> (for example "
             f'"{DEFAULT_GROUP_PREFIX}-drain"). Set kubernetesGroupPrefix (default "{DEFAULT_GROUP_PREFIX}"), '
             "apply deploy/rbac/remediator.yaml rendered for it (make rbac), then delete the old "
@@ -235,7 +275,7 @@ def _group_prefix(reader: SettingsReader) -> str:
     prefix = reader.string("kubernetesGroupPrefix", DEFAULT_GROUP_PREFIX)
     if not _GROUP_PREFIX.match(prefix):
         raise ConfigurationError(
-            f"{CONTEXT_KEY}.kubernetesGroupPrefix must be 1-40 lowercase letters, digits or '-', "
+            f"{reader.where('kubernetesGroupPrefix')} must be 1-40 lowercase letters, digits or '-', "
             f"starting and ending with a letter or digit (it names ClusterRoles and groups "
             f"<prefix>-<function>), got {prefix!r}"
         )
