@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nodeheal.sim.apiserver import messages
+
 JSON = dict[str, Any]
 
 
@@ -86,13 +88,13 @@ def conflict(resource: str, group: str, name: str, why: str) -> ApiError:
         status_body(
             409,
             "Conflict",
-            f'Operation cannot be fulfilled on {qualified(resource, group)} "{name}": {why}',
+            messages.CONFLICT.format(resource=qualified(resource, group), name=name, reason=why),
             _details(resource, group, name),
         )
     )
 
 
-STALE_OBJECT = "the object has been modified; please apply your changes to the latest version and try again"
+STALE_OBJECT = messages.OBJECT_MODIFIED
 
 
 def bad_request(message: str) -> ApiError:
