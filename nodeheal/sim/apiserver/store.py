@@ -8,6 +8,7 @@ kubelet, node-problem-detector and reboots.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +29,10 @@ from nodeheal.sim.apiserver.status import (
 JSON = dict[str, Any]
 
 __all__ = ["ClusterStore", "ResourceExpiredError", "WatchEvent"]
+
+
+def _epoch(stamp: str) -> int:
+    return int(datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
 
 
 def _condition_setter(type: str, status: str, reason: str, message: str, now: str) -> Callable[[JSON], None]:
@@ -149,11 +154,20 @@ class ClusterStore(ObjectStore):
         return self.mutate_many("nodes", [(name, setter) for name in names])
 
     def heartbeat(self, name: str) -> JSON:
-        """A kubelet status heartbeat: only lastHeartbeatTime (and the resourceVersion) moves."""
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        """A kubelet status heartbeat: only lastHeartbeatTime (and the resourceVersion) moves.
+
+        lastHeartbeatTime is a metav1.Time, kept to the second; a kubelet's heartbeats are
+        seconds apart (nodeStatusUpdateFrequency, 10 s by default), so each one here is stamped
+        at least a second after the last, or it would write nothing."""
 
         def change(node: JSON) -> None:
-            for cond in node.get("status", {}).get("conditions", []):
+            conditions = node.get("status", {}).get("conditions", [])
+            latest = max(
+                (_epoch(c["lastHeartbeatTime"]) for c in conditions if c.get("lastHeartbeatTime")),
+                default=0,
+            )
+            stamp = rfc3339(datetime.fromtimestamp(max(int(time.time()), latest + 1), UTC))
+            for cond in conditions:
                 cond["lastHeartbeatTime"] = stamp
 
         return self.mutate("nodes", name, change)
