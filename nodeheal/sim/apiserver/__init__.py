@@ -7,8 +7,8 @@ keeps of a body what the Go structs of k8s.io/api keep and writes objects back a
 headers in `warning`), the three patch types (`patch`), selectors, validation (`validation`,
 `fielderrors`), PodDisruptionBudget arithmetic (`pdb`), watch streams (`watch`), authentication
 and RBAC (`authorizer`), injected request faults (`faults`) and the HTTP front (`server`). The
-server strings tests assert on live in `messages`. Every behaviour is meant to be the real server's; `docs/fake-apiserver.md` holds
-the conformance table with the source of each.
+server strings tests assert on live in `messages`. Every behaviour is meant to be the real
+server's; `docs/fake-apiserver.md` holds the conformance table with the source of each.
 """
 
 from __future__ import annotations

@@ -278,7 +278,10 @@ class ObjectStore:
         return self._present(rtype, new)
 
     def add(self, *objs: JSON) -> list[JSON]:
-        """Insert complete objects as-is (status included), inferring the resource from `kind`."""
+        """Insert complete objects as-is (status included), inferring the resource from `kind`.
+
+        Each is decoded and validated as a create would be, so a fixture the real server would
+        refuse fails here, where it is written, not at the first update of the object."""
         out: list[JSON] = []
         for obj in objs:
             rtype = BY_KIND[obj["kind"]]
@@ -293,6 +296,9 @@ class ObjectStore:
                 if rtype is PDBS:
                     meta.setdefault("generation", 1)
                 new = codec.canonical(rtype.schema, new)
+                # As its kubelet or controller created it: an object the real server would have
+                # refused cannot be in the store (it would only fail later, on its first update).
+                validation.validate_create(rtype, new)
                 self._bump(new)
                 self._objects[rtype.plural][key] = new
                 self._record(rtype, "ADDED", new, None)
