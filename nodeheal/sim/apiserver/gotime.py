@@ -26,26 +26,10 @@ RFC3339_MICRO = messages.RFC3339_MICRO_LAYOUT
 _ZERO_UNIX = -62135596800
 
 # The chunks of each layout, as time.nextStdChunk splits them: (literal prefix, std element).
+_DATE_AND_CLOCK = (("", "2006"), ("-", "01"), ("-", "02"), ("T", "15"), (":", "04"), (":", "05"))
 _CHUNKS: dict[str, tuple[tuple[str, str], ...]] = {
-    RFC3339: (
-        ("", "2006"),
-        ("-", "01"),
-        ("-", "02"),
-        ("T", "15"),
-        (":", "04"),
-        (":", "05"),
-        ("", "Z07:00"),
-    ),
-    RFC3339_MICRO: (
-        ("", "2006"),
-        ("-", "01"),
-        ("-", "02"),
-        ("T", "15"),
-        (":", "04"),
-        (":", "05"),
-        ("", ".000000"),
-        ("", "Z07:00"),
-    ),
+    RFC3339: (*_DATE_AND_CLOCK, ("", "Z07:00")),
+    RFC3339_MICRO: (*_DATE_AND_CLOCK, ("", ".000000"), ("", "Z07:00")),
 }
 
 
