@@ -6,6 +6,12 @@ server refuse (409) if anything changed the node since the read — Karpenter ad
 taint, the node lifecycle controller adding ``node.kubernetes.io/unreachable`` — instead of NodeHeal
 silently dropping that taint. On a conflict the node is read again and the change recomputed.
 
+The resourceVersion is also what keeps a patch off a replacement: a new Node with the old name has
+a resourceVersion of its own, so the patch meets a 409 and the re-read finds the new uid. A uid in
+the patch would prove nothing more: the API server does not treat it as a precondition but as a
+change of an immutable field, checked only after the resourceVersion (store.go ``Update``, then
+``ValidateObjectMetaUpdate``), so the patches carry none.
+
 What NodeHeal writes is always recognisable as its own: the ``nodeheal.io/unhealthy`` taint and the
 ``nodeheal.io/*`` annotations. ``spec.unschedulable`` is shared with people (``kubectl cordon``) and
 other controllers, so NodeHeal records whether it flipped the flag itself
@@ -190,11 +196,7 @@ class NodeOperations(ApiOperations):
             if not has_taint:
                 taints.append({"key": UNHEALTHY_TAINT_KEY, "effect": UNHEALTHY_TAINT_EFFECT})
             patch = {
-                "metadata": {
-                    "uid": node.uid,
-                    "resourceVersion": node.resource_version,
-                    "annotations": new_annotations,
-                },
+                "metadata": {"resourceVersion": node.resource_version, "annotations": new_annotations},
                 "spec": {"unschedulable": True, "taints": taints},
             }
             status, body = self._patch(name, patch, action)
@@ -242,7 +244,6 @@ class NodeOperations(ApiOperations):
                 spec["unschedulable"] = False
             patch: dict[str, Any] = {
                 "metadata": {
-                    "uid": node.uid,
                     "resourceVersion": node.resource_version,
                     "annotations": dict.fromkeys(ours_present),
                 }

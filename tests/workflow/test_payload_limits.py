@@ -50,7 +50,10 @@ def add_maximal_node(pipeline: Pipeline) -> None:
     names that a PodDisruptionBudget keeps from being evicted (so the drain results fill up)."""
     instance = pipeline.aws.run_instance(cluster=CLUSTER)
     pipeline.instances[LONG_NODE] = instance
-    pipeline.store.add(make_node(LONG_NODE, instance_id=instance, cluster=CLUSTER, extra_labels=LONG_LABELS))
+    # The hostname label is a label value (at most 63 characters), so it cannot be the 253-character
+    # name; a kubelet's hostname never is one either (Linux caps it at 64).
+    labels = {**LONG_LABELS, "kubernetes.io/hostname": LONG_NODE[:63]}
+    pipeline.store.add(make_node(LONG_NODE, instance_id=instance, cluster=CLUSTER, extra_labels=labels))
     namespace = "t" * 63
     for index in range(12):
         pipeline.store.add(

@@ -49,3 +49,159 @@ EVICTION_RETRY_AFTER_SECONDS = 10
 DISRUPTION_TARGET = "DisruptionTarget"
 DISRUPTION_TARGET_REASON = "EvictionByEvictionAPI"
 DISRUPTION_TARGET_MESSAGE = "Eviction API: evicting"
+
+# ---- request bodies: decoding, unknown fields, warnings --------------------------------------
+
+# The Warning header the apiserver's recorder writes, with the text quoted by makeQuotedString:
+# https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/util/net/http.go (NewWarningHeader)
+WARNING_HEADER = "299 - {quoted_text}"
+
+# sigs.k8s.io/json strict errors, reported by fieldValidation=Warn as warnings:
+# https://github.com/kubernetes-sigs/json/blob/main/internal/golang/encoding/json/kubernetes_patch.go
+UNKNOWN_FIELD = 'unknown field "{path}"'
+DUPLICATE_FIELD = 'duplicate field "{path}"'
+
+# runtime.NewStrictDecodingError(...).Error():
+# https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/runtime/error.go
+STRICT_DECODING_ERROR = "strict decoding error: {errors}"
+
+# A body the decoder rejects (400), transformDecodeError:
+# https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/endpoints/handlers/rest.go
+DECODE_FAILED = '{kind} in version "{version}" cannot be handled as a {kind}: {error}'
+
+# encoding/json's UnmarshalTypeError.Error() (Go's src/encoding/json/decode.go), the decoder the
+# serializer wraps:
+JSON_TYPE_ERROR = "json: cannot unmarshal {value} into Go struct field {struct}.{field} of type {type}"
+JSON_TYPE_ERROR_NO_FIELD = "json: cannot unmarshal {value} into Go value of type {type}"
+
+# time.ParseError.Error() (Go's src/time/format.go), what metav1.Time and metav1.MicroTime return
+# from UnmarshalJSON: https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/apis/meta/v1/micro_time.go
+TIME_CANNOT_PARSE = "parsing time {value} as {layout}: cannot parse {rest} as {element}"
+TIME_OUT_OF_RANGE = "parsing time {value}: {what} out of range"
+TIME_EXTRA_TEXT = "parsing time {value}: extra text: {extra}"
+TIME_DAY_OUT_OF_RANGE = "parsing time {value}: day out of range"
+# metav1.RFC3339Micro, the layout of a MicroTime (Lease spec.renewTime, spec.acquireTime):
+RFC3339_MICRO_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
+
+# resource.Quantity parse errors:
+# https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/api/resource/quantity.go
+QUANTITY_FORMAT = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+QUANTITY_SUFFIX = "unable to parse quantity's suffix"
+
+# A fatal decode error of a patched object is a 422 on the field "patch", jsonPatcher and
+# applyPatchToObject: https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/endpoints/handlers/patch.go
+PATCH_FIELD = "patch"
+
+# ---- field errors (k8s.io/apimachinery/pkg/util/validation/field) ----------------------------
+
+# errors.NewInvalid's message, with one cause or several distinct ones in brackets:
+# https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/api/errors/errors.go (NewInvalid)
+# and pkg/util/errors/errors.go (aggregate.Error)
+INVALID = "{kind} {quoted_name} is invalid: {causes}"
+
+# ErrorType.String(): https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/util/validation/field/errors.go
+FIELD_VALUE_INVALID = "Invalid value"
+FIELD_VALUE_REQUIRED = "Required value"
+FIELD_VALUE_DUPLICATE = "Duplicate value"
+FIELD_VALUE_NOT_SUPPORTED = "Unsupported value"
+FIELD_VALUE_FORBIDDEN = "Forbidden"
+FIELD_VALUE_TOO_LONG = "Too long"
+TOO_LONG_DETAIL = "may not be more than {max} bytes"
+NOT_SUPPORTED_DETAIL = "supported values: {values}"
+
+# ---- object metadata -------------------------------------------------------------------------
+
+# https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/api/validation/objectmeta.go
+FIELD_IMMUTABLE = "field is immutable"
+NAME_REQUIRED = "name or generateName is required"
+NAMESPACE_NOT_ALLOWED = "not allowed on this type"
+# https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/api/validation/generic.go
+IS_NEGATIVE = "must be greater than or equal to 0"
+
+# The resourceVersion a conditional-only kind (a Lease) must carry on update, Store.Update:
+# https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/generic/registry/store.go
+RESOURCE_VERSION_REQUIRED = "must be specified for an update"
+
+# Names, label keys and values:
+# https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/util/validation/validation.go
+QUALIFIED_NAME_PART = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+    "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+QUALIFIED_NAME_WHOLE = (
+    "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used "
+    "for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain "
+    "prefix and '/' (e.g. 'example.com/MyName')"
+)
+NAME_PART_EMPTY = "name part must be non-empty"
+NAME_PART_TOO_LONG = "name part must be no more than 63 characters"
+PREFIX_PART_EMPTY = "prefix part must be non-empty"
+PREFIX_PART = "prefix part {message}"
+MAX_LENGTH = "must be no more than {max} characters"
+DNS1123_SUBDOMAIN = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+DNS1123_LABEL = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+    "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+DNS1123_LABEL_DOTS = "must not contain dots"
+LABEL_VALUE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+    "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+
+# ---- taints ----------------------------------------------------------------------------------
+
+# validateNodeTaints and validateTaintEffect:
+# https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/core/validation/validation.go
+TAINT_DUPLICATE = "taints must be unique by key and effect pair"
+
+# ---- request options -------------------------------------------------------------------------
+
+# ValidateFieldValidation: https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/apis/meta/v1/validation/validation.go
+FIELD_VALIDATION_VALUES = ("", "Ignore", "Strict", "Warn")
+
+# ---- kind-specific validation ----------------------------------------------------------------
+
+# path.ValidatePathSegmentName, the name check of the generic object-meta validation:
+# https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/api/validation/path/name.go
+PATH_SEGMENT_MAY_NOT_BE = "may not be '{value}'"
+PATH_SEGMENT_MAY_NOT_CONTAIN = "may not contain '{value}'"
+# ValidateObjectMetaAccessorUpdate: https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/api/validation/objectmeta.go
+GENERATION_DECREMENTED = "must not be decremented"
+
+# ValidateLeaseSpec: https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/coordination/validation/validation.go
+LEASE_DURATION_POSITIVE = "must be greater than 0"
+LEASE_PREFERRED_HOLDER = "may only be specified if `strategy` is defined"
+
+# ValidatePodDisruptionBudgetSpec: https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/policy/validation/validation.go
+PDB_BOTH_SET = "minAvailable and maxUnavailable cannot be both set"
+
+# ValidatePodUpdate (the real message goes on with a diff of the two specs):
+# https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/core/validation/validation.go
+POD_SPEC_IMMUTABLE = (
+    "pod updates may not change fields other than `spec.containers[*].image`, "
+    "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` "
+    "(only additions to existing tolerations), `spec.terminationGracePeriodSeconds` "
+    "(allow it to be set to 1 if it was previously negative)"
+)
+
+# The value Store.Update shows for a missing resourceVersion: the parsed uint64 0 printed with %#v
+# (https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/generic/registry/store.go).
+UNSET_RESOURCE_VERSION = "0x0"
+
+# A 409 Conflict, errors.NewConflict, and the optimistic-lock reason Store.Update gives it
+# (OptimisticLockErrorMsg): https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/api/errors/errors.go
+# and https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/generic/registry/store.go
+OBJECT_MODIFIED = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)

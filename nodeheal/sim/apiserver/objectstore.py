@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import heapq
 import itertools
+import json
 import random
 import string
 import threading
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from nodeheal.sim.apiserver import messages, validation
+from nodeheal.sim.apiserver import codec, messages, validation
+from nodeheal.sim.apiserver.fielderrors import go_quote, invalid, invalid_error
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
 from nodeheal.sim.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
 from nodeheal.sim.apiserver.resources import BY_KIND, NODES, PDBS, PODS, RESOURCES, ResourceType
@@ -36,6 +38,7 @@ from nodeheal.sim.apiserver.status import (
     success_status,
     unsupported_media_type,
 )
+from nodeheal.sim.apiserver.warning import WarningRecorder
 
 JSON = dict[str, Any]
 Key = tuple[str, str]
@@ -241,32 +244,42 @@ class ObjectStore:
         if not meta.get("name") and meta.get("generateName"):
             suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
             meta["name"] = f"{meta['generateName']}{suffix}"
-        new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
-        validation.validate(rtype, new)
         with self._lock:
             key = self._key(rtype, meta.get("namespace"), meta["name"])
             if key in self._objects[resource]:
                 raise already_exists(resource, rtype.group, meta["name"])
-            for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
-                meta.pop(field, None)
-            meta["uid"] = new_uid()
-            meta["creationTimestamp"] = rfc3339()
-            if rtype is PDBS:
-                meta["generation"] = 1
-                new.pop("status", None)
-            if rtype is PODS:
-                # The registry discards a client-supplied pod status; the kubelet owns it.
-                qos = (new.get("status") or {}).get("qosClass", "BestEffort")
-                new["status"] = {"phase": "Pending", "qosClass": qos}
-            if dry_run:
-                return self._present(rtype, new)
-            self._bump(new)
-            self._objects[resource][key] = new
-            self._record(rtype, "ADDED", new, None)
+            return self._create_locked(rtype, key, new, dry_run=dry_run)
+
+    def _create_locked(self, rtype: ResourceType, key: Key, new: JSON, *, dry_run: bool) -> JSON:
+        """rest.BeforeCreate and the write: system fields, the strategy's PrepareForCreate,
+        validation, then the object as storage gives it back."""
+        meta = new["metadata"]
+        new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
+        for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(field, None)
+        meta["uid"] = new_uid()
+        meta["creationTimestamp"] = rfc3339()
+        if rtype is PDBS:
+            meta["generation"] = 1
+            new.pop("status", None)
+        if rtype is PODS:
+            # The registry discards a client-supplied pod status; the kubelet owns it.
+            qos = (new.get("status") or {}).get("qosClass", "BestEffort")
+            new["status"] = {"phase": "Pending", "qosClass": qos}
+        new = codec.canonical(rtype.schema, new)
+        validation.validate_create(rtype, new)
+        if dry_run:
             return self._present(rtype, new)
+        self._bump(new)
+        self._objects[rtype.plural][key] = new
+        self._record(rtype, "ADDED", new, None)
+        return self._present(rtype, new)
 
     def add(self, *objs: JSON) -> list[JSON]:
-        """Insert complete objects as-is (status included), inferring the resource from `kind`."""
+        """Insert complete objects as-is (status included), inferring the resource from `kind`.
+
+        Each is decoded and validated as a create would be, so a fixture the real server would
+        refuse fails here, where it is written, not at the first update of the object."""
         out: list[JSON] = []
         for obj in objs:
             rtype = BY_KIND[obj["kind"]]
@@ -280,13 +293,19 @@ class ObjectStore:
                 meta.setdefault("creationTimestamp", rfc3339())
                 if rtype is PDBS:
                     meta.setdefault("generation", 1)
+                new = codec.canonical(rtype.schema, new)
+                # As its kubelet or controller created it: an object the real server would have
+                # refused cannot be in the store (it would only fail later, on its first update).
+                validation.validate_create(rtype, new)
                 self._bump(new)
                 self._objects[rtype.plural][key] = new
                 self._record(rtype, "ADDED", new, None)
                 out.append(self._present(rtype, new))
         return out
 
-    def _prepare_update(self, rtype: ResourceType, old: JSON, new: JSON, subresource: str | None) -> JSON:
+    @staticmethod
+    def _check_name(rtype: ResourceType, old: JSON, new: JSON) -> JSON:
+        """The handler's checkName: the body must name the object of the URL (400)."""
         meta = new.get("metadata")
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
@@ -300,32 +319,56 @@ class ObjectStore:
             raise bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
-        if meta.get("uid") and meta["uid"] != old_meta["uid"]:
-            raise conflict(
-                rtype.plural,
-                rtype.group,
-                old_meta["name"],
-                f"Precondition failed: UID in precondition: {meta['uid']}, "
-                f"UID in object meta: {old_meta['uid']}",
-            )
-        if meta.get("resourceVersion") and meta["resourceVersion"] != old_meta["resourceVersion"]:
+        return meta
+
+    @staticmethod
+    def _check_resource_version(rtype: ResourceType, old: JSON, new: JSON) -> None:
+        """Store.Update's optimistic lock, before any validation: no resourceVersion is an
+        unconditional update where the strategy allows one and 422 where it does not (Leases); a
+        different one is 409 Conflict
+        (https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/generic/registry/store.go)."""
+        meta, old_meta = new["metadata"], old["metadata"]
+        if not meta.get("resourceVersion"):
+            if not rtype.allow_unconditional_update:
+                # The kind of this error is the resource, as the store writes it (#18526).
+                raise invalid_error(
+                    rtype.plural,
+                    rtype.group,
+                    old_meta["name"],
+                    [
+                        invalid(
+                            "metadata.resourceVersion",
+                            messages.UNSET_RESOURCE_VERSION,
+                            messages.RESOURCE_VERSION_REQUIRED,
+                        )
+                    ],
+                )
+            meta["resourceVersion"] = old_meta["resourceVersion"]
+        elif meta["resourceVersion"] != old_meta["resourceVersion"]:
             raise conflict(rtype.plural, rtype.group, old_meta["name"], STALE_OBJECT)
-        for field in (
-            "name",
-            "namespace",
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "generation",
-            "resourceVersion",
-        ):
-            if field in old_meta:
-                meta[field] = old_meta[field]
-            else:
-                meta.pop(field, None)
+
+    def _before_update(self, rtype: ResourceType, old: JSON, new: JSON, subresource: str | None) -> JSON:
+        """rest.BeforeUpdate: what the client may not change is restored or refused (422)."""
+        meta, old_meta = new["metadata"], old["metadata"]
         new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
+        # Generation is the server's; a uid, if sent, must be the object's (validated below).
+        if "generation" in old_meta:
+            meta["generation"] = old_meta["generation"]
+        else:
+            meta.pop("generation", None)
+        if not meta.get("uid"):
+            meta["uid"] = old_meta["uid"]
+        meta["creationTimestamp"] = old_meta.get("creationTimestamp")
+        if old_meta.get("deletionTimestamp"):
+            meta["deletionTimestamp"] = old_meta["deletionTimestamp"]
+        if (
+            old_meta.get("deletionGracePeriodSeconds") is not None
+            and meta.get("deletionGracePeriodSeconds") is None
+        ):
+            meta["deletionGracePeriodSeconds"] = old_meta["deletionGracePeriodSeconds"]
         if rtype.has_status:
+            # The strategies' PrepareForUpdate: the main resource keeps the old status, the
+            # status subresource the old spec.
             if subresource == "status":
                 new["spec"] = copy.deepcopy(old.get("spec"))
                 if rtype is PODS:
@@ -334,20 +377,18 @@ class ObjectStore:
                         meta["ownerReferences"] = copy.deepcopy(old_meta["ownerReferences"])
                     else:
                         meta.pop("ownerReferences", None)
-            elif "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
             else:
-                new.pop("status", None)
-        if new.get("spec") is None and "spec" not in old:
-            new.pop("spec", None)
-        validation.validate(rtype, new)
-        if rtype is PODS and subresource is None:
-            validation.validate_pod_update(old, new)
+                new["status"] = copy.deepcopy(old.get("status"))
+        new = codec.canonical(rtype.schema, new)
+        validation.validate_update(rtype, new, old, subresource)
         if rtype is PDBS and new.get("spec") != old.get("spec"):
-            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+            new["metadata"]["generation"] = int(old_meta.get("generation", 1)) + 1
         return new
 
     def _commit_update(self, rtype: ResourceType, key: Key, old: JSON, new: JSON) -> JSON:
+        # What storage keeps decides whether anything changed: an update that encodes to the
+        # stored bytes writes nothing and keeps the resourceVersion (etcd3 GuaranteedUpdate).
+        new = codec.canonical(rtype.schema, new)
         if new == old:
             return old
         meta = new["metadata"]
@@ -372,16 +413,39 @@ class ObjectStore:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
-    ) -> JSON:
+    ) -> tuple[JSON, bool]:
+        """PUT: the object, and whether this PUT created it (201)."""
         rtype = self._rtype(resource)
         try:
             with self._lock:
-                old = self._stored(rtype, name, namespace)
-                new = self._prepare_update(rtype, old, copy.deepcopy(obj), subresource)
+                new = copy.deepcopy(obj)
+                key = self._key(rtype, namespace, name)
+                old = self._objects[rtype.plural].get(key)
+                meta = new.get("metadata")
+                uid = meta.get("uid") if isinstance(meta, dict) else None
+                if uid and uid != (old or {}).get("metadata", {}).get("uid", ""):
+                    # The uid of a PUT body is a precondition on the stored object
+                    # (rest.DefaultUpdatedObjectInfo.Preconditions), checked before anything else.
+                    raise conflict(
+                        rtype.plural,
+                        rtype.group,
+                        name,
+                        f"Precondition failed: UID in precondition: {uid}, "
+                        f"UID in object meta: {(old or {}).get('metadata', {}).get('uid', '')}",
+                    )
+                if old is None:
+                    if not rtype.allow_create_on_update or subresource is not None:
+                        raise not_found(rtype.plural, rtype.group, name)
+                    # AllowCreateOnUpdate (Leases): the PUT creates the object.
+                    self._check_name(rtype, {"metadata": {"name": name, "namespace": namespace or ""}}, new)
+                    new["metadata"].update({"name": name, **({"namespace": namespace} if namespace else {})})
+                    return self._create_locked(rtype, key, new, dry_run=dry_run), True
+                self._check_name(rtype, old, new)
+                self._check_resource_version(rtype, old, new)
+                new = self._before_update(rtype, old, new, subresource)
                 if dry_run:
-                    return self._present(rtype, new)
-                result = self._commit_update(rtype, self._key(rtype, namespace, name), old, new)
-                return self._present(rtype, result)
+                    return self._present(rtype, new), False
+                return self._present(rtype, self._commit_update(rtype, key, old, new)), False
         finally:
             self._run_hooks()
 
@@ -395,7 +459,13 @@ class ObjectStore:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str = "Warn",
+        warnings: WarningRecorder | None = None,
     ) -> JSON:
+        """PATCH, in the real order: the patch applies to the stored object, the result is decoded
+        (unknown fields dropped, with warnings), then the resourceVersion is checked (409) and
+        only then the update validated (422). A ``metadata.uid`` in a patch is no precondition:
+        it is a change of an immutable field (422), unless the resourceVersion already failed."""
         rtype = self._rtype(resource)
         try:
             with self._lock:
@@ -411,7 +481,10 @@ class ObjectStore:
                     patched = json_patch(current, body)
                 else:
                     raise unsupported_media_type(content_type, list(PATCH_TYPES))
-                new = self._prepare_update(rtype, old, patched, subresource)
+                new = _decode_patched(rtype, content_type, body, patched, field_validation, warnings)
+                self._check_name(rtype, old, new)
+                self._check_resource_version(rtype, old, new)
+                new = self._before_update(rtype, old, new, subresource)
                 if dry_run:
                     return self._present(rtype, new)
                 result = self._commit_update(rtype, self._key(rtype, namespace, name), old, new)
@@ -570,6 +643,7 @@ class ObjectStore:
                 return stored
         meta["deletionTimestamp"] = rfc3339(now + timedelta(seconds=grace))
         meta["deletionGracePeriodSeconds"] = grace
+        new = codec.canonical(rtype.schema, new)
         self._bump(new)
         self._objects[rtype.plural][key] = new
         self._record(rtype, "MODIFIED", new, copy.deepcopy(stored))
@@ -613,6 +687,7 @@ class ObjectStore:
                     new = copy.deepcopy(pod)
                     new["metadata"]["deletionGracePeriodSeconds"] = 0
                     if new["metadata"].get("finalizers"):
+                        new = codec.canonical(PODS.schema, new)
                         self._bump(new)
                         self._objects["pods"][(ns, name)] = new
                         self._record(PODS, "MODIFIED", new, copy.deepcopy(pod))
@@ -670,3 +745,45 @@ class ObjectStore:
         with self._lock:
             pod = self._stored(PODS, name, namespace)
             self._stop_seconds[pod["metadata"]["uid"]] = seconds
+
+
+def _go_map_text(value: Any) -> str:
+    """``fmt.Sprintf("%+v", patchMap)`` of a decoded JSON patch, as the strategic-merge error shows it."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{_go_map_text(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(_go_map_text(v) for v in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _decode_patched(
+    rtype: ResourceType,
+    content_type: str,
+    patch: Any,
+    patched: JSON,
+    field_validation: str,
+    warnings: WarningRecorder | None,
+) -> JSON:
+    """Decode the patched object as jsonPatcher / applyPatchToObject do: a decoding error is a 422
+    on the field ``patch`` (its value the patched object, or for a strategic merge patch the
+    patch); unknown fields are warnings (Warn), a 422 (Strict) or nothing (Ignore)
+    (https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/endpoints/handlers/patch.go)."""
+    if content_type == "application/strategic-merge-patch+json":
+        shown = go_quote(_go_map_text(patch))
+    else:
+        shown = go_quote(json.dumps(patched, separators=(",", ":")))
+    try:
+        decoded = codec.decode(rtype.schema, patched)
+    except codec.DecodeError as exc:
+        raise invalid_error("", "", "", [invalid(messages.PATCH_FIELD, shown, str(exc))]) from None
+    if decoded.strict_errors and field_validation == "Strict":
+        detail = codec.strict_error_text(decoded.strict_errors)
+        raise invalid_error("", "", "", [invalid(messages.PATCH_FIELD, shown, detail)])
+    if field_validation == "Warn" and warnings is not None:
+        for text in decoded.strict_errors:
+            warnings.add(text)
+    return decoded.object

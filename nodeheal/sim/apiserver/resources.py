@@ -13,8 +13,15 @@ class ResourceType:
     version: str
     namespaced: bool
     has_status: bool
+    # The Go struct of the kind in the schema table (codec decodes and writes objects with it).
+    schema: str = ""
     # Registries with ReturnDeletedObject answer DELETE with the object instead of a Status.
     returns_deleted_object: bool = False
+    # The registry strategy's AllowCreateOnUpdate: a PUT to a missing object creates it.
+    allow_create_on_update: bool = False
+    # AllowUnconditionalUpdate: a PUT without metadata.resourceVersion overwrites the current
+    # object instead of being refused (422).
+    allow_unconditional_update: bool = True
 
     @property
     def api_version(self) -> str:
@@ -25,12 +32,32 @@ class ResourceType:
         return f"{self.kind}List"
 
 
-NODES = ResourceType("nodes", "Node", "", "v1", namespaced=False, has_status=True)
-PODS = ResourceType("pods", "Pod", "", "v1", namespaced=True, has_status=True, returns_deleted_object=True)
-EVENTS = ResourceType("events", "Event", "", "v1", namespaced=True, has_status=False)
-LEASES = ResourceType("leases", "Lease", "coordination.k8s.io", "v1", namespaced=True, has_status=False)
+NODES = ResourceType("nodes", "Node", "", "v1", namespaced=False, has_status=True, schema="core.Node")
+PODS = ResourceType(
+    "pods", "Pod", "", "v1", namespaced=True, has_status=True, schema="core.Pod", returns_deleted_object=True
+)
+EVENTS = ResourceType("events", "Event", "", "v1", namespaced=True, has_status=False, schema="core.Event")
+# leaseStrategy: AllowCreateOnUpdate true, AllowUnconditionalUpdate false
+# (https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/registry/coordination/lease/strategy.go).
+LEASES = ResourceType(
+    "leases",
+    "Lease",
+    "coordination.k8s.io",
+    "v1",
+    namespaced=True,
+    has_status=False,
+    schema="coordination.Lease",
+    allow_create_on_update=True,
+    allow_unconditional_update=False,
+)
 PDBS = ResourceType(
-    "poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", namespaced=True, has_status=True
+    "poddisruptionbudgets",
+    "PodDisruptionBudget",
+    "policy",
+    "v1",
+    namespaced=True,
+    has_status=True,
+    schema="policy.PodDisruptionBudget",
 )
 
 RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (NODES, PODS, EVENTS, LEASES, PDBS)}

@@ -20,8 +20,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
+from nodeheal.sim.apiserver import codec, messages
 from nodeheal.sim.apiserver.authorizer import RbacAuthorizer, request_attributes
 from nodeheal.sim.apiserver.faults import FaultInjector
+from nodeheal.sim.apiserver.fielderrors import go_quote, invalid_error, not_supported
 from nodeheal.sim.apiserver.resources import RESOURCES, ResourceType
 from nodeheal.sim.apiserver.selectors import parse_field_selector, parse_label_selector
 from nodeheal.sim.apiserver.status import (
@@ -32,6 +34,7 @@ from nodeheal.sim.apiserver.status import (
     status_body,
 )
 from nodeheal.sim.apiserver.store import ClusterStore
+from nodeheal.sim.apiserver.warning import WarningRecorder
 from nodeheal.sim.apiserver.watch import WatchAbortedError, WatchRequest, run_watch
 
 JSON = dict[str, Any]
@@ -119,6 +122,8 @@ def _allowed(route: _Route) -> tuple[str, ...]:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    # Warnings of the request being answered (a handler serves one request at a time).
+    _warnings: WarningRecorder
 
     def log_message(self, format: str, *args: Any) -> None:
         # Access logs would drown test output; failures surface as responses instead.
@@ -165,7 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not raw:
             return None
         try:
-            return json.loads(raw)
+            return codec.load_json(raw)
         except ValueError as exc:
             raise bad_request(f"error decoding request body: {exc}") from exc
 
@@ -176,6 +181,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+        # The warning recorder writes its headers into whatever answer the request gets.
+        for warning in self._warnings.headers:
+            self.send_header("Warning", warning)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -186,6 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
 
     def _dispatch(self, method: str) -> None:
+        self._warnings = WarningRecorder()
         split = urlsplit(self.path)
         params = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
         route = _route(split.path)
@@ -243,7 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
         if route.name is None and method == "GET":
             self._list_or_watch(route, params)
         elif route.name is None:
-            body = self._object_body(raw, rtype)
+            body = self._object_body(raw, rtype, self._field_validation(params, "CreateOptions"))
             self._send_json(201, store.create(rtype.plural, body, route.namespace, dry_run=dry_run))
         elif route.sub == "eviction":
             eviction = self._json_body(raw)
@@ -255,14 +264,14 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "GET":
             self._send_json(200, store.get(rtype.plural, route.name, route.namespace))
         elif method == "PUT":
-            body = self._object_body(raw, rtype)
-            self._send_json(
-                200,
-                store.replace(
-                    rtype.plural, route.name, body, route.namespace, subresource=route.sub, dry_run=dry_run
-                ),
+            body = self._object_body(raw, rtype, self._field_validation(params, "UpdateOptions"))
+            obj, created = store.replace(
+                rtype.plural, route.name, body, route.namespace, subresource=route.sub, dry_run=dry_run
             )
+            # UpdateResource answers 201 when the PUT created the object (AllowCreateOnUpdate).
+            self._send_json(201 if created else 200, obj)
         elif method == "PATCH":
+            field_validation = self._field_validation(params, "PatchOptions")
             content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
             patch = self._json_body(raw)
             self._send_json(
@@ -275,12 +284,26 @@ class _Handler(BaseHTTPRequestHandler):
                     route.namespace,
                     subresource=route.sub,
                     dry_run=dry_run,
+                    field_validation=field_validation,
+                    warnings=self._warnings,
                 ),
             )
         else:
             self._delete(route, params, raw)
 
-    def _object_body(self, raw: bytes, rtype: ResourceType) -> JSON:
+    @staticmethod
+    def _field_validation(params: dict[str, str], options_kind: str) -> str:
+        """The fieldValidation directive, Warn by default; anything else than the three values is
+        refused as the options object's 422 (ValidateCreateOptions and its siblings)."""
+        directive = params.get("fieldValidation", "")
+        if directive not in messages.FIELD_VALIDATION_VALUES:
+            error = not_supported("fieldValidation", go_quote(directive), messages.FIELD_VALIDATION_VALUES)
+            raise invalid_error(options_kind, "meta.k8s.io", "", [error])
+        return directive or "Warn"
+
+    def _object_body(self, raw: bytes, rtype: ResourceType, field_validation: str) -> JSON:
+        """Decode a POST or PUT body as the handler does: what the Go struct cannot hold is a 400,
+        unknown fields are dropped with a warning (Warn), refused (Strict) or ignored."""
         body = self._json_body(raw)
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a JSON object")
@@ -288,7 +311,22 @@ class _Handler(BaseHTTPRequestHandler):
             raise bad_request(
                 f"the kind of the object ({body.get('kind')}) does not match the resource ({rtype.kind})"
             )
-        return body
+        try:
+            decoded = codec.decode(rtype.schema, body)
+        except codec.DecodeError as exc:
+            raise bad_request(self._decode_failed(rtype, str(exc))) from None
+        if decoded.strict_errors:
+            if field_validation == "Strict":
+                raise bad_request(self._decode_failed(rtype, codec.strict_error_text(decoded.strict_errors)))
+            if field_validation == "Warn":
+                for text in decoded.strict_errors:
+                    self._warnings.add(text)
+        return decoded.object
+
+    @staticmethod
+    def _decode_failed(rtype: ResourceType, error: str) -> str:
+        # transformDecodeError, handlers/rest.go.
+        return messages.DECODE_FAILED.format(kind=rtype.kind, version=rtype.version, error=error)
 
     def _delete(self, route: _Route, params: dict[str, str], raw: bytes) -> None:
         options = self._json_body(raw) or {}
@@ -335,6 +373,11 @@ class _Handler(BaseHTTPRequestHandler):
                 meta["continue"] = str(end)
                 meta["remainingItemCount"] = len(items) - end
             items = items[start:end]
+        for item in items:
+            # The items of a list carry no kind or apiVersion, only the list does
+            # (https://github.com/kubernetes/kubernetes/issues/3030).
+            item.pop("kind", None)
+            item.pop("apiVersion", None)
         body = {
             "kind": route.rtype.list_kind,
             "apiVersion": route.rtype.api_version,

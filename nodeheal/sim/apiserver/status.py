@@ -94,7 +94,7 @@ def conflict(resource: str, group: str, name: str, why: str) -> ApiError:
     )
 
 
-STALE_OBJECT = "the object has been modified; please apply your changes to the latest version and try again"
+STALE_OBJECT = messages.OBJECT_MODIFIED
 
 
 def bad_request(message: str) -> ApiError:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from nodeheal.sim.apiserver import messages
+from nodeheal.sim.apiserver import codec, messages
 from nodeheal.sim.apiserver import pdb as pdbmath
 from nodeheal.sim.apiserver.eviction import EVICTIONS_RETRY, Backoff, EvictionRest, still_being_processed
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
@@ -39,6 +39,10 @@ def _set_pod_condition(pod: JSON, condition: JSON) -> None:
             conditions[index] = condition
             return
     conditions.append(condition)
+
+
+def _epoch(stamp: str) -> int:
+    return int(datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
 
 
 def _condition_setter(type: str, status: str, reason: str, message: str, now: str) -> Callable[[JSON], None]:
@@ -93,6 +97,8 @@ class ClusterStore(ObjectStore):
         out = copy.deepcopy(obj)
         if rtype is PDBS:
             out["status"] = self._budget_status(obj)
+            # The status is computed on read here, so it is written as the server writes it here.
+            out = codec.canonical(rtype.schema, out)
         return out
 
     def _live_disruptions(self, pdb: JSON) -> dict[str, tuple[str, str, float]]:
@@ -272,11 +278,20 @@ class ClusterStore(ObjectStore):
         return self.mutate_many("nodes", [(name, setter) for name in names])
 
     def heartbeat(self, name: str) -> JSON:
-        """A kubelet status heartbeat: only lastHeartbeatTime (and the resourceVersion) moves."""
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        """A kubelet status heartbeat: only lastHeartbeatTime (and the resourceVersion) moves.
+
+        lastHeartbeatTime is a metav1.Time, kept to the second; a kubelet's heartbeats are
+        seconds apart (nodeStatusUpdateFrequency, 10 s by default), so each one here is stamped
+        at least a second after the last, or it would write nothing."""
 
         def change(node: JSON) -> None:
-            for cond in node.get("status", {}).get("conditions", []):
+            conditions = node.get("status", {}).get("conditions", [])
+            latest = max(
+                (_epoch(c["lastHeartbeatTime"]) for c in conditions if c.get("lastHeartbeatTime")),
+                default=0,
+            )
+            stamp = rfc3339(datetime.fromtimestamp(max(int(time.time()), latest + 1), UTC))
+            for cond in conditions:
                 cond["lastHeartbeatTime"] = stamp
 
         return self.mutate("nodes", name, change)

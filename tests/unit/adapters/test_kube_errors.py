@@ -184,6 +184,9 @@ def _node_json(resource_version: str, *, taints: list[dict[str, str]]) -> dict[s
 def test_cordon_sends_one_merge_patch_with_preconditions_and_the_full_taint_list(
     server: tuple[str, Script],
 ) -> None:
+    """The resourceVersion is the precondition; a uid in a merge patch is none (the real server
+    checks the resourceVersion, then refuses a uid change as an immutable field: store.go
+    ``Update``, apimachinery objectmeta.go ``ValidateObjectMetaAccessorUpdate``), so none is sent."""
     host, script = server
     other = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
     script.add(
@@ -204,7 +207,6 @@ def test_cordon_sends_one_merge_patch_with_preconditions_and_the_full_taint_list
     assert patch.headers["user-agent"].startswith("nodeheal")
     assert patch.body == {
         "metadata": {
-            "uid": "uid-1",
             "resourceVersion": "41",
             "annotations": {
                 "nodeheal.io/execution": "exec-1",

@@ -239,6 +239,64 @@ def test_cordon_retries_when_the_node_changes_between_read_and_patch(
     ]
 
 
+def _replace_after_first_read(
+    kube: FakeKubeApiServer, monkeypatch: pytest.MonkeyPatch, **replacement: Any
+) -> list[str]:
+    """After NodeHeal's first read the Node is deleted and a new one takes its name (EC2 reused the
+    IP), as on a real cluster between NodeHeal's GET and its PATCH. Returns the uids it read."""
+    original = NodeOperations._get_raw
+    seen: list[str] = []
+
+    def racing_read(self: NodeOperations, name: str) -> dict[str, Any] | None:
+        raw = original(self, name)
+        if raw is not None:
+            seen.append(raw["metadata"]["uid"])
+        if len(seen) == 1:
+            kube.store.remove("nodes", name)
+            _add_node(kube, instance_id="i-0new1234567890new", **replacement)
+        return raw
+
+    monkeypatch.setattr(NodeOperations, "_get_raw", racing_read)
+    return seen
+
+
+def test_cordon_of_a_node_replaced_between_read_and_patch_leaves_the_new_node_alone(
+    kube: FakeKubeApiServer, nodes: NodeOperations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The patch names the resourceVersion NodeHeal read; the new Node has another, so the real
+    server answers 409 before it would look at anything else (store.go ``Update``:
+    https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/generic/registry/store.go),
+    and the re-read sees the new uid. NodeHeal must say "replaced", never cordon the newcomer."""
+    old_uid = _add_node(kube)["metadata"]["uid"]
+    seen = _replace_after_first_read(kube, monkeypatch)
+
+    with pytest.raises(NodeGoneError, match="was replaced"):
+        nodes.cordon(NODE, execution="exec-1", reason="r", now=NOW, expected_uid=old_uid)
+
+    assert seen[0] == old_uid and seen[1] != old_uid
+    newcomer = _stored_node(kube)
+    assert newcomer["spec"].get("unschedulable") is not True
+    assert UNHEALTHY_TAINT_KEY not in {t["key"] for t in _taints(newcomer)}
+    assert ANNOTATION_EXECUTION not in _annotations(newcomer)
+
+
+def test_uncordon_of_a_node_replaced_between_read_and_patch_leaves_the_new_node_alone(
+    kube: FakeKubeApiServer, nodes: NodeOperations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for uncordon: the newcomer was cordoned by someone else (Karpenter's taint and
+    flag), and NodeHeal, whose cordon was on the old Node, must not clear it."""
+    old_uid = _add_node(kube)["metadata"]["uid"]
+    nodes.cordon(NODE, execution="exec-1", reason="r", now=NOW, expected_uid=old_uid)
+    _replace_after_first_read(kube, monkeypatch, unschedulable=True, taints=[KARPENTER_TAINT])
+
+    with pytest.raises(NodeGoneError, match="was replaced"):
+        nodes.uncordon(NODE, expected_uid=old_uid)
+
+    newcomer = _stored_node(kube)
+    assert newcomer["spec"]["unschedulable"] is True
+    assert _taints(newcomer) == [KARPENTER_TAINT]
+
+
 def test_cordon_gives_up_after_persistent_conflicts(
     kube: FakeKubeApiServer, nodes: NodeOperations, monkeypatch: pytest.MonkeyPatch
 ) -> None:

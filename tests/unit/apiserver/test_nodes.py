@@ -183,11 +183,14 @@ def test_patch_delete_directive_removes_condition(core: client.CoreV1Api) -> Non
 
 
 def test_invalid_taint_effect_is_422(core: client.CoreV1Api) -> None:
+    """validateNodeTaints reports on the path ValidateNode and ValidateNodeUpdate hand it,
+    ``metadata.taints``, not ``spec.taints``
+    (https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/core/validation/validation.go)."""
     with pytest.raises(client.ApiException) as err:
         core.patch_node("gpu-a", {"spec": {"taints": [{"key": "k", "effect": "Sometimes"}]}})
     body = json.loads(err.value.body)
     assert err.value.status == 422
-    assert body["details"]["causes"][0]["field"] == "spec.taints[0].effect"
+    assert body["details"]["causes"][0]["field"] == "metadata.taints[0].effect"
 
 
 def test_put_with_stale_resource_version_conflicts(core: client.CoreV1Api) -> None:

@@ -3,10 +3,15 @@ losing a transition, including one the dead leader observed but never managed to
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nodeheal.exporter.app import Exporter
+from nodeheal.exporter.kubeclient import ApiException, KubeJsonClient
+from nodeheal.exporter.leader import LeaderElector, LeaseConfig
 from nodeheal.sim.apiserver import FakeKubeApiServer
 from tests.unit.exporter.conftest import RecordingEvents, brief, exporter_settings, wait_for
 from tests.unit.exporter.helpers import node
@@ -91,3 +96,51 @@ def test_clean_shutdown_releases_the_lease_for_an_immediate_takeover(server: Fak
         )
     finally:
         second.stop()
+
+
+class _RecordingClient(KubeJsonClient):
+    """The exporter's client, noting every refusal the API server answers."""
+
+    def __init__(self, api_client: Any) -> None:
+        super().__init__(api_client)
+        self.refusals: list[tuple[str, int]] = []
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            return super().request(method, path, **kwargs)
+        except ApiException as exc:
+            self.refusals.append((method, int(exc.status)))
+            raise
+
+
+def test_lease_writes_meet_the_real_lease_rules(server: FakeKubeApiServer) -> None:
+    """Every write the elector makes is one a real API server accepts: an update names the
+    resourceVersion it read (leaseStrategy.AllowUnconditionalUpdate is false, a bare PUT is 422:
+    https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/registry/coordination/lease/strategy.go)
+    and renewTime/acquireTime have exactly six fractional digits, also at a whole second, where
+    ``isoformat()`` would drop them and MicroTime.UnmarshalJSON refuses the body (400:
+    https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/apis/meta/v1/micro_time.go)."""
+    ticks = itertools.count()
+    client = _RecordingClient(server.api_client())
+    elector = LeaderElector(
+        client,
+        LeaseConfig("lock", "nodeheal", "exporter-1", retry_period_seconds=0.02),
+        on_started_leading=lambda: None,
+        on_stopped_leading=lambda: None,
+        wall_clock=lambda: datetime(2026, 11, 21, 10, 0, tzinfo=UTC) + timedelta(seconds=next(ticks)),
+    )
+    runner = threading.Thread(target=elector.run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: elector.is_leader, what="the lease to be acquired")
+        wait_for(lambda: server.faults.count("PUT", "/leases/lock$") >= 3, what="renewals")
+    finally:
+        elector.stop(release=True)
+        runner.join(timeout=5)
+
+    # The one refusal is the first read of a Lease that did not exist yet.
+    assert client.refusals == [("GET", 404)]
+    lease = server.store.get("leases", "lock", "nodeheal")
+    assert lease["spec"]["holderIdentity"] == ""
+    assert lease["spec"]["renewTime"].endswith(".000000Z")
+    assert lease["spec"]["acquireTime"] == "2026-11-21T10:00:00.000000Z"
