@@ -1,7 +1,7 @@
 """Leases (coordination.k8s.io/v1) as the real registry and decoder treat them.
 
 * An update must name a resourceVersion: leaseStrategy.AllowUnconditionalUpdate is false, and
-  Store.Update answers 422 "must be specified for an update"
+  Store.Update answers 422 (messages.RESOURCE_VERSION_REQUIRED)
   (https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/registry/coordination/lease/strategy.go,
   https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/registry/generic/registry/store.go).
 * A PUT may create: AllowCreateOnUpdate is true, and UpdateResource answers 201 Created.

@@ -204,9 +204,8 @@ def test_put_with_stale_resource_version_conflicts(core: client.CoreV1Api) -> No
     body = json.loads(err.value.body)
     assert err.value.status == 409
     assert body["reason"] == "Conflict"
-    assert body["message"] == (
-        'Operation cannot be fulfilled on nodes "gpu-b": the object has been modified; '
-        "please apply your changes to the latest version and try again"
+    assert body["message"] == messages.CONFLICT.format(
+        resource="nodes", name="gpu-b", why=messages.OBJECT_MODIFIED
     )
 
 
