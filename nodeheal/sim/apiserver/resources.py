@@ -15,6 +15,10 @@ class ResourceType:
     has_status: bool
     # Registries with ReturnDeletedObject answer DELETE with the object instead of a Status.
     returns_deleted_object: bool = False
+    # Served through a watch cache; kube-apiserver 1.33 disables it only for events
+    # (``DefaultWatchCacheSizes`` in pkg/kubeapiserver/default_storage_factory_builder.go), whose
+    # lists and watches go to etcd.
+    watch_cached: bool = True
 
     @property
     def api_version(self) -> str:
@@ -27,7 +31,7 @@ class ResourceType:
 
 NODES = ResourceType("nodes", "Node", "", "v1", namespaced=False, has_status=True)
 PODS = ResourceType("pods", "Pod", "", "v1", namespaced=True, has_status=True, returns_deleted_object=True)
-EVENTS = ResourceType("events", "Event", "", "v1", namespaced=True, has_status=False)
+EVENTS = ResourceType("events", "Event", "", "v1", namespaced=True, has_status=False, watch_cached=False)
 LEASES = ResourceType("leases", "Lease", "coordination.k8s.io", "v1", namespaced=True, has_status=False)
 PDBS = ResourceType(
     "poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", namespaced=True, has_status=True

@@ -14,7 +14,7 @@ from typing import Any
 
 from nodeheal.sim.apiserver import pdb as pdbmath
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
-from nodeheal.sim.apiserver.objectstore import ObjectStore, ResourceExpiredError, WatchEvent
+from nodeheal.sim.apiserver.objectstore import CompactedError, ObjectStore, Page, WatchEvent
 from nodeheal.sim.apiserver.resources import PODS
 from nodeheal.sim.apiserver.selectors import selector_from_label_selector
 from nodeheal.sim.apiserver.status import (
@@ -24,10 +24,11 @@ from nodeheal.sim.apiserver.status import (
     success_status,
     too_many_requests,
 )
+from nodeheal.sim.apiserver.watchcache import ResourceExpiredError
 
 JSON = dict[str, Any]
 
-__all__ = ["ClusterStore", "ResourceExpiredError", "WatchEvent"]
+__all__ = ["ClusterStore", "CompactedError", "Page", "ResourceExpiredError", "WatchEvent"]
 
 
 def _condition_setter(type: str, status: str, reason: str, message: str, now: str) -> Callable[[JSON], None]:
