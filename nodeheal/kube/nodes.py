@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 from nodeheal.errors import KubernetesApiError, NodeGoneError
 from nodeheal.kube.client import (
+    LIST_PAGE_SIZE,
     MERGE_PATCH,
     ApiOperations,
     expect_success,
@@ -52,8 +53,6 @@ NODEHEAL_ANNOTATIONS = (
 MAX_CONFLICT_ATTEMPTS = 5
 #: Annotation values are free text, but the reason is shown in ``kubectl describe``; keep it readable.
 MAX_REASON_LENGTH = 1024
-#: Page size when listing nodes; large GPU fleets are thousands of nodes with big status blocks.
-LIST_PAGE_SIZE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,24 +96,12 @@ class NodeOperations(ApiOperations):
         raw = self._get_raw(name)
         return None if raw is None else LiveNode.from_api(raw)
 
-    def list(self, label_selector: str | None = None) -> list[LiveNode]:
-        nodes: list[LiveNode] = []
-        continue_token = ""
+    def list(self, label_selector: str | None = None, *, page_size: int = LIST_PAGE_SIZE) -> list[LiveNode]:
+        """Every node (matching ``label_selector``), as one consistent list (see ``_list``)."""
         action = f"list nodes (labelSelector={label_selector!r})" if label_selector else "list nodes"
-        while True:
-            query: list[tuple[str, str]] = [("limit", str(LIST_PAGE_SIZE))]
-            if label_selector:
-                query.append(("labelSelector", label_selector))
-            if continue_token:
-                query.append(("continue", continue_token))
-            response = self._request("GET", "/api/v1/nodes", action=action, query=query)
-            body = expect_success(response, action=action)
-            nodes.extend(
-                LiveNode.from_api(item) for item in body.get("items") or [] if isinstance(item, dict)
-            )
-            continue_token = str((body.get("metadata") or {}).get("continue") or "")
-            if not continue_token:
-                return nodes
+        query = [("labelSelector", label_selector)] if label_selector else []
+        items = self._list("/api/v1/nodes", action=action, query=query, page_size=page_size)
+        return [LiveNode.from_api(item) for item in items]
 
     def _get_raw(self, name: str) -> dict[str, Any] | None:
         action = f"get node {name}"
