@@ -1,11 +1,13 @@
 """The fake Kubernetes API server: real REST paths, status codes, watch streams and RBAC.
 
 It is the half of `nodeheal.sim` that stands in for kube-apiserver and nothing else: an
-in-memory store with etcd's resourceVersion semantics (`store`, `objectstore`), the three patch
-types (`patch`), selectors, validation, PodDisruptionBudget arithmetic (`pdb`), watch streams
-(`watch`), authentication and RBAC (`authorizer`), injected request faults (`faults`) and the HTTP
-front (`server`). Every behaviour is meant to be the real server's; `docs/fake-apiserver.md` holds
-the conformance table with the source of each.
+in-memory store with etcd's resourceVersion semantics and compaction (`store`, `objectstore`),
+the watch cache's window of events (`watchcache`), paged lists and their continue tokens
+(`paging`), the three patch types (`patch`), selectors, validation, PodDisruptionBudget
+arithmetic (`pdb`), watch streams (`watch`), authentication and RBAC (`authorizer`), injected
+request faults (`faults`), the HTTP front (`server`), the clock all of them read (`clock`), and
+the server strings tests assert on (`messages`). Every behaviour is meant to be the real
+server's; `docs/fake-apiserver.md` holds the conformance table with the source of each.
 """
 
 from __future__ import annotations
