@@ -232,7 +232,8 @@ def request_json(
 
 class ApiOperations:
     """Base of the adapters (nodes, pods): one transport, one request timeout, one deadline for
-    every request they send (the deadline is per Lambda invocation, the transport per container)."""
+    every request they send (the deadline is per Lambda invocation, the transport per container),
+    and one page size for the lists they read."""
 
     def __init__(
         self,
@@ -240,10 +241,12 @@ class ApiOperations:
         *,
         timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT,
         deadline: Deadline = UNBOUNDED,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         self._api = transport
         self._timeout = timeout
         self._deadline = deadline
+        self._page_size = page_size
 
     def _request(
         self,
@@ -268,15 +271,8 @@ class ApiOperations:
             deadline=self._deadline,
         )
 
-    def _list(
-        self,
-        path: str,
-        *,
-        action: str,
-        query: Sequence[tuple[str, str]] = (),
-        page_size: int = LIST_PAGE_SIZE,
-    ) -> list[dict[str, Any]]:
-        """Every object of a collection, ``page_size`` at a time.
+    def _list(self, path: str, *, action: str, query: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+        """Every object of a collection, a page at a time.
 
         The server reads every page after the first at the first page's resourceVersion, so the
         pages add up to one consistent list; but etcd compacts that revision after 5 to 10
@@ -288,7 +284,7 @@ class ApiOperations:
         items: list[dict[str, Any]] = []
         continue_token = ""
         while True:
-            page_query = [*query, ("limit", str(page_size))]
+            page_query = [*query, ("limit", str(self._page_size))]
             if continue_token:
                 page_query.append(("continue", continue_token))
             response = self._request("GET", path, action=action, query=page_query)

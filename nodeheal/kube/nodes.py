@@ -23,7 +23,6 @@ from urllib.parse import quote
 
 from nodeheal.errors import KubernetesApiError, NodeGoneError
 from nodeheal.kube.client import (
-    LIST_PAGE_SIZE,
     MERGE_PATCH,
     ApiOperations,
     expect_success,
@@ -96,11 +95,11 @@ class NodeOperations(ApiOperations):
         raw = self._get_raw(name)
         return None if raw is None else LiveNode.from_api(raw)
 
-    def list(self, label_selector: str | None = None, *, page_size: int = LIST_PAGE_SIZE) -> list[LiveNode]:
+    def list(self, label_selector: str | None = None) -> list[LiveNode]:
         """Every node (matching ``label_selector``), as one consistent list (see ``_list``)."""
         action = f"list nodes (labelSelector={label_selector!r})" if label_selector else "list nodes"
         query = [("labelSelector", label_selector)] if label_selector else []
-        items = self._list("/api/v1/nodes", action=action, query=query, page_size=page_size)
+        items = self._list("/api/v1/nodes", action=action, query=query)
         return [LiveNode.from_api(item) for item in items]
 
     def _get_raw(self, name: str) -> dict[str, Any] | None:

@@ -25,7 +25,6 @@ from urllib.parse import quote
 from nodeheal.deadline import MIN_CALL_SECONDS, Deadline
 from nodeheal.errors import DeadlineExceededError, KubernetesApiError, KubernetesApiUnavailableError
 from nodeheal.kube.client import (
-    LIST_PAGE_SIZE,
     ApiOperations,
     JsonResponse,
 )
@@ -161,7 +160,7 @@ def _fan_out(
 
 
 class PodOperations(ApiOperations):
-    def list_on_node(self, node_name: str, *, page_size: int = LIST_PAGE_SIZE) -> list[PodView]:
+    def list_on_node(self, node_name: str) -> list[PodView]:
         """Every pod bound to the node, in all namespaces (finished and DaemonSet pods included;
         :attr:`PodView.needs_eviction` says which ones a drain must move), as one consistent
         list (see ``ApiOperations._list``)."""
@@ -169,7 +168,6 @@ class PodOperations(ApiOperations):
             "/api/v1/pods",
             action=f"list pods on node {node_name}",
             query=[("fieldSelector", f"spec.nodeName={node_name}")],
-            page_size=page_size,
         )
         return [PodView.from_api(item) for item in items]
 

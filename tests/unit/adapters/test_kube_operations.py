@@ -115,7 +115,7 @@ def test_list_filters_by_label_selector(kube: FakeKubeApiServer, nodes: NodeOper
 
 
 def test_list_whose_snapshot_expires_mid_way_lists_again_whole(
-    kube: FakeKubeApiServer, nodes: NodeOperations, caplog: pytest.LogCaptureFixture
+    kube: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Pages after the first are read at the first page's revision; once etcd compacted it the
     next page is 410 (``handleCompactedErrorForPaging`` in k8s.io/apiserver
@@ -131,15 +131,14 @@ def test_list_whose_snapshot_expires_mid_way_lists_again_whole(
         kube.store.compact()
 
     kube.faults.call_before(churn_then_compact, skip=1, method="GET", path="^/api/v1/nodes$")
-    assert [n.name for n in nodes.list(page_size=1)] == ["node-a", "node-b", "node-d"]
+    paged = NodeOperations(_client(kube), page_size=1)
+    assert [n.name for n in paged.list()] == ["node-a", "node-b", "node-d"]
     # The first page, the expired second one, then the whole list.
     assert kube.faults.count("GET", "^/api/v1/nodes$") == 3
     assert "the list's snapshot expired after 1 objects (410)" in caplog.text
 
 
-def test_list_of_a_nodes_pods_survives_an_expired_snapshot(
-    kube: FakeKubeApiServer, pods: PodOperations
-) -> None:
+def test_list_of_a_nodes_pods_survives_an_expired_snapshot(kube: FakeKubeApiServer) -> None:
     """The same for the drain's list of a node's pods (one consistent list, or a fresh one)."""
     _add_pods(kube, *(make_pod(f"trainer-{i}", "ml", NODE, owner_kind="StatefulSet") for i in range(3)))
 
@@ -148,7 +147,7 @@ def test_list_of_a_nodes_pods_survives_an_expired_snapshot(
         kube.store.compact()
 
     kube.faults.call_before(schedule_then_compact, skip=2, method="GET", path="^/api/v1/pods$")
-    listed = pods.list_on_node(NODE, page_size=1)
+    listed = PodOperations(_client(kube), page_size=1).list_on_node(NODE)
     assert [p.key for p in listed] == [f"ml/trainer-{i}" for i in range(4)]
     assert kube.faults.count("GET", "^/api/v1/pods$") == 4
 

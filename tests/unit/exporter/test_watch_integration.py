@@ -291,18 +291,20 @@ def test_list_snapshot_expired_mid_list_starts_over_and_announces_once(
     assert len(events.details()) == 3
 
 
-def test_internal_error_event_resumes_the_watch_without_relisting(
-    server: FakeKubeApiServer, running: Start
+@pytest.mark.parametrize("status", [500, 429, 403])
+def test_error_event_other_than_410_resumes_the_watch_without_relisting(
+    server: FakeKubeApiServer, running: Start, status: int
 ) -> None:
     """An etcd failure under a watch arrives as an ERROR event with a 500 InternalError Status
-    (``transformErrorToEvent`` in k8s.io/apiserver pkg/storage/etcd3/watcher.go). The version
-    the exporter holds is still good: it resumes from it, and nothing in between is lost."""
+    (``transformErrorToEvent`` in k8s.io/apiserver pkg/storage/etcd3/watcher.go); whatever Status
+    an ERROR event carries other than 410 Expired, only that stream ended. The version the
+    exporter holds is still good: it resumes from it, and nothing in between is lost."""
     seed(server)
     exporter, events = running()
     published(events, 1)
     server.faults.wait_for_watch(NODES)
     started = server.faults.watches_started(NODES)
-    assert server.faults.error_watches(500, "etcdserver: request timed out", path=NODES) == 1
+    assert server.faults.error_watches(status, path=NODES) == 1
     server.store.set_node_condition("gpu-a", "GPUProblem", "True", "GPUsAreDown", "nvidia-smi failed")
     assert published(events, 2)[1] == (
         "gpu-a",
