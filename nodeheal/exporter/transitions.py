@@ -114,6 +114,10 @@ class TransitionTracker:
         self._clock = clock
         self._nodes: dict[str, _NodeState] = {}
         self._relist_seen: set[str] | None = None
+        # Nodes the relist in progress already resynced. A list that starts over before it ends
+        # (its snapshot expired, a page failed) is the same relist: it announces them again only
+        # if they changed in between.
+        self._relist_resynced: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -137,16 +141,21 @@ class TransitionTracker:
             self._nodes.pop(name, None)
 
     def begin_relist(self) -> None:
+        if self._relist_seen is None:
+            self._relist_resynced = set()
         self._relist_seen = set()
 
     def relist_page(self, items: Iterable[Mapping[str, Any]]) -> list[NodeConditionEvent]:
-        """One page of a (re)list: bad conditions emitted with ``resync: true``."""
+        """One page of a (re)list: bad conditions emitted with ``resync: true``, once per relist."""
         events: list[NodeConditionEvent] = []
         for obj in items:
             name = (obj.get("metadata") or {}).get("name")
+            first = True
             if self._relist_seen is not None and name:
                 self._relist_seen.add(name)
-            events.extend(self._apply(obj, resync=True))
+                first = name not in self._relist_resynced
+                self._relist_resynced.add(name)
+            events.extend(self._apply(obj, resync=first))
         return events
 
     def end_relist(self) -> None:
@@ -156,6 +165,7 @@ class TransitionTracker:
         for name in [n for n in self._nodes if n not in self._relist_seen]:
             del self._nodes[name]
         self._relist_seen = None
+        self._relist_resynced = set()
 
     def resync_from_memory(self) -> list[NodeConditionEvent]:
         """Every currently-bad condition again, ``resync: true``, without asking the API server."""

@@ -6,8 +6,15 @@
 * Every event and bookmark advances the resourceVersion; a stream that ends, drops or errors is
   re-opened from the last one, so nothing between two streams is missed.
 * ``410 Gone`` (as an HTTP status or an ``ERROR`` event) means that version is compacted away:
-  relist, and the handler reconciles (and resyncs) from the fresh list.
-* Errors back off with jitter and are logged and counted, every one; the loop only ends on
+  relist, and the handler reconciles (and resyncs) from the fresh list. A 410 on a later page of
+  a list means the list's own snapshot expired (etcd compacts every 5 minutes): the list starts
+  over, and the handler is told it is the same relist.
+* Any other ``ERROR`` event (an etcd failure arrives as a 500 InternalError Status) ends that
+  stream only: the watch resumes from the last resourceVersion, which the server still holds.
+* Errors back off with jitter and are logged and counted, every one; a 401/403 is logged as an
+  error, since only a fix to the exporter's RBAC ends it. A 429 or 503 with ``Retry-After`` (API
+  Priority and Fairness) never reaches this loop: the client's urllib3 pool waits as asked and
+  retries it (``Retry.respect_retry_after_header``). The loop only ends on
   :meth:`ListWatcher.stop`. An unexpected exception (a bug) propagates and the process exits
   non-zero rather than continuing in an unknown state.
 """
@@ -31,6 +38,8 @@ from nodeheal.exporter.publisher import Backoff
 logger = logging.getLogger(__name__)
 
 HTTP_GONE = 410
+#: Statuses that mean the exporter's identity may not do this: RBAC or credentials, not load.
+HTTP_DENIED = (401, 403)
 
 
 class WatchHandler(Protocol):
@@ -142,8 +151,11 @@ class ListWatcher:
                 if exc.status:
                     self._contact()  # the server answered, even if with an error
                 delay = backoff.next_delay()
-                logger.warning(
-                    "API request failed; retrying",
+                logger.log(
+                    logging.ERROR if exc.status in HTTP_DENIED else logging.WARNING,
+                    "API request refused; check the exporter's RBAC and credentials, retrying"
+                    if exc.status in HTTP_DENIED
+                    else "API request failed; retrying",
                     extra=fields(
                         watcher=self._name,
                         status=exc.status,
@@ -192,11 +204,17 @@ class ListWatcher:
                 )
             except ApiException as exc:
                 if exc.status == HTTP_GONE and continue_token:
-                    # The continue token expired mid-list: the pages so far are from a snapshot we
-                    # can no longer finish. Start over for a consistent view.
-                    logger.warning("list continue token expired; restarting the list")
+                    # The pages so far are from a snapshot etcd has compacted since; finishing with
+                    # the fresh token the 410 carries would mix two moments. Start over, telling the
+                    # handler it is the same relist (nothing it already announced is repeated).
+                    logger.warning(
+                        "list snapshot expired mid-list (410); listing again from the start",
+                        extra=fields(watcher=self._name, pages=pages, items=items_seen),
+                    )
+                    self._metrics.inc("relists_total", watcher=self._name)
                     self._handler.begin_list()
                     continue_token = ""
+                    pages = items_seen = 0
                     continue
                 raise
             self._contact()

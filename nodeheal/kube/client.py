@@ -12,6 +12,7 @@ has only partly filled in) must not be able to fail a remediation.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from nodeheal.kube.errors import (
 from nodeheal.kube.transport import JSON, HttpTransport, KubeTransport, RequestTimeout
 from nodeheal.timeutil import utc_now
 
+logger = logging.getLogger(__name__)
+
 #: (connect, read) seconds. An API server that does not answer in this time is treated as
 #: unavailable, so the state machine's retry, not the Lambda timeout, decides what happens next.
 #: The read allows for admission webhooks, whose own timeout may be up to 30 s. Inside a Lambda each
@@ -44,6 +47,11 @@ CONNECT_BACKOFF_SECONDS = 0.1
 #: Upper bound of parallel requests NodeHeal makes over one client (eviction fan-out). The pool is
 #: sized to it so connections are reused instead of opened and thrown away per request.
 CONNECTION_POOL_SIZE = 32
+
+#: Objects per page when listing: large GPU fleets are thousands of nodes with big status blocks.
+LIST_PAGE_SIZE = 500
+#: What the API server answers for a continue token whose revision etcd has compacted (410 Gone).
+HTTP_GONE = 410
 
 USER_AGENT = "nodeheal"
 MERGE_PATCH = "application/merge-patch+json"
@@ -224,7 +232,8 @@ def request_json(
 
 class ApiOperations:
     """Base of the adapters (nodes, pods): one transport, one request timeout, one deadline for
-    every request they send (the deadline is per Lambda invocation, the transport per container)."""
+    every request they send (the deadline is per Lambda invocation, the transport per container),
+    and one page size for the lists they read."""
 
     def __init__(
         self,
@@ -232,10 +241,12 @@ class ApiOperations:
         *,
         timeout: RequestTimeout = DEFAULT_REQUEST_TIMEOUT,
         deadline: Deadline = UNBOUNDED,
+        page_size: int = LIST_PAGE_SIZE,
     ) -> None:
         self._api = transport
         self._timeout = timeout
         self._deadline = deadline
+        self._page_size = page_size
 
     def _request(
         self,
@@ -259,6 +270,41 @@ class ApiOperations:
             timeout=self._timeout,
             deadline=self._deadline,
         )
+
+    def _list(self, path: str, *, action: str, query: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+        """Every object of a collection, a page at a time.
+
+        The server reads every page after the first at the first page's resourceVersion, so the
+        pages add up to one consistent list; but etcd compacts that revision after 5 to 10
+        minutes, and the next page is then 410 Gone. The list then starts over, whole and
+        unpaged, so it cannot expire again: what client-go's pager does
+        (``ListPager.FullListIfExpired`` in k8s.io/client-go tools/pager/pager.go). Mixing the
+        pages already read with pages of a newer revision would give an inconsistent list.
+        """
+        items: list[dict[str, Any]] = []
+        continue_token = ""
+        while True:
+            page_query = [*query, ("limit", str(self._page_size))]
+            if continue_token:
+                page_query.append(("continue", continue_token))
+            response = self._request("GET", path, action=action, query=page_query)
+            if response.status == HTTP_GONE and continue_token:
+                logger.warning(
+                    "%s: the list's snapshot expired after %d objects (410); listing again, whole",
+                    action,
+                    len(items),
+                )
+                body = expect_success(self._request("GET", path, action=action, query=query), action=action)
+                return _items(body)
+            body = expect_success(response, action=action)
+            items.extend(_items(body))
+            continue_token = str((body.get("metadata") or {}).get("continue") or "")
+            if not continue_token:
+                return items
+
+
+def _items(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [item for item in body.get("items") or [] if isinstance(item, dict)]
 
 
 def expect_success(response: JsonResponse, *, action: str) -> dict[str, Any]:

@@ -58,8 +58,6 @@ NODEHEAL_ANNOTATIONS = (
 MAX_CONFLICT_ATTEMPTS = 5
 #: Annotation values are free text, but the reason is shown in ``kubectl describe``; keep it readable.
 MAX_REASON_LENGTH = 1024
-#: Page size when listing nodes; large GPU fleets are thousands of nodes with big status blocks.
-LIST_PAGE_SIZE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,22 +102,11 @@ class NodeOperations(ApiOperations):
         return None if raw is None else LiveNode.from_api(raw)
 
     def list_raw(self, label_selector: str | None = None) -> list[dict[str, Any]]:
-        """Every Node as the API server sent it, page by page (for what needs more than the view)."""
-        nodes: list[dict[str, Any]] = []
-        continue_token = ""
+        """Every Node as the API server sent it, as one consistent list (see ``_list``), for what
+        needs more than the view."""
         action = f"list nodes (labelSelector={label_selector!r})" if label_selector else "list nodes"
-        while True:
-            query: list[tuple[str, str]] = [("limit", str(LIST_PAGE_SIZE))]
-            if label_selector:
-                query.append(("labelSelector", label_selector))
-            if continue_token:
-                query.append(("continue", continue_token))
-            response = self._request("GET", "/api/v1/nodes", action=action, query=query)
-            body = expect_success(response, action=action)
-            nodes.extend(item for item in body.get("items") or [] if isinstance(item, dict))
-            continue_token = str((body.get("metadata") or {}).get("continue") or "")
-            if not continue_token:
-                return nodes
+        query = [("labelSelector", label_selector)] if label_selector else []
+        return self._list("/api/v1/nodes", action=action, query=query)
 
     def list(self, label_selector: str | None = None) -> list[LiveNode]:
         return [LiveNode.from_api(item) for item in self.list_raw(label_selector)]

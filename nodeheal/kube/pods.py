@@ -40,7 +40,6 @@ from nodeheal.kube.client import (
 from nodeheal.kube.errors import ApiStatus, is_retryable_status
 from nodeheal.kube.model import PodView
 
-LIST_PAGE_SIZE = 500
 #: policyv1.DisruptionBudgetCause: the cause the eviction subresource gives a PDB's 429.
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"
 
@@ -179,20 +178,14 @@ def _fan_out(
 class PodOperations(ApiOperations):
     def list_on_node(self, node_name: str) -> list[PodView]:
         """Every pod bound to the node, in all namespaces (finished and DaemonSet pods included;
-        :attr:`PodView.needs_eviction` says which ones a drain must move)."""
-        action = f"list pods on node {node_name}"
-        pods: list[PodView] = []
-        continue_token = ""
-        while True:
-            query = [("fieldSelector", f"spec.nodeName={node_name}"), ("limit", str(LIST_PAGE_SIZE))]
-            if continue_token:
-                query.append(("continue", continue_token))
-            response = self._request("GET", "/api/v1/pods", action=action, query=query)
-            body = expect_success(response, action=action)
-            pods.extend(PodView.from_api(item) for item in body.get("items") or [] if isinstance(item, dict))
-            continue_token = str((body.get("metadata") or {}).get("continue") or "")
-            if not continue_token:
-                return pods
+        :attr:`PodView.needs_eviction` says which ones a drain must move), as one consistent
+        list (see ``ApiOperations._list``)."""
+        items = self._list(
+            "/api/v1/pods",
+            action=f"list pods on node {node_name}",
+            query=[("fieldSelector", f"spec.nodeName={node_name}")],
+        )
+        return [PodView.from_api(item) for item in items]
 
     # -- eviction --------------------------------------------------------------------------------
 

@@ -1,10 +1,21 @@
 """The generic half of the simulator's object store: CRUD, versions, history and deletion.
 
-One global resourceVersion counter orders every write, as etcd's revision does; a bounded
-history of events serves watches that resume from a resourceVersion, and anything older than
-the history answers 410 Expired. Pods are deleted gracefully (deletionTimestamp first, removal
-when the simulated containers stop and the kubelet sends its final delete, which a dead kubelet
-never does), with wall-clock delays multiplied by `time_scale`.
+One global resourceVersion counter orders every write, as etcd's revision does. History is kept
+twice, as on a real control plane:
+
+* etcd's: every revision since the last compaction, so a list can be read as of an older revision
+  (the pages after the first of a ``limit``/``continue`` list). kube-apiserver's compactor runs
+  every 5 minutes (``--etcd-compaction-interval``) and compacts to the revision it saw on its
+  previous run (k8s.io/apiserver ``pkg/storage/etcd3/compact.go``), so a revision stays readable
+  for 5 to 10 minutes;
+* the watch cache's: a window of recent events per cached resource (:mod:`.watchcache`), which
+  serves watches that resume from a resourceVersion. Resources without a watch cache (core/v1
+  events, ``DefaultWatchCacheSizes`` in kube-apiserver) are watched from etcd's history instead.
+
+Both run on the store's :class:`~nodeheal.sim.apiserver.clock.Clock`. Pods are deleted gracefully
+(deletionTimestamp first, removal when the simulated containers stop and the kubelet sends
+its final delete, which a dead kubelet never does), with wall-clock delays multiplied by
+`time_scale`.
 """
 
 from __future__ import annotations
@@ -24,7 +35,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from nodeheal.sim.apiserver import codec, messages, validation
+from nodeheal.sim.apiserver.clock import Clock, MonotonicClock
 from nodeheal.sim.apiserver.fielderrors import go_quote, invalid, invalid_error
+from nodeheal.sim.apiserver.messages import (
+    ETCD_WATCH_TOO_OLD_RESOURCE_VERSION,
+    WATCH_CACHE_TOO_OLD_RESOURCE_VERSION,
+)
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
 from nodeheal.sim.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
 from nodeheal.sim.apiserver.resources import BY_KIND, NODES, PDBS, PODS, RESOURCES, ResourceType
@@ -39,11 +55,15 @@ from nodeheal.sim.apiserver.status import (
     unsupported_media_type,
 )
 from nodeheal.sim.apiserver.warning import WarningRecorder
+from nodeheal.sim.apiserver.watchcache import ResourceExpiredError, WatchCache
 
 JSON = dict[str, Any]
 Key = tuple[str, str]
 HookName = Literal["pod_deleted", "pod_evicted", "node_deleted"]
 Hook = Callable[[JSON], None]
+
+#: kube-apiserver's ``--etcd-compaction-interval`` default (5m), in seconds.
+COMPACTION_INTERVAL_SECONDS = 300.0
 
 PATCH_TYPES = (
     "application/json-patch+json",
@@ -59,29 +79,62 @@ class WatchEvent:
     type: str
     object: JSON
     # The object before this change, so a filtered watch can turn a MODIFIED that leaves (or
-    # enters) its selector into DELETED (or ADDED), as the watch cache does.
+    # enters) its selector into DELETED (or ADDED), as the watch cache does, and a read as of an
+    # older revision can undo it. None for ADDED.
     previous: JSON | None
 
 
-class ResourceExpiredError(Exception):
-    def __init__(self, requested: int, oldest: int) -> None:
-        super().__init__(f"too old resource version: {requested} ({oldest})")
-        self.requested = requested
-        self.oldest = oldest
+class CompactedError(Exception):
+    """etcd's ``ErrCompacted``: a read at a revision older than the last compaction."""
+
+    def __init__(self, revision: int, compacted: int) -> None:
+        super().__init__(f"required revision {revision} has been compacted (compacted at {compacted})")
+        self.revision = revision
+        self.compacted = compacted
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list, as etcd3's ``GetList`` pages it.
+
+    ``last_key`` is the storage key (``namespace/name``, or ``name``) of the last object looked at
+    when more keys follow it, which is where the next page starts; ``remaining`` is
+    ``remainingItemCount``, reported only for a list without selectors."""
+
+    items: list[JSON]
+    resource_version: int
+    last_key: str | None
+    remaining: int | None
 
 
 class ObjectStore:
     """Objects, versions, history, hooks and graceful deletion; see ClusterStore for the rest."""
 
-    def __init__(self, *, history_size: int = 2000, time_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        time_scale: float = 1.0,
+        clock: Clock | None = None,
+        compaction_interval: float = COMPACTION_INTERVAL_SECONDS,
+    ) -> None:
         self.time_scale = time_scale
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
+        self.compaction_interval = compaction_interval
         self._lock = threading.RLock()
         self.changed = threading.Condition(self._lock)
         self._objects: dict[str, dict[Key, JSON]] = {r: {} for r in RESOURCES}
         self._rv = 1
-        self._history: deque[WatchEvent] = deque()
-        self._history_size = history_size
-        self._compacted_rv = 1
+        # etcd's history since the last compaction, all resources in revision order.
+        self._revisions: deque[WatchEvent] = deque()
+        self._compacted_rv = 0
+        # The compactor's state (``compact.go``): when it next runs, and the revision it saw last.
+        self._next_compaction = self.clock.now() + compaction_interval
+        self._compactor_rev = 0
+        # Each cached resource's watch cache starts at the store's first revision, as if its
+        # cacher had just listed an empty etcd.
+        self._watch_caches = {
+            plural: WatchCache(self._rv) for plural, rtype in RESOURCES.items() if rtype.watch_cached
+        }
         self._scales: dict[tuple[str, str, str], int] = {}
         self._stop_seconds: dict[str, float] = {}
         self._hooks: dict[str, list[Hook]] = {"pod_deleted": [], "pod_evicted": [], "node_deleted": []}
@@ -92,48 +145,116 @@ class ObjectStore:
         self._seq = itertools.count()
         self._reaper: threading.Thread | None = None
         self._closed = False
+        # A jump of a manual clock may complete compactions and end watch timeouts: wake waiters.
+        self.clock.on_advance(self.notify)
 
     # ---- versions and history -------------------------------------------------------------
 
     @property
     def resource_version(self) -> int:
         with self._lock:
+            self._run_compactor()
             return self._rv
 
     @property
-    def oldest_resource_version(self) -> int:
-        """Watches may resume from this version or later."""
+    def compacted_revision(self) -> int:
+        """Reads at revisions older than this answer etcd's ``ErrCompacted`` (0: never compacted)."""
         with self._lock:
+            self._run_compactor()
             return self._compacted_rv
 
-    def compact(self) -> None:
-        """Forget the whole event history, so every earlier resourceVersion expires."""
+    def _run_compactor(self) -> None:
+        """Catch up with the compactor's runs that fell due (``runCompactLoop`` in compact.go).
+
+        Each run writes ``compact_rev_key`` (one more revision), then compacts to the revision its
+        previous run saw; the first run only records one. Running lazily, at the next read or
+        write, changes nothing anyone can observe: no revision is written between two such runs.
+        """
+        now = self.clock.now()
+        while now >= self._next_compaction:
+            self._next_compaction += self.compaction_interval
+            self._rv += 1
+            if self._compactor_rev:
+                self._compact_to(self._compactor_rev)
+            self._compactor_rev = self._rv
+
+    def _compact_to(self, revision: int) -> None:
+        # etcd's Compact(rev) keeps rev itself and drops everything older.
+        self._compacted_rv = max(self._compacted_rv, revision)
+        while self._revisions and self._revisions[0].resource_version < self._compacted_rv:
+            self._revisions.popleft()
+
+    def compact(self, revision: int | None = None) -> None:
+        """Compact etcd to ``revision`` (default: the current one), as its compactor or
+        ``etcdctl compaction`` does: older revisions can no longer be read, so their continue
+        tokens expire and uncached watches from them answer 410. Watch caches are not touched."""
         with self._lock:
-            self._history.clear()
-            self._compacted_rv = self._rv
+            self._run_compactor()
+            self._compact_to(self._rv if revision is None else revision)
             self.changed.notify_all()
 
-    def events_after(self, resource_version: int, resource: str) -> tuple[list[WatchEvent], int]:
-        """Events of `resource` newer than `resource_version`, and the version they reach."""
+    def restart_watch_caches(self) -> None:
+        """Every watch cache re-lists at the current revision and starts an empty window, as after
+        an apiserver restart (``watchCache.Replace``): a watch from any earlier version is 410."""
         with self._lock:
-            if resource_version < self._compacted_rv:
-                raise ResourceExpiredError(resource_version, self._compacted_rv)
-            events = [
-                e for e in self._history if e.resource_version > resource_version and e.resource == resource
-            ]
+            self._run_compactor()
+            for cache in self._watch_caches.values():
+                cache.replace(self._rv)
+            self.changed.notify_all()
+
+    def watch_window_start(self, resource: str) -> int:
+        """The oldest resourceVersion a watch of ``resource`` may resume from."""
+        with self._lock:
+            self._run_compactor()
+            cache = self._watch_caches.get(resource)
+            if cache is not None:
+                return cache.oldest_deliverable()
+            # etcd serves a watch from R by watching from R + 1, which must not be compacted.
+            return max(self._compacted_rv - 1, 0)
+
+    def events_after(self, resource_version: int, resource: str) -> tuple[list[WatchEvent], int]:
+        """Events of ``resource`` newer than ``resource_version``, and the version they reach.
+
+        From the resource's watch cache, or etcd's history for a resource without one; raises
+        :class:`ResourceExpiredError` with the real server's message if that history is gone."""
+        with self._lock:
+            self._run_compactor()
+            cache = self._watch_caches.get(resource)
+            if cache is not None:
+                return cache.since(resource_version), self._rv
+            if resource_version + 1 < self._compacted_rv:
+                raise ResourceExpiredError(ETCD_WATCH_TOO_OLD_RESOURCE_VERSION)
+            events: list[WatchEvent] = []
+            for event in reversed(self._revisions):
+                if event.resource_version <= resource_version:
+                    break
+                if event.resource == resource:
+                    events.append(event)
+            events.reverse()
             return events, self._rv
+
+    def expired_message(self, resource: str, resource_version: int) -> str:
+        """The message of a 410 for a watch of ``resource`` whose version just fell out of history."""
+        with self._lock:
+            if resource in self._watch_caches:
+                oldest = max(self.watch_window_start(resource), resource_version + 1)
+                return WATCH_CACHE_TOO_OLD_RESOURCE_VERSION.format(requested=resource_version, oldest=oldest)
+            return ETCD_WATCH_TOO_OLD_RESOURCE_VERSION
 
     def notify(self) -> None:
         with self._lock:
             self.changed.notify_all()
 
     def _record(self, rtype: ResourceType, kind: str, obj: JSON, previous: JSON | None) -> None:
-        self._history.append(WatchEvent(self._rv, rtype.plural, kind, copy.deepcopy(obj), previous))
-        while len(self._history) > self._history_size:
-            self._compacted_rv = self._history.popleft().resource_version
+        event = WatchEvent(self._rv, rtype.plural, kind, copy.deepcopy(obj), previous)
+        self._revisions.append(event)
+        cache = self._watch_caches.get(rtype.plural)
+        if cache is not None:
+            cache.add(event, self.clock.now())
         self.changed.notify_all()
 
     def _bump(self, obj: JSON) -> None:
+        self._run_compactor()
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
 
@@ -182,6 +303,21 @@ class ObjectStore:
         with self._lock:
             return self._present(rtype, self._stored(rtype, name, namespace))
 
+    @staticmethod
+    def _storage_key(rtype: ResourceType, key: Key) -> str:
+        """The object's etcd key below the resource's prefix: ``namespace/name`` or ``name``.
+        Lists come back in the order of these keys, as etcd ranges over them."""
+        namespace, name = key
+        return f"{namespace}/{name}" if rtype.namespaced else name
+
+    @staticmethod
+    def _selected(
+        obj: JSON, label_selector: LabelSelector | None, field_selector: FieldSelector | None
+    ) -> bool:
+        return (label_selector is None or label_selector.matches(obj["metadata"].get("labels"))) and (
+            field_selector is None or field_selector.matches(obj)
+        )
+
     def list_objects(
         self,
         resource: str,
@@ -189,17 +325,90 @@ class ObjectStore:
         label_selector: LabelSelector | None = None,
         field_selector: FieldSelector | None = None,
     ) -> tuple[list[JSON], int]:
-        """Matching objects ordered by namespace/name, and the store's resourceVersion."""
+        """Matching objects in storage-key order, and the store's resourceVersion."""
         rtype = self._rtype(resource)
         with self._lock:
+            self._run_compactor()
             items = [
                 self._present(rtype, obj)
-                for (ns, _), obj in sorted(self._objects[resource].items())
-                if (namespace is None or ns == namespace)
-                and (label_selector is None or label_selector.matches(obj["metadata"].get("labels")))
-                and (field_selector is None or field_selector.matches(obj))
+                for key, obj in sorted(
+                    self._objects[resource].items(), key=lambda kv: self._storage_key(rtype, kv[0])
+                )
+                if (namespace is None or key[0] == namespace)
+                and self._selected(obj, label_selector, field_selector)
             ]
             return items, self._rv
+
+    def list_page(
+        self,
+        resource: str,
+        namespace: str | None,
+        label_selector: LabelSelector | None,
+        field_selector: FieldSelector | None,
+        *,
+        limit: int,
+        start_key: str = "",
+        revision: int | None = None,
+    ) -> Page:
+        """One page of a list, read at ``revision`` (None: the latest) from ``start_key`` on.
+
+        Follows etcd3 ``store.GetList`` (k8s.io/apiserver pkg/storage/etcd3/store.go, v0.33.1):
+        objects are taken in key order until ``limit`` of them matched the selectors; the list
+        has more when any key follows the last one looked at, matching or not; and
+        ``remainingItemCount`` (``PrepareContinueToken`` in pkg/storage/continue.go) is the
+        number of keys from the page's start less ``limit``, given only without selectors.
+        Raises :class:`CompactedError` for a revision etcd no longer has.
+        """
+        rtype = self._rtype(resource)
+        prefix = f"{namespace}/" if rtype.namespaced and namespace is not None else ""
+        start = max(start_key, prefix)
+        with self._lock:
+            self._run_compactor()
+            if revision is None:
+                revision, objects = self._rv, self._objects[resource]
+            else:
+                objects = self._objects_at(rtype, revision)
+            in_range = sorted(
+                (skey, obj)
+                for skey, obj in ((self._storage_key(rtype, key), obj) for key, obj in objects.items())
+                if skey.startswith(prefix) and skey >= start
+            )
+            items: list[JSON] = []
+            last_key: str | None = None
+            has_more = False
+            for skey, obj in in_range:
+                if limit > 0 and len(items) >= limit:
+                    has_more = True
+                    break
+                last_key = skey
+                if self._selected(obj, label_selector, field_selector):
+                    items.append(self._present(rtype, obj))
+            unfiltered = label_selector is None and field_selector is None
+            return Page(
+                items=items,
+                resource_version=revision,
+                last_key=last_key if has_more else None,
+                remaining=len(in_range) - limit if has_more and unfiltered else None,
+            )
+
+    def _objects_at(self, rtype: ResourceType, revision: int) -> dict[Key, JSON]:
+        """The resource's objects as of ``revision`` (etcd's ``WithRev`` read): today's, with every
+        later change undone."""
+        if revision < self._compacted_rv:
+            raise CompactedError(revision, self._compacted_rv)
+        objects = dict(self._objects[rtype.plural])
+        for event in reversed(self._revisions):
+            if event.resource_version <= revision:
+                break
+            if event.resource != rtype.plural:
+                continue
+            meta = event.object["metadata"]
+            key = self._key(rtype, meta.get("namespace"), meta["name"])
+            if event.previous is None:
+                objects.pop(key, None)
+            else:
+                objects[key] = event.previous
+        return objects
 
     def select(
         self, resource: str, predicate: Callable[[JSON], bool], namespace: str | None = None
@@ -540,9 +749,11 @@ class ObjectStore:
     # ---- deletion ----------------------------------------------------------------------------
 
     def _remove(self, rtype: ResourceType, key: Key, obj: JSON) -> None:
-        self._objects[rtype.plural].pop(key, None)
+        # The stored object is the DELETED event's "previous": what a read as of an earlier
+        # revision still sees.
+        stored = self._objects[rtype.plural].pop(key, None)
         self._bump(obj)
-        self._record(rtype, "DELETED", obj, None)
+        self._record(rtype, "DELETED", obj, stored)
         self._stop_seconds.pop(obj["metadata"]["uid"], None)
         if rtype is PODS:
             self._fire("pod_deleted", obj)

@@ -22,6 +22,10 @@ class ResourceType:
     # AllowUnconditionalUpdate: a PUT without metadata.resourceVersion overwrites the current
     # object instead of being refused (422).
     allow_unconditional_update: bool = True
+    # Served through a watch cache; kube-apiserver 1.33 disables it only for events
+    # (``DefaultWatchCacheSizes`` in pkg/kubeapiserver/default_storage_factory_builder.go), whose
+    # lists and watches go to etcd.
+    watch_cached: bool = True
 
     @property
     def api_version(self) -> str:
@@ -36,7 +40,9 @@ NODES = ResourceType("nodes", "Node", "", "v1", namespaced=False, has_status=Tru
 PODS = ResourceType(
     "pods", "Pod", "", "v1", namespaced=True, has_status=True, schema="core.Pod", returns_deleted_object=True
 )
-EVENTS = ResourceType("events", "Event", "", "v1", namespaced=True, has_status=False, schema="core.Event")
+EVENTS = ResourceType(
+    "events", "Event", "", "v1", namespaced=True, has_status=False, schema="core.Event", watch_cached=False
+)
 # leaseStrategy: AllowCreateOnUpdate true, AllowUnconditionalUpdate false
 # (https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/registry/coordination/lease/strategy.go).
 LEASES = ResourceType(

@@ -267,6 +267,10 @@ class FieldSelector:
                 return False
         return True
 
+    @property
+    def empty(self) -> bool:
+        return not self.requirements
+
 
 def _split_unescaped(text: str, sep: str) -> list[str]:
     parts: list[str] = []

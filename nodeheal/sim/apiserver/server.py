@@ -12,7 +12,6 @@ import contextlib
 import json
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -24,6 +23,8 @@ from nodeheal.sim.apiserver import codec, messages
 from nodeheal.sim.apiserver.authorizer import RbacAuthorizer, request_attributes
 from nodeheal.sim.apiserver.faults import FaultInjector
 from nodeheal.sim.apiserver.fielderrors import go_quote, invalid_error, not_supported
+from nodeheal.sim.apiserver.messages import APF_TOO_MANY_REQUESTS
+from nodeheal.sim.apiserver.paging import list_body
 from nodeheal.sim.apiserver.resources import RESOURCES, ResourceType
 from nodeheal.sim.apiserver.selectors import parse_field_selector, parse_label_selector
 from nodeheal.sim.apiserver.status import (
@@ -31,7 +32,6 @@ from nodeheal.sim.apiserver.status import (
     bad_request,
     method_not_allowed,
     not_found_path,
-    status_body,
 )
 from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.apiserver.warning import WarningRecorder
@@ -56,6 +56,7 @@ VERSION_INFO: JSON = {
 }
 
 _ITEM_VERBS = ("GET", "PUT", "PATCH", "DELETE")
+_TRUE = ("true", "1", "True")
 _STATUS_VERBS = ("GET", "PUT", "PATCH")
 
 
@@ -208,7 +209,10 @@ class _Handler(BaseHTTPRequestHandler):
             except ApiError as err:
                 self._send_json(err.code, err.body, err.headers)
                 return
-        decision = self.server.faults.decide(method, split.path, template)
+        faults = self.server.faults
+        decision = faults.decide(method, split.path, template)
+        for call in decision.calls:
+            call()
         if decision.latency:
             self.server.stopped.wait(decision.latency)
         if decision.hold_seconds is not None:
@@ -216,6 +220,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._abort_connection()
             return
         try:
+            if decision.throttle_retry_after is not None:
+                self._send_throttled(decision.throttle_retry_after)
+                return
             if decision.error is not None:
                 raise decision.error
             self._handle(method, split.path, route, params, raw)
@@ -223,6 +230,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(err.code, err.body, err.headers)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        finally:
+            faults.record_served(method, split.path, watch=params.get("watch") in _TRUE)
+
+    def _send_throttled(self, retry_after: int) -> None:
+        """API Priority and Fairness's rejection: ``http.Error``, so plain text, not a Status."""
+        data = (APF_TOO_MANY_REQUESTS + "\n").encode()
+        self.send_response(429)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Retry-After", str(retry_after))
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _handle(
         self, method: str, path: str, route: _Route | None, params: dict[str, str], raw: bytes
@@ -353,37 +373,25 @@ class _Handler(BaseHTTPRequestHandler):
     def _list_or_watch(self, route: _Route, params: dict[str, str]) -> None:
         labels = parse_label_selector(params.get("labelSelector"))
         fields = parse_field_selector(params.get("fieldSelector"), route.rtype.plural)
-        if params.get("watch") in ("true", "1", "True"):
+        if params.get("watch") in _TRUE:
             self._watch(route, params, labels, fields)
             return
-        items, rv = self.server.store.list_objects(route.rtype.plural, route.namespace, labels, fields)
-        meta: JSON = {"resourceVersion": str(rv)}
         limit = self._int_param(params, "limit") if params.get("limit") else 0
-        start = 0
-        if params.get("continue"):
-            try:
-                start = int(params["continue"])
-            except ValueError as exc:
-                raise bad_request(
-                    "continue key is not valid: incorrect encoded start resourceVersion"
-                ) from exc
-        if limit > 0 or start:
-            end = start + limit if limit > 0 else len(items)
-            if end < len(items):
-                meta["continue"] = str(end)
-                meta["remainingItemCount"] = len(items) - end
-            items = items[start:end]
-        for item in items:
+        body = list_body(
+            self.server.store,
+            route.rtype,
+            route.namespace,
+            labels,
+            fields,
+            limit=limit,
+            continue_token=params.get("continue") or "",
+            resource_version=params.get("resourceVersion") or "",
+        )
+        for item in body["items"]:
             # The items of a list carry no kind or apiVersion, only the list does
             # (https://github.com/kubernetes/kubernetes/issues/3030).
             item.pop("kind", None)
             item.pop("apiVersion", None)
-        body = {
-            "kind": route.rtype.list_kind,
-            "apiVersion": route.rtype.api_version,
-            "metadata": meta,
-            "items": items,
-        }
         self._send_json(200, body)
 
     def _watch(self, route: _Route, params: dict[str, str], labels: Any, fields: Any) -> None:
@@ -395,7 +403,6 @@ class _Handler(BaseHTTPRequestHandler):
                 start_rv = int(rv_param)
             except ValueError as exc:
                 raise bad_request(f"invalid resource version: {rv_param!r}") from exc
-            self._wait_until_fresh(start_rv)
         timeout = (
             float(self._int_param(params, "timeoutSeconds"))
             if params.get("timeoutSeconds")
@@ -408,8 +415,10 @@ class _Handler(BaseHTTPRequestHandler):
             fields=fields,
             start_rv=start_rv,
             timeout=timeout,
-            bookmarks=params.get("allowWatchBookmarks") in ("true", "1", "True"),
+            bookmarks=params.get("allowWatchBookmarks") in _TRUE,
             bookmark_interval=server.bookmark_interval,
+            started=server.store.clock.now(),
+            too_large_rv_wait=server.too_large_rv_wait,
         )
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -421,7 +430,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
             self.wfile.flush()
 
-        control = server.faults.register_watch()
+        control = server.faults.register_watch(urlsplit(self.path).path)
         try:
             run_watch(req, server.store, control, send, server.stopped.is_set)
             self.wfile.write(b"0\r\n\r\n")
@@ -430,28 +439,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._abort_connection()
         finally:
             server.faults.unregister_watch(control)
-
-    def _wait_until_fresh(self, rv: int) -> None:
-        """A version from the future: wait briefly, then answer like the watch cache's 504."""
-        store = self.server.store
-        deadline = time.monotonic() + self.server.too_large_rv_wait
-        with store.changed:
-            while store.resource_version < rv:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    body = status_body(
-                        504,
-                        "Timeout",
-                        f"Too large resource version: {rv}, current: {store.resource_version}",
-                        {
-                            "causes": [
-                                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
-                            ],
-                            "retryAfterSeconds": 1,
-                        },
-                    )
-                    raise ApiError(body, {"Retry-After": "1"})
-                store.changed.wait(remaining)
 
 
 class _Server(ThreadingHTTPServer):
@@ -499,6 +486,9 @@ class FakeKubeApiServer:
     """The fake API server; `store` holds the cluster state, `faults` injects failures.
 
     Without an ``authorizer`` every request is allowed (and needs no credentials).
+    ``too_large_rv_wait`` is how long a watch from a resourceVersion the store has not reached
+    yet waits for it before its ERROR 504 (``blockTimeout``, 3 s, in the watch cache); like the
+    watch timeouts and bookmarks, it is measured on the store's clock.
     """
 
     def __init__(
@@ -509,7 +499,7 @@ class FakeKubeApiServer:
         *,
         bookmark_interval: float = 1.0,
         default_watch_timeout: float = 1800.0,
-        too_large_rv_wait: float = 1.0,
+        too_large_rv_wait: float = 3.0,
         authorizer: RbacAuthorizer | None = None,
     ) -> None:
         self.store = store if store is not None else ClusterStore()

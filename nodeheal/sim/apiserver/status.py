@@ -9,6 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from nodeheal.sim.apiserver import messages
+from nodeheal.sim.apiserver.messages import (
+    INTERNAL_ERROR,
+    TOO_LARGE_RESOURCE_VERSION,
+    TOO_LARGE_RESOURCE_VERSION_CAUSE,
+)
 
 JSON = dict[str, Any]
 
@@ -150,9 +155,7 @@ def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
 
 def internal_error(message: str) -> ApiError:
     return ApiError(
-        status_body(
-            500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
-        )
+        status_body(500, "InternalError", INTERNAL_ERROR.format(message), {"causes": [{"message": message}]})
     )
 
 
@@ -169,10 +172,25 @@ def too_many_requests(message: str, causes: list[JSON], retry_after_seconds: int
     return ApiError(status_body(429, "TooManyRequests", message, details), headers)
 
 
-def expired(message: str) -> JSON:
-    return status_body(410, "Expired", message)
+def expired(message: str, continue_token: str = "") -> JSON:
+    """``errors.NewResourceExpired``: 410 with no details (the field is omitted, not empty), and the
+    fresh continue token in ``metadata`` when etcd's paging error handler made one."""
+    body = status_body(410, "Expired", message)
+    del body["details"]
+    if continue_token:
+        body["metadata"] = {"continue": continue_token}
+    return body
 
 
-def gone_watch_status(requested: int, oldest: int) -> JSON:
-    # The watch cache reports the requested version and the oldest one it can still serve from.
-    return expired(f"too old resource version: {requested} ({oldest})")
+def too_large_resource_version(requested: int, current: int) -> JSON:
+    """``storage.NewTooLargeResourceVersionError`` with the watch cache's one-second retry hint
+    (``resourceVersionTooHighRetrySeconds`` in pkg/storage/cacher/watch_cache.go)."""
+    return status_body(
+        504,
+        "Timeout",
+        TOO_LARGE_RESOURCE_VERSION.format(requested=requested, current=current),
+        {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": TOO_LARGE_RESOURCE_VERSION_CAUSE}],
+            "retryAfterSeconds": 1,
+        },
+    )

@@ -17,15 +17,26 @@ from typing import Any
 
 from nodeheal.sim.apiserver import codec, messages
 from nodeheal.sim.apiserver import pdb as pdbmath
+from nodeheal.sim.apiserver.clock import Clock
 from nodeheal.sim.apiserver.eviction import EVICTIONS_RETRY, Backoff, EvictionRest, still_being_processed
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
-from nodeheal.sim.apiserver.objectstore import ObjectStore, ResourceExpiredError, WatchEvent
+from nodeheal.sim.apiserver.objectstore import (
+    COMPACTION_INTERVAL_SECONDS,
+    CompactedError,
+    ObjectStore,
+    Page,
+    WatchEvent,
+)
 from nodeheal.sim.apiserver.resources import PDBS, PODS, ResourceType
-from nodeheal.sim.apiserver.status import conflict, too_many_requests
+from nodeheal.sim.apiserver.status import (
+    conflict,
+    too_many_requests,
+)
+from nodeheal.sim.apiserver.watchcache import ResourceExpiredError
 
 JSON = dict[str, Any]
 
-__all__ = ["ClusterStore", "ResourceExpiredError", "WatchEvent"]
+__all__ = ["ClusterStore", "CompactedError", "Page", "ResourceExpiredError", "WatchEvent"]
 
 
 def _set_pod_condition(pod: JSON, condition: JSON) -> None:
@@ -76,14 +87,16 @@ class ClusterStore(ObjectStore):
     def __init__(
         self,
         *,
-        history_size: int = 2000,
         time_scale: float = 1.0,
+        clock: Clock | None = None,
+        compaction_interval: float = COMPACTION_INTERVAL_SECONDS,
         eviction_retry: Backoff = EVICTIONS_RETRY,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """``eviction_retry`` and ``sleep`` are the eviction subresource's conflict retry and how it
-        pauses (each pause multiplied by ``time_scale``), for tests that count or script them."""
-        super().__init__(history_size=history_size, time_scale=time_scale)
+        pauses (each pause multiplied by ``time_scale``), for tests that count or script them;
+        ``clock`` and ``compaction_interval`` drive etcd's compaction and the watch caches."""
+        super().__init__(time_scale=time_scale, clock=clock, compaction_interval=compaction_interval)
         self.eviction = EvictionRest(self, retry=eviction_retry, sleep=sleep)
         self._disruption_controller_running = True
         #: While the disruption controller is paused: the status it last wrote, by PDB uid.

@@ -3,11 +3,17 @@
 Events are written as chunked JSON lines. A clean end sends the terminating chunk; a dropped
 connection (fault injection or server shutdown) closes the socket without it, which the client
 sees as a ProtocolError exactly as with a real apiserver going away.
+
+Errors found once the stream is open are ERROR events, never HTTP statuses, as in the real
+cacher (``Cacher.Watch`` in k8s.io/apiserver pkg/storage/cacher/cacher.go returns them through
+``newErrWatcher``): a version older than the history answers 410 Expired, one the store has not
+reached yet answers 504 "Too large resource version" after the cache's wait. A watch whose
+history runs out while it is being served (a consumer far behind) just ends, as the cacher ends
+a watcher whose interval was invalidated. Timeouts and bookmarks run on the store's clock.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +21,13 @@ from typing import Any
 from nodeheal.sim.apiserver.faults import WatchControl
 from nodeheal.sim.apiserver.resources import ResourceType
 from nodeheal.sim.apiserver.selectors import FieldSelector, LabelSelector
-from nodeheal.sim.apiserver.status import gone_watch_status
+from nodeheal.sim.apiserver.status import expired, too_large_resource_version
 from nodeheal.sim.apiserver.store import ClusterStore, ResourceExpiredError, WatchEvent
 
 JSON = dict[str, Any]
+
+#: Longest real-time wait between two looks at the control flags and the clock.
+_POLL_SECONDS = 1.0
 
 
 class WatchAbortedError(Exception):
@@ -35,6 +44,9 @@ class WatchRequest:
     timeout: float
     bookmarks: bool
     bookmark_interval: float
+    # When the request arrived, on the store's clock: the timeout and every wait count from here.
+    started: float
+    too_large_rv_wait: float = 3.0
 
 
 def _matches(req: WatchRequest, obj: JSON | None) -> bool:
@@ -59,6 +71,23 @@ def project(req: WatchRequest, event: WatchEvent) -> str | None:
     return None
 
 
+def _wait_until_fresh(req: WatchRequest, store: ClusterStore, stopping: Callable[[], bool]) -> bool:
+    """``waitUntilFreshAndBlock`` in watch_cache.go: wait up to ``blockTimeout`` for the cache to
+    reach the requested version. A watch served by etcd (no watch cache) just waits for it."""
+    assert req.start_rv is not None
+    if not req.rtype.watch_cached:
+        return True
+    clock = store.clock
+    deadline = req.started + req.too_large_rv_wait
+    with store.changed:
+        while store.resource_version < req.start_rv:
+            remaining = deadline - clock.now()
+            if remaining <= 0 or stopping():
+                return False
+            store.changed.wait(min(remaining, _POLL_SECONDS))
+    return True
+
+
 def run_watch(
     req: WatchRequest,
     store: ClusterStore,
@@ -67,8 +96,10 @@ def run_watch(
     stopping: Callable[[], bool],
 ) -> None:
     """Stream events through `send` until the timeout; raises WatchAbortedError for an abrupt end."""
-    deadline = time.monotonic() + req.timeout
-    next_bookmark = time.monotonic() + req.bookmark_interval
+    clock = store.clock
+    deadline = req.started + req.timeout
+    next_bookmark = req.started + req.bookmark_interval
+    plural = req.rtype.plural
 
     def bookmark(rv: int) -> None:
         send(
@@ -82,24 +113,45 @@ def run_watch(
             }
         )
 
-    if req.start_rv is None:
-        items, last = store.list_objects(req.rtype.plural, req.namespace, req.labels, req.fields)
-        for item in items:
-            send({"type": "ADDED", "object": item})
-    else:
-        last = req.start_rv
-    while True:
-        try:
-            events, reached = store.events_after(last, req.rtype.plural)
-        except ResourceExpiredError as exc:
-            send({"type": "ERROR", "object": gone_watch_status(exc.requested, exc.oldest)})
-            return
+    def deliver(events: list[WatchEvent]) -> None:
         for event in events:
             kind = project(req, event)
             if kind is not None:
-                send({"type": kind, "object": store.present(req.rtype.plural, event.object)})
-        last = reached
-        now = time.monotonic()
+                send({"type": kind, "object": store.present(plural, event.object)})
+
+    if req.start_rv is None:
+        items, last = store.list_objects(plural, req.namespace, req.labels, req.fields)
+        for item in items:
+            send({"type": "ADDED", "object": item})
+    else:
+        if not _wait_until_fresh(req, store, stopping):
+            send(
+                {"type": "ERROR", "object": too_large_resource_version(req.start_rv, store.resource_version)}
+            )
+            return
+        try:
+            events, reached = store.events_after(req.start_rv, plural)
+        except ResourceExpiredError as exc:
+            send({"type": "ERROR", "object": expired(exc.message)})
+            return
+        deliver(events)
+        last = max(req.start_rv, reached)
+    while True:
+        if control.drop or stopping():
+            raise WatchAbortedError
+        if control.error is not None:
+            send({"type": "ERROR", "object": control.error})
+            return
+        if control.expire:
+            send({"type": "ERROR", "object": expired(store.expired_message(plural, last))})
+            return
+        try:
+            events, reached = store.events_after(last, plural)
+        except ResourceExpiredError:
+            return
+        deliver(events)
+        last = max(last, reached)
+        now = clock.now()
         if req.bookmarks and now >= next_bookmark:
             bookmark(last)
             next_bookmark = now + req.bookmark_interval
@@ -108,16 +160,8 @@ def run_watch(
                 bookmark(last)
             return
         with store.changed:
-            if store.resource_version == last and not (control.drop or control.expire or stopping()):
+            if store.resource_version <= last and not (
+                control.drop or control.expire or control.error is not None or stopping()
+            ):
                 wake_at = min(deadline, next_bookmark) if req.bookmarks else deadline
-                store.changed.wait(max(min(wake_at - time.monotonic(), 1.0), 0.0))
-        if control.drop or stopping():
-            raise WatchAbortedError
-        if control.expire:
-            send(
-                {
-                    "type": "ERROR",
-                    "object": gone_watch_status(last, max(store.oldest_resource_version, last + 1)),
-                }
-            )
-            return
+                store.changed.wait(max(min(wake_at - clock.now(), _POLL_SECONDS), 0.0))

@@ -116,6 +116,44 @@ def test_list_filters_by_label_selector(kube: FakeKubeApiServer, nodes: NodeOper
 # -- cordon ---------------------------------------------------------------------------------------
 
 
+def test_list_whose_snapshot_expires_mid_way_lists_again_whole(
+    kube: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pages after the first are read at the first page's revision; once etcd compacted it the
+    next page is 410 (``handleCompactedErrorForPaging`` in k8s.io/apiserver
+    pkg/storage/etcd3/errors.go). NodeHeal then lists again from the start, without a limit, as
+    client-go's pager does (``FullListIfExpired`` in k8s.io/client-go tools/pager/pager.go): the
+    answer is today's nodes, never pages of two different moments."""
+    for index, name in enumerate(("node-a", "node-b", "node-c")):
+        _add_node(kube, name, instance_id=f"i-0{index}aa1234567890abc")
+
+    def churn_then_compact() -> None:
+        kube.store.remove("nodes", "node-c")
+        _add_node(kube, "node-d", instance_id="i-0dd1234567890abcd")
+        kube.store.compact()
+
+    kube.faults.call_before(churn_then_compact, skip=1, method="GET", path="^/api/v1/nodes$")
+    paged = NodeOperations(_client(kube), page_size=1)
+    assert [n.name for n in paged.list()] == ["node-a", "node-b", "node-d"]
+    # The first page, the expired second one, then the whole list.
+    assert kube.faults.count("GET", "^/api/v1/nodes$") == 3
+    assert "the list's snapshot expired after 1 objects (410)" in caplog.text
+
+
+def test_list_of_a_nodes_pods_survives_an_expired_snapshot(kube: FakeKubeApiServer) -> None:
+    """The same for the drain's list of a node's pods (one consistent list, or a fresh one)."""
+    _add_pods(kube, *(make_pod(f"trainer-{i}", "ml", NODE, owner_kind="StatefulSet") for i in range(3)))
+
+    def schedule_then_compact() -> None:
+        _add_pods(kube, make_pod("trainer-3", "ml", NODE, owner_kind="StatefulSet"))
+        kube.store.compact()
+
+    kube.faults.call_before(schedule_then_compact, skip=2, method="GET", path="^/api/v1/pods$")
+    listed = PodOperations(_client(kube), page_size=1).list_on_node(NODE)
+    assert [p.key for p in listed] == [f"ml/trainer-{i}" for i in range(4)]
+    assert kube.faults.count("GET", "^/api/v1/pods$") == 4
+
+
 def test_cordon_sets_unschedulable_taint_and_annotations_keeping_other_taints(
     kube: FakeKubeApiServer, nodes: NodeOperations
 ) -> None:

@@ -11,6 +11,7 @@ import urllib3
 from kubernetes import client
 
 from nodeheal.sim.apiserver import FakeKubeApiServer, make_node
+from nodeheal.sim.apiserver.messages import APF_TOO_MANY_REQUESTS
 
 
 @pytest.fixture
@@ -85,3 +86,45 @@ def test_clear_removes_rules(server: FakeKubeApiServer, core: client.CoreV1Api) 
     server.faults.fail_next(5, status=503)
     server.faults.clear()
     assert core.read_node("gpu-a").metadata.name == "gpu-a"
+
+
+def test_priority_and_fairness_rejection_is_plain_text_with_retry_after(server: FakeKubeApiServer) -> None:
+    """API Priority and Fairness rejects with ``http.Error``: 429, text/plain, Retry-After, no
+    Status body (``tooManyRequests`` in k8s.io/apiserver pkg/server/filters/priority-and-fairness.go)."""
+    server.faults.throttle_next(1, retry_after=4, method="GET", path="^/api/v1/nodes$")
+    http = urllib3.PoolManager(retries=False)
+    rejected = http.request("GET", f"{server.url}/api/v1/nodes")
+    assert rejected.status == 429
+    assert rejected.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert rejected.headers["Retry-After"] == "4"
+    assert rejected.data.decode() == APF_TOO_MANY_REQUESTS + "\n"
+    assert http.request("GET", f"{server.url}/api/v1/nodes").status == 200
+
+
+def test_call_before_runs_between_two_matching_requests(
+    server: FakeKubeApiServer, core: client.CoreV1Api
+) -> None:
+    """A test can act at an exact point of a client's sequence, here between two reads."""
+    server.faults.call_before(
+        lambda: server.store.heartbeat("gpu-a"), skip=1, method="GET", path="^/api/v1/nodes/gpu-a$"
+    )
+    first = core.read_node("gpu-a").metadata.resource_version
+    second = core.read_node("gpu-a").metadata.resource_version
+    third = core.read_node("gpu-a").metadata.resource_version
+    assert int(second) == int(first) + 1
+    assert third == second
+
+
+def test_answered_requests_are_reported_and_can_be_waited_for(
+    server: FakeKubeApiServer, core: client.CoreV1Api
+) -> None:
+    """What a test waits on: requests answered (lists apart from watches) and watches opened."""
+    core.list_node()
+    server.faults.wait_for(lambda: server.faults.served("GET", "^/api/v1/nodes$") == 1, what="the list")
+    assert server.faults.served("GET", "^/api/v1/nodes$", watch=True) == 0
+    core.list_node(watch=True, timeout_seconds=1, _preload_content=False).read()
+    server.faults.wait_for(
+        lambda: server.faults.served("GET", "^/api/v1/nodes$", watch=True) == 1, what="the watch to end"
+    )
+    assert server.faults.watches_started("^/api/v1/nodes$") == 1
+    assert server.faults.watching() == 0

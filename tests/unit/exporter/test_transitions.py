@@ -136,6 +136,33 @@ def test_relist_resyncs_bad_emits_recoveries_and_forgets_vanished_nodes() -> Non
     assert len(t) == 2
 
 
+def test_a_relist_that_starts_over_announces_each_bad_node_once() -> None:
+    """A list whose snapshot expired mid-way (410 on a later page) starts over inside the same
+    relist: nodes the first attempt already resynced are not announced again, unless they
+    changed in between; nodes only the second attempt saw are, and vanished nodes go."""
+    t = tracker()
+    a = with_condition(node("ip-10-0-1-1"), "GPUProblem", "True", "GPUHardwareError")
+    b = with_condition(node("ip-10-0-1-2"), "GPUProblem", "True", "GPUHardwareError")
+    c = node("ip-10-0-1-3")
+    t.begin_relist()
+    first = t.relist_page([a, b])
+    t.begin_relist()  # the second page was 410: the list starts over
+    b2 = with_condition(b, "GPUProblem", "True", "NVLinkError")
+    again = t.relist_page([a, b2, c])
+    t.end_relist()
+    assert keys(first) == [
+        ("ip-10-0-1-1", "GPUProblem", "True", "GPUHardwareError", None, True),
+        ("ip-10-0-1-2", "GPUProblem", "True", "GPUHardwareError", None, True),
+    ]
+    assert keys(again) == [
+        ("ip-10-0-1-2", "GPUProblem", "True", "NVLinkError", ("True", "GPUHardwareError"), False),
+    ]
+    # The next relist is a new one: every bad node is resynced again.
+    t.begin_relist()
+    assert len(t.relist_page([a, b2, c])) == 2
+    t.end_relist()
+
+
 def test_same_name_new_uid_has_no_previous_view() -> None:
     t = tracker()
     old = node("ip-10-0-1-1")
