@@ -231,17 +231,21 @@ INVALID_CONTINUE_TOKEN = "invalid continue token: {}"
 CONTINUE_KEY_NOT_VALID = "continue key is not valid"
 
 #: ``ErrInvalidStartRV`` in pkg/storage/continue.go: a token whose resourceVersion is 0.
+#: https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/storage/continue.go
 CONTINUE_INVALID_START_RV = (
     "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
 )
 
 #: ``ErrEmptyStartKey`` in pkg/storage/continue.go: a token without a start key.
+#: https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/storage/continue.go
 CONTINUE_EMPTY_START_KEY = "continue key is not valid: encoded start key empty (version meta.k8s.io/v1)"
 
 #: ``ErrUnrecognizedEncodedVersion`` in pkg/storage/continue.go, followed by the token's version.
+#: https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/storage/continue.go
 CONTINUE_UNRECOGNIZED_VERSION = "continue key is not valid: server does not recognize this encoded version"
 
 #: ``ValidateListOptions`` in pkg/storage/interfaces.go: a continue token with a resourceVersion.
+#: https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/storage/interfaces.go
 CONTINUE_WITH_RESOURCE_VERSION = "specifying resource version is not allowed when using continue"
 
 # -- watches: expired and future resourceVersions --------------------------------------------------
@@ -263,6 +267,7 @@ ETCD_WATCH_TOO_OLD_RESOURCE_VERSION = "The resourceVersion for the provided watc
 TOO_LARGE_RESOURCE_VERSION = "Timeout: Too large resource version: {requested}, current: {current}"
 
 #: ``tooLargeResourceVersionCauseMsg`` in pkg/storage/errors.go, the cause beside it.
+#: https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/storage/errors.go
 TOO_LARGE_RESOURCE_VERSION_CAUSE = "Too large resource version"
 
 # -- request rejections -----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
-from nodeheal.sim.apiserver import codec, messages
+from nodeheal.sim.apiserver import codec, conformance, messages
 from nodeheal.sim.apiserver.authorizer import RbacAuthorizer, request_attributes
 from nodeheal.sim.apiserver.faults import FaultInjector
 from nodeheal.sim.apiserver.fielderrors import go_quote, invalid_error, not_supported
@@ -123,6 +123,8 @@ def _allowed(route: _Route) -> tuple[str, ...]:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    #: The request's row key path in the conformance table (route template, ``?watch`` for a watch).
+    _row_path = ""
     # Warnings of the request being answered (a handler serves one request at a time).
     _warnings: WarningRecorder
 
@@ -175,6 +177,11 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             raise bad_request(f"error decoding request body: {exc}") from exc
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        # Every answer is a key of the conformance table (docs/fake-apiserver.md).
+        conformance.record(self.command, self._row_path or urlsplit(self.path).path, code)
+        super().send_response(code, message)
+
     def _send_json(self, code: int, body: JSON, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(code)
@@ -200,6 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
         params = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
         route = _route(split.path)
         template = route.template if route else split.path
+        self._row_path = template + ("?watch" if params.get("watch") in _TRUE else "")
         raw = self._read_body()
         authorizer = self.server.authorizer
         if authorizer is not None:
@@ -426,6 +434,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
         def send(event: JSON) -> None:
+            if event.get("type") == "ERROR":
+                conformance.record(self.command, self._row_path, f"ERROR {event['object'].get('code')}")
             line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
             self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
             self.wfile.flush()

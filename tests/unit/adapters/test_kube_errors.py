@@ -17,6 +17,7 @@ from nodeheal.kube.model import PodView
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.pods import PodOperations, PodOutcome
 from nodeheal.kube.transport import GeneratedClientTransport
+from nodeheal.sim.apiserver.messages import INTERNAL_ERROR
 from tests.unit.adapters.scripted_server import Reply, Script, scripted_server, status
 
 
@@ -104,7 +105,7 @@ def test_404_on_get_is_none_but_on_cordon_is_node_gone(server: tuple[str, Script
 def test_eviction_server_error_fails_that_pod_only(server: tuple[str, Script]) -> None:
     host, script = server
     script.add(
-        Reply(500, status(500, "InternalError", "Internal error occurred: too many retries")),
+        Reply(500, status(500, "InternalError", INTERNAL_ERROR.format("too many retries"))),
     )
     pod = PodView(namespace="ml", name="p0", uid="u0", phase="Running", owner_kinds=("ReplicaSet",))
     report = PodOperations(StaticClientProvider(host).transport("c")).evict([pod], parallelism=1)

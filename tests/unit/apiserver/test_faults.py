@@ -11,7 +11,7 @@ import urllib3
 from kubernetes import client
 
 from nodeheal.sim.apiserver import FakeKubeApiServer, make_node
-from nodeheal.sim.apiserver.messages import APF_TOO_MANY_REQUESTS
+from nodeheal.sim.apiserver.messages import APF_TOO_MANY_REQUESTS, INTERNAL_ERROR
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_next_requests_fail_with_internal_error(server: FakeKubeApiServer, core:
         body = json.loads(err.value.body)
         assert (body["reason"], body["message"]) == (
             "InternalError",
-            "Internal error occurred: injected fault",
+            INTERNAL_ERROR.format("injected fault"),
         )
     assert core.patch_node("gpu-a", {"spec": {"unschedulable": True}}).spec.unschedulable is True
     assert server.faults.counts[("PATCH", "/api/v1/nodes/{name}")] == 3

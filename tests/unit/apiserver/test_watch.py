@@ -239,7 +239,7 @@ def test_watch_cache_window_keeps_75_seconds_or_the_last_100_events(
     """A full window doubles when its oldest event is younger than ``eventFreshDuration`` (75 s)
     and drops its oldest otherwise (``resizeCacheLocked``/``updateCache`` in
     k8s.io/apiserver pkg/storage/cacher/watch_cache.go); a watch from before the window is 410
-    "too old resource version: R (O)" (``getAllEventsSinceLocked``)."""
+    messages.WATCH_CACHE_TOO_OLD_RESOURCE_VERSION (``getAllEventsSinceLocked``)."""
     store = timed.store
     before_add = 1  # the fixture's Node was the store's first write, over version 1
     for _ in range(LOWER_BOUND_CAPACITY - 1):
@@ -303,7 +303,7 @@ def test_uncached_events_watch_expires_with_etcd_compaction(
     watches are etcd's: a revision lives until the compactor's second run after it, which
     compacts to the revision its first run saw (``runCompactLoop``/``compact`` in
     k8s.io/apiserver pkg/storage/etcd3/compact.go, every 5 minutes), and a watch from a compacted
-    revision is 410 "The resourceVersion for the provided watch is too old."
+    revision is 410 with messages.ETCD_WATCH_TOO_OLD_RESOURCE_VERSION
     (``interpretWatchError`` in pkg/storage/etcd3/errors.go). Node watches, served by their
     watch cache, are not affected."""
     store = timed.store
