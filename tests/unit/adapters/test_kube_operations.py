@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -134,7 +135,15 @@ def test_list_whose_snapshot_expires_mid_way_lists_again_whole(
 
     kube.faults.call_before(churn_then_compact, skip=1, method="GET", path="^/api/v1/nodes$")
     paged = NodeOperations(_client(kube), page_size=1)
-    assert [n.name for n in paged.list()] == ["node-a", "node-b", "node-d"]
+    # Listen on the adapter's own logger: once a handler has set up Powertools' "nodeheal" logger
+    # in this process, records stop propagating to the root logger caplog listens on.
+    adapter_logger = logging.getLogger("nodeheal.kube.client")
+    adapter_logger.addHandler(caplog.handler)
+    try:
+        listed = [n.name for n in paged.list()]
+    finally:
+        adapter_logger.removeHandler(caplog.handler)
+    assert listed == ["node-a", "node-b", "node-d"]
     # The first page, the expired second one, then the whole list.
     assert kube.faults.count("GET", "^/api/v1/nodes$") == 3
     assert "the list's snapshot expired after 1 objects (410)" in caplog.text
