@@ -29,6 +29,8 @@ os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "nodeheal")
 # every key served, as table rows, to FILE (a start for a new row).
 
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         else:
             print(line)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# -- the package logger, restored after each test ---------------------------------------------------
+#
+# A handler under test builds Powertools' Logger(service="nodeheal"), which configures the package's
+# own logger as Lambda wants it: its level from POWERTOOLS_LOG_LEVEL (the demo sets CRITICAL) and no
+# propagation to the root. Left in place, that silences every nodeheal.* record for the tests that
+# run after it in the same worker, so a caplog assertion would depend on test order.
+
+
+@pytest.fixture(autouse=True)
+def _restore_the_nodeheal_logger() -> Iterator[None]:
+    package = logging.getLogger("nodeheal")
+    saved = (package.level, list(package.handlers), package.propagate, package.disabled)
+    yield
+    package.setLevel(saved[0])
+    package.handlers[:] = saved[1]
+    package.propagate = saved[2]
+    package.disabled = saved[3]
