@@ -4,10 +4,16 @@ NPD reports temporary problems (a single Xid, an OOM kill) and the EKS node moni
 ``*Warning`` findings as Events, not conditions. They are context for a person or a rule, never a
 trigger on their own, so they travel under their own detail type.
 
-An Event is re-posted with a higher ``count`` each time it recurs: the shipper deduplicates on
-(uid, count), so each occurrence is shipped once and a watch replay after a reconnect is not. On
-the first list after start the existing Events are remembered without shipping them (history is
-not news); on later relists (after 410 Gone) the ones not seen yet are shipped.
+A recurring Event is one object updated in place, and which counter rises depends on the API
+that recorded it. Through core/v1 (client-go's ``tools/record``, NPD, the kubelet) ``count`` and
+``lastTimestamp`` rise. Through events.k8s.io/v1 (``tools/events``) the recurrence goes to
+``series.count`` and ``series.lastObservedTime``, and ``count`` (``deprecatedCount`` there) may
+not change at all; the exporter reads core/v1, which shows both, so it watches both counters.
+The shipper deduplicates on (uid, count, series.count): an update that raises either counter is
+a new occurrence, shipped once; a watch replay after a reconnect, or a series heartbeat that
+raises neither, is not. On the first list after start the existing Events are remembered without
+shipping them (history is not news); on later relists (after 410 Gone) the ones not seen yet are
+shipped.
 """
 
 from __future__ import annotations
@@ -27,10 +33,18 @@ NODE_EVENTS_PATH = "/api/v1/events"
 NODE_EVENTS_FIELD_SELECTOR = "involvedObject.kind=Node"
 
 
+def _occurrence(event: Mapping[str, Any]) -> tuple[int, int]:
+    """The Event's two occurrence counters: core ``count`` (an unset one is the first occurrence)
+    and ``series.count`` (0 without a series; a series starts at 2)."""
+    series = event.get("series") or {}
+    return int(event.get("count") or 1), int(series.get("count") or 0)
+
+
 def node_event_detail(cluster: str, event: Mapping[str, Any], observed_at: datetime) -> dict[str, Any]:
     metadata = event.get("metadata") or {}
     involved = event.get("involvedObject") or {}
     source = event.get("source") or {}
+    series = event.get("series") or {}
     return {
         "schemaVersion": SCHEMA_VERSION,
         "cluster": cluster,
@@ -40,17 +54,21 @@ def node_event_detail(cluster: str, event: Mapping[str, Any], observed_at: datet
             "type": str(event.get("type") or ""),
             "reason": str(event.get("reason") or ""),
             "message": str(event.get("message") or ""),
-            "count": int(event.get("count") or 1),
+            # Occurrences so far, whichever API counted them.
+            "count": max(_occurrence(event)),
             "source": str(source.get("component") or event.get("reportingComponent") or ""),
             "firstTimestamp": event.get("firstTimestamp") or event.get("eventTime"),
-            "lastTimestamp": event.get("lastTimestamp") or event.get("eventTime"),
+            "lastTimestamp": (
+                event.get("lastTimestamp") or series.get("lastObservedTime") or event.get("eventTime")
+            ),
         },
         "observedAt": format_timestamp(observed_at, millis=True),
     }
 
 
 class NodeEventShipper:
-    """A :class:`~nodeheal.exporter.watcher.WatchHandler` for core/v1 Events about Nodes."""
+    """A :class:`~nodeheal.exporter.watcher.WatchHandler` for core/v1 Events about Nodes, whichever
+    API recorded them."""
 
     def __init__(
         self,
@@ -70,7 +88,8 @@ class NodeEventShipper:
         self._types = frozenset(types)
         self._memory = memory
         self._clock = clock
-        self._seen: OrderedDict[str, int] = OrderedDict()  # uid -> highest count shipped
+        # uid -> the highest (count, series.count) seen, each counter on its own.
+        self._seen: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._listed_once = False
         self._in_list = False
 
@@ -82,14 +101,18 @@ class NodeEventShipper:
         return not self._reasons or event.get("reason") in self._reasons
 
     def _fresh(self, event: Mapping[str, Any]) -> bool:
-        """Record (uid, count); True if this occurrence was not shipped before."""
+        """Record the Event's counters; True if this occurrence was not seen before: the Event is
+        new, or either counter rose (a recurrence through either API)."""
         uid = str((event.get("metadata") or {}).get("uid") or "")
-        count = int(event.get("count") or 1)
         if not uid:
             return False
-        if self._seen.get(uid, 0) >= count:
+        count, series_count = _occurrence(event)
+        seen = self._seen.get(uid)
+        if seen is not None and count <= seen[0] and series_count <= seen[1]:
             return False
-        self._seen[uid] = count
+        self._seen[uid] = (
+            (count, series_count) if seen is None else (max(count, seen[0]), max(series_count, seen[1]))
+        )
         self._seen.move_to_end(uid)
         while len(self._seen) > self._memory:
             self._seen.popitem(last=False)

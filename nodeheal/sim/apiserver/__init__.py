@@ -5,7 +5,9 @@ in-memory store with etcd's resourceVersion semantics and compaction (`store`, `
 the watch cache's window of events (`watchcache`), paged lists and their continue tokens
 (`paging`), the decoder that keeps of a body what the Go structs of k8s.io/api keep and writes
 objects back as Go does (`codec`, from the struct-tag table `schema`, with Go's time parsing in
-`gotime` and `Warning` headers in `warning`), the three patch types (`patch`), selectors,
+`gotime` and `Warning` headers in `warning`), the resources served (`resources`) and the
+conversions of a resource served under a second API version (`views`: events.k8s.io/v1 Events
+are the core/v1 Events), the three patch types (`patch`), selectors,
 validation (`validation`, `fielderrors`), PodDisruptionBudget arithmetic (`pdb`), the eviction
 subresource (`eviction`), watch streams (`watch`), authentication and RBAC (`authorizer`),
 injected request faults (`faults`), the HTTP front (`server`), the clock all of them read

@@ -255,8 +255,8 @@ def go_type_name(type_name: str) -> str:
     package, _, name = type_name.partition(".")
     if not name:
         return package
-    # core/v1, meta/v1, policy/v1 and coordination/v1 are all Go packages named "v1".
-    return f"v1.{name}" if package in ("core", "meta", "policy", "coordination") else type_name
+    # core/v1, meta/v1, policy/v1, coordination/v1 and events/v1 are all Go packages named "v1".
+    return f"v1.{name}" if package in ("core", "meta", "policy", "coordination", "events") else type_name
 
 
 @functools.cache

@@ -281,3 +281,29 @@ APF_TOO_MANY_REQUESTS = "Too many requests, please try again later."
 #: watch reaches the client (``transformErrorToEvent`` in pkg/storage/etcd3/watcher.go):
 #: https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/api/errors/errors.go
 INTERNAL_ERROR = "Internal error occurred: {}"
+
+# -- Events: core/v1 and events.k8s.io/v1 ---------------------------------------------------------
+
+# legacyValidateEvent, ValidateEventCreate, ValidateEventUpdate and validateV1EventSeries: every
+# Event passes the legacy checks; one written through events.k8s.io/v1 also the strict ones.
+# https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/core/validation/events.go
+EVENT_NAMESPACE_MISMATCH = "does not match event.namespace"
+EVENT_FIELD_MUST_BE_UNSET = "needs to be unset"
+EVENT_TYPE_INVALID = "has invalid value: {type}"
+EVENT_SERIES_COUNT_TOO_LOW = "should be at least 2"
+EVENT_FIELD_TOO_LONG = "can have at most {max} characters"
+
+# The create and update handlers refuse a body whose apiVersion is another served version of the
+# kind (a core/v1 Event sent to events.k8s.io/v1): it decodes, then fails AcceptsGroupVersion.
+# https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/endpoints/handlers/create.go
+# https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/endpoints/handlers/update.go
+API_VERSION_MISMATCH = (
+    "the API version in the data ({data}) does not match the expected API version ({expected})"
+)
+
+# A field selector naming a field the version's field-label conversion does not know: the
+# conversion funcs' error, which the list handler returns as a 400 BadRequest.
+# https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/core/v1/conversion.go
+# https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/events/v1/conversion.go
+# https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/endpoints/handlers/get.go (ListResource)
+FIELD_LABEL_NOT_SUPPORTED = "field label not supported: {label}"

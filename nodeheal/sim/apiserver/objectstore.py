@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from nodeheal.sim.apiserver import codec, messages, validation
+from nodeheal.sim.apiserver import codec, messages, validation, views
 from nodeheal.sim.apiserver.clock import Clock, MonotonicClock
 from nodeheal.sim.apiserver.fielderrors import go_quote, invalid, invalid_error
 from nodeheal.sim.apiserver.messages import (
@@ -280,7 +280,10 @@ class ObjectStore:
     # ---- reads -------------------------------------------------------------------------------
 
     @staticmethod
-    def _rtype(resource: str) -> ResourceType:
+    def _rtype(resource: str | ResourceType) -> ResourceType:
+        """A stored resource by plural, or the served resource (a view included) itself."""
+        if isinstance(resource, ResourceType):
+            return resource
         if resource not in RESOURCES:
             raise KeyError(f"unknown resource {resource!r}")
         return RESOURCES[resource]
@@ -289,7 +292,13 @@ class ObjectStore:
         return ((namespace or "") if rtype.namespaced else "", name)
 
     def _present(self, rtype: ResourceType, obj: JSON) -> JSON:
-        """The object as the API serves it; ClusterStore adds the status controllers maintain."""
+        """The stored object as ``rtype`` serves it: with what the served form adds to the
+        stored one (:meth:`_as_served`), converted to the view's version if ``rtype`` is one."""
+        return views.from_storage(rtype, self._as_served(rtype.stored, obj))
+
+    def _as_served(self, rtype: ResourceType, obj: JSON) -> JSON:
+        """A copy of the stored object as its own resource serves it; ClusterStore adds the
+        status controllers maintain."""
         return copy.deepcopy(obj)
 
     def _stored(self, rtype: ResourceType, name: str, namespace: str | None) -> JSON:
@@ -298,7 +307,7 @@ class ObjectStore:
             raise not_found(rtype.plural, rtype.group, name)
         return obj
 
-    def get(self, resource: str, name: str, namespace: str | None = None) -> JSON:
+    def get(self, resource: str | ResourceType, name: str, namespace: str | None = None) -> JSON:
         rtype = self._rtype(resource)
         with self._lock:
             return self._present(rtype, self._stored(rtype, name, namespace))
@@ -320,7 +329,7 @@ class ObjectStore:
 
     def list_objects(
         self,
-        resource: str,
+        resource: str | ResourceType,
         namespace: str | None = None,
         label_selector: LabelSelector | None = None,
         field_selector: FieldSelector | None = None,
@@ -332,7 +341,7 @@ class ObjectStore:
             items = [
                 self._present(rtype, obj)
                 for key, obj in sorted(
-                    self._objects[resource].items(), key=lambda kv: self._storage_key(rtype, kv[0])
+                    self._objects[rtype.plural].items(), key=lambda kv: self._storage_key(rtype, kv[0])
                 )
                 if (namespace is None or key[0] == namespace)
                 and self._selected(obj, label_selector, field_selector)
@@ -341,7 +350,7 @@ class ObjectStore:
 
     def list_page(
         self,
-        resource: str,
+        resource: str | ResourceType,
         namespace: str | None,
         label_selector: LabelSelector | None,
         field_selector: FieldSelector | None,
@@ -365,7 +374,7 @@ class ObjectStore:
         with self._lock:
             self._run_compactor()
             if revision is None:
-                revision, objects = self._rv, self._objects[resource]
+                revision, objects = self._rv, self._objects[rtype.plural]
             else:
                 objects = self._objects_at(rtype, revision)
             in_range = sorted(
@@ -411,7 +420,7 @@ class ObjectStore:
         return objects
 
     def select(
-        self, resource: str, predicate: Callable[[JSON], bool], namespace: str | None = None
+        self, resource: str | ResourceType, predicate: Callable[[JSON], bool], namespace: str | None = None
     ) -> list[JSON]:
         """Objects for which ``predicate`` (given the stored object, which it must not change)
         holds, ordered by namespace/name; only the matches are copied."""
@@ -419,11 +428,11 @@ class ObjectStore:
         with self._lock:
             return [
                 self._present(rtype, obj)
-                for (ns, _), obj in sorted(self._objects[resource].items())
+                for (ns, _), obj in sorted(self._objects[rtype.plural].items())
                 if (namespace is None or ns == namespace) and predicate(obj)
             ]
 
-    def present(self, resource: str, obj: JSON) -> JSON:
+    def present(self, resource: str | ResourceType, obj: JSON) -> JSON:
         """An object as the API would serve it (PDBs get their live status)."""
         rtype = self._rtype(resource)
         with self._lock:
@@ -432,10 +441,10 @@ class ObjectStore:
     # ---- writes ------------------------------------------------------------------------------
 
     def create(
-        self, resource: str, obj: JSON, namespace: str | None = None, *, dry_run: bool = False
+        self, resource: str | ResourceType, obj: JSON, namespace: str | None = None, *, dry_run: bool = False
     ) -> JSON:
         rtype = self._rtype(resource)
-        new = copy.deepcopy(obj)
+        new = views.to_storage(rtype, copy.deepcopy(obj))
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
@@ -455,13 +464,16 @@ class ObjectStore:
             meta["name"] = f"{meta['generateName']}{suffix}"
         with self._lock:
             key = self._key(rtype, meta.get("namespace"), meta["name"])
-            if key in self._objects[resource]:
-                raise already_exists(resource, rtype.group, meta["name"])
+            if key in self._objects[rtype.plural]:
+                raise already_exists(rtype.plural, rtype.group, meta["name"])
             return self._create_locked(rtype, key, new, dry_run=dry_run)
 
     def _create_locked(self, rtype: ResourceType, key: Key, new: JSON, *, dry_run: bool) -> JSON:
         """rest.BeforeCreate and the write: system fields, the strategy's PrepareForCreate,
-        validation, then the object as storage gives it back."""
+        validation, then the object as storage gives it back. ``new`` has the stored resource's
+        shape; ``rtype`` is the resource the request named (a view's group qualifies its errors
+        and chooses its validation)."""
+        request_rtype, rtype = rtype, rtype.stored
         meta = new["metadata"]
         new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
         for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
@@ -476,13 +488,13 @@ class ObjectStore:
             qos = (new.get("status") or {}).get("qosClass", "BestEffort")
             new["status"] = {"phase": "Pending", "qosClass": qos}
         new = codec.canonical(rtype.schema, new)
-        validation.validate_create(rtype, new)
+        validation.validate_create(request_rtype, new)
         if dry_run:
-            return self._present(rtype, new)
+            return self._present(request_rtype, new)
         self._bump(new)
         self._objects[rtype.plural][key] = new
         self._record(rtype, "ADDED", new, None)
-        return self._present(rtype, new)
+        return self._present(request_rtype, new)
 
     def add(self, *objs: JSON) -> list[JSON]:
         """Insert complete objects as-is (status included), inferring the resource from `kind`.
@@ -557,7 +569,9 @@ class ObjectStore:
             raise conflict(rtype.plural, rtype.group, old_meta["name"], STALE_OBJECT)
 
     def _before_update(self, rtype: ResourceType, old: JSON, new: JSON, subresource: str | None) -> JSON:
-        """rest.BeforeUpdate: what the client may not change is restored or refused (422)."""
+        """rest.BeforeUpdate: what the client may not change is restored or refused (422).
+        ``new`` has the stored resource's shape; ``rtype`` is the one the request named."""
+        request_rtype, rtype = rtype, rtype.stored
         meta, old_meta = new["metadata"], old["metadata"]
         new["kind"], new["apiVersion"] = rtype.kind, rtype.api_version
         # Generation is the server's; a uid, if sent, must be the object's (validated below).
@@ -589,7 +603,7 @@ class ObjectStore:
             else:
                 new["status"] = copy.deepcopy(old.get("status"))
         new = codec.canonical(rtype.schema, new)
-        validation.validate_update(rtype, new, old, subresource)
+        validation.validate_update(request_rtype, new, old, subresource)
         if rtype is PDBS and new.get("spec") != old.get("spec"):
             new["metadata"]["generation"] = int(old_meta.get("generation", 1)) + 1
         return new
@@ -597,6 +611,7 @@ class ObjectStore:
     def _commit_update(self, rtype: ResourceType, key: Key, old: JSON, new: JSON) -> JSON:
         # What storage keeps decides whether anything changed: an update that encodes to the
         # stored bytes writes nothing and keeps the resourceVersion (etcd3 GuaranteedUpdate).
+        rtype = rtype.stored
         new = codec.canonical(rtype.schema, new)
         if new == old:
             return old
@@ -615,7 +630,7 @@ class ObjectStore:
 
     def replace(
         self,
-        resource: str,
+        resource: str | ResourceType,
         name: str,
         obj: JSON,
         namespace: str | None = None,
@@ -627,7 +642,7 @@ class ObjectStore:
         rtype = self._rtype(resource)
         try:
             with self._lock:
-                new = copy.deepcopy(obj)
+                new = views.to_storage(rtype, copy.deepcopy(obj))
                 key = self._key(rtype, namespace, name)
                 old = self._objects[rtype.plural].get(key)
                 meta = new.get("metadata")
@@ -660,7 +675,7 @@ class ObjectStore:
 
     def patch(
         self,
-        resource: str,
+        resource: str | ResourceType,
         name: str,
         content_type: str,
         body: Any,
@@ -691,6 +706,9 @@ class ObjectStore:
                 else:
                     raise unsupported_media_type(content_type, list(PATCH_TYPES))
                 new = _decode_patched(rtype, content_type, body, patched, field_validation, warnings)
+                # The patch applies to the object in the request's version; what it made is
+                # converted back to the stored shape, as the handler converts to the internal one.
+                new = views.to_storage(rtype, new)
                 self._check_name(rtype, old, new)
                 self._check_resource_version(rtype, old, new)
                 new = self._before_update(rtype, old, new, subresource)
@@ -809,7 +827,11 @@ class ObjectStore:
         return max(grace, 0)
 
     def delete(
-        self, resource: str, name: str, namespace: str | None = None, options: JSON | None = None
+        self,
+        resource: str | ResourceType,
+        name: str,
+        namespace: str | None = None,
+        options: JSON | None = None,
     ) -> JSON:
         """DELETE as the registry answers it: the object (pods, or pending finalizers) or a Status."""
         rtype = self._rtype(resource)
@@ -819,7 +841,9 @@ class ObjectStore:
             with self._lock:
                 key = self._key(rtype, namespace, name)
                 stored = self._stored(rtype, name, namespace)
-                self._check_preconditions(rtype, stored, opts)
+                # The Conflict names the Kind of the internal object (objectMetaAndKind in
+                # rest.BeforeDelete): the stored resource's, whichever group the request used.
+                self._check_preconditions(rtype.stored, stored, opts)
                 obj = copy.deepcopy(stored)
                 meta = obj["metadata"]
                 grace = self._pod_grace(obj, opts) if rtype is PODS else 0

@@ -135,7 +135,7 @@ def list_body(
         revision = token_rv if token_rv > 0 else None
     try:
         page = store.list_page(
-            rtype.plural,
+            rtype,
             namespace,
             None if labels.empty else labels,
             None if fields.empty else fields,

@@ -1,15 +1,16 @@
 """The JSON shape of every kind the fake API server serves, from the struct tags of k8s.io/api.
 
-Each entry is a Go struct of k8s.io/api v0.33.1 (``core/v1``, ``policy/v1``, ``coordination/v1``) or
-k8s.io/apimachinery v0.33.1 (``meta/v1``) reachable from Node, Pod, Event, PodDisruptionBudget and
-Lease, with its fields in declaration order (the order Go's encoder writes them). A field reads
-``"<json name> <Go type>"`` plus ``omitempty`` when its ``json`` tag says so; ``",inline <type>"``
-is an embedded struct whose fields are promoted. The Go types keep their package
-(``core``, ``meta``, ``policy``, ``coordination``, ``types``, ``intstr``, ``resource``): the decoder
-names them in its errors. Sources, at tag v0.33.1:
+Each entry is a Go struct of k8s.io/api v0.33.1 (``core/v1``, ``policy/v1``, ``coordination/v1``,
+``events/v1``) or k8s.io/apimachinery v0.33.1 (``meta/v1``) reachable from Node, Pod, Event,
+PodDisruptionBudget and Lease, with its fields in declaration order (the order Go's encoder writes
+them). A field reads ``"<json name> <Go type>"`` plus ``omitempty`` when its ``json`` tag says so;
+``",inline <type>"`` is an embedded struct whose fields are promoted. The Go types keep their
+package (``core``, ``meta``, ``policy``, ``coordination``, ``events``, ``types``, ``intstr``,
+``resource``): the decoder names them in its errors. Sources, at tag v0.33.1:
 https://github.com/kubernetes/api/blob/v0.33.1/core/v1/types.go,
 https://github.com/kubernetes/api/blob/v0.33.1/policy/v1/types.go,
 https://github.com/kubernetes/api/blob/v0.33.1/coordination/v1/types.go,
+https://github.com/kubernetes/api/blob/v0.33.1/events/v1/types.go,
 https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/apis/meta/v1/types.go.
 
 ``codec`` reads this table to drop unknown fields and to omit exactly the ``omitempty`` fields
@@ -859,6 +860,28 @@ STRUCTS: Final[Mapping[str, tuple[str, ...]]] = {
     ),
     "core.EventSource": ("component string omitempty", "host string omitempty"),
     "core.EventSeries": ("count int32 omitempty", "lastObservedTime meta.MicroTime omitempty"),
+    # events.k8s.io/v1: the same objects as core.Event, under other names
+    # (https://github.com/kubernetes/api/blob/v0.33.1/events/v1/types.go). Unlike core.Event's,
+    # eventTime and both fields of the series are not omitempty.
+    "events.Event": (
+        ",inline meta.TypeMeta",
+        "metadata meta.ObjectMeta",
+        "eventTime meta.MicroTime",
+        "series *events.EventSeries omitempty",
+        "reportingController string omitempty",
+        "reportingInstance string omitempty",
+        "action string omitempty",
+        "reason string omitempty",
+        "regarding core.ObjectReference omitempty",
+        "related *core.ObjectReference omitempty",
+        "note string omitempty",
+        "type string omitempty",
+        "deprecatedSource core.EventSource omitempty",
+        "deprecatedFirstTimestamp meta.Time omitempty",
+        "deprecatedLastTimestamp meta.Time omitempty",
+        "deprecatedCount int32 omitempty",
+    ),
+    "events.EventSeries": ("count int32", "lastObservedTime meta.MicroTime"),
     "policy.PodDisruptionBudget": (
         ",inline meta.TypeMeta",
         "metadata meta.ObjectMeta omitempty",

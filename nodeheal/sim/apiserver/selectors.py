@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nodeheal.sim.apiserver.messages import FIELD_LABEL_NOT_SUPPORTED
 from nodeheal.sim.apiserver.status import ApiError, bad_request
 
 JSON = dict[str, Any]
@@ -215,7 +216,16 @@ _COMMON: dict[str, FieldGetter] = {
     "metadata.namespace": _path("metadata", "namespace"),
 }
 
-# The field labels each registry supports (pkg/registry/*/strategy.go *ToSelectableFields).
+
+def _event_source(obj: JSON) -> str:
+    """The Event's ``source`` field: the legacy source's component, or for an Event written
+    without one (through events.k8s.io) its reporting controller (ToSelectableFields in
+    https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/registry/core/event/strategy.go)."""
+    return _path("source", "component")(obj) or _path("reportingComponent")(obj)
+
+
+# The field labels each registry supports (pkg/registry/*/strategy.go *ToSelectableFields), by the
+# stored resource's field names.
 FIELD_LABELS: dict[str, dict[str, FieldGetter]] = {
     "nodes": {**_COMMON, "spec.unschedulable": _path("spec", "unschedulable")},
     "pods": {
@@ -240,11 +250,34 @@ FIELD_LABELS: dict[str, dict[str, FieldGetter]] = {
         "involvedObject.fieldPath": _path("involvedObject", "fieldPath"),
         "reason": _path("reason"),
         "reportingComponent": _path("reportingComponent"),
-        "source": _path("source", "component"),
+        "source": _event_source,
         "type": _path("type"),
     },
     "leases": dict(_COMMON),
     "poddisruptionbudgets": dict(_COMMON),
+}
+
+# A view's field-label conversion, by (group, plural): the label its requests may use and the
+# stored resource's field it selects on. Any other label is refused. events.k8s.io/v1 names the
+# core fields by their new names, apart from ``reason``, ``type`` and ``source``
+# (AddFieldLabelConversionsForEvent in
+# https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/events/v1/conversion.go).
+FIELD_LABEL_CONVERSIONS: dict[tuple[str, str], dict[str, str]] = {
+    ("events.k8s.io", "events"): {
+        "reason": "reason",
+        "regarding.kind": "involvedObject.kind",
+        "regarding.namespace": "involvedObject.namespace",
+        "regarding.name": "involvedObject.name",
+        "regarding.uid": "involvedObject.uid",
+        "regarding.apiVersion": "involvedObject.apiVersion",
+        "regarding.resourceVersion": "involvedObject.resourceVersion",
+        "regarding.fieldPath": "involvedObject.fieldPath",
+        "reportingController": "reportingComponent",
+        "source": "source",
+        "type": "type",
+        "metadata.namespace": "metadata.namespace",
+        "metadata.name": "metadata.name",
+    },
 }
 
 
@@ -295,10 +328,13 @@ def _unescape(text: str) -> str:
     return re.sub(r"\\(.)", r"\1", text)
 
 
-def parse_field_selector(text: str | None, resource: str) -> FieldSelector:
+def parse_field_selector(text: str | None, resource: str, group: str = "") -> FieldSelector:
+    """The field selector of a request for ``resource`` of ``group`` (a view's labels are
+    converted to the stored resource's fields first, as the list handler does)."""
     if not text or not text.strip():
         return FieldSelector()
     supported = FIELD_LABELS.get(resource, _COMMON)
+    conversion = FIELD_LABEL_CONVERSIONS.get((group, resource))
     reqs: list[FieldRequirement] = []
     for part in _split_unescaped(text, ","):
         if not part:
@@ -307,8 +343,9 @@ def parse_field_selector(text: str | None, resource: str) -> FieldSelector:
         if not m:
             raise bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
         field, op, value = m.group(1).strip(), m.group(2), _unescape(m.group(3))
-        getter = supported.get(field)
+        stored_field = field if conversion is None else conversion.get(field)
+        getter = None if stored_field is None else supported.get(stored_field)
         if getter is None:
-            raise bad_request(f"field label not supported: {field}")
+            raise bad_request(FIELD_LABEL_NOT_SUPPORTED.format(label=field))
         reqs.append(FieldRequirement(field, op == "!=", value, getter))
     return FieldSelector(tuple(reqs))

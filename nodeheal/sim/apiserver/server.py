@@ -25,7 +25,7 @@ from nodeheal.sim.apiserver.faults import FaultInjector
 from nodeheal.sim.apiserver.fielderrors import go_quote, invalid_error, not_supported
 from nodeheal.sim.apiserver.messages import APF_TOO_MANY_REQUESTS
 from nodeheal.sim.apiserver.paging import list_body
-from nodeheal.sim.apiserver.resources import RESOURCES, ResourceType
+from nodeheal.sim.apiserver.resources import SERVED, ResourceType
 from nodeheal.sim.apiserver.selectors import parse_field_selector, parse_label_selector
 from nodeheal.sim.apiserver.status import (
     ApiError,
@@ -74,10 +74,9 @@ class _Route:
 def _route(path: str) -> _Route | None:
     parts = [p for p in path.split("/") if p]
     if parts[:2] == ["api", "v1"]:
-        group, rest, prefix = "", parts[2:], "/api/v1"
+        group, version, rest, prefix = "", "v1", parts[2:], "/api/v1"
     elif len(parts) >= 3 and parts[0] == "apis":
-        group, rest, prefix = parts[1], parts[3:], f"/apis/{parts[1]}/{parts[2]}"
-        version = parts[2]
+        group, version, rest, prefix = parts[1], parts[2], parts[3:], f"/apis/{parts[1]}/{parts[2]}"
     else:
         return None
     namespace: str | None = None
@@ -87,8 +86,8 @@ def _route(path: str) -> _Route | None:
         template += "/namespaces/{namespace}"
     if not rest or len(rest) > 3:
         return None
-    rtype = RESOURCES.get(rest[0])
-    if rtype is None or rtype.group != group or (group and rtype.version != version):
+    rtype = SERVED.get((group, version, rest[0]))
+    if rtype is None:
         return None
     if namespace is not None and not rtype.namespaced:
         return None
@@ -281,7 +280,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._list_or_watch(route, params)
         elif route.name is None:
             body = self._object_body(raw, rtype, self._field_validation(params, "CreateOptions"))
-            self._send_json(201, store.create(rtype.plural, body, route.namespace, dry_run=dry_run))
+            self._send_json(201, store.create(rtype, body, route.namespace, dry_run=dry_run))
         elif route.sub == "eviction":
             eviction = self._json_body(raw)
             if not isinstance(eviction, dict) or eviction.get("kind") not in (None, "Eviction"):
@@ -290,11 +289,11 @@ class _Handler(BaseHTTPRequestHandler):
                 eviction.setdefault("deleteOptions", {})["dryRun"] = ["All"]
             self._send_json(201, store.evict(route.namespace or "", route.name, eviction))
         elif method == "GET":
-            self._send_json(200, store.get(rtype.plural, route.name, route.namespace))
+            self._send_json(200, store.get(rtype, route.name, route.namespace))
         elif method == "PUT":
             body = self._object_body(raw, rtype, self._field_validation(params, "UpdateOptions"))
             obj, created = store.replace(
-                rtype.plural, route.name, body, route.namespace, subresource=route.sub, dry_run=dry_run
+                rtype, route.name, body, route.namespace, subresource=route.sub, dry_run=dry_run
             )
             # UpdateResource answers 201 when the PUT created the object (AllowCreateOnUpdate).
             self._send_json(201 if created else 200, obj)
@@ -305,7 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(
                 200,
                 store.patch(
-                    rtype.plural,
+                    rtype,
                     route.name,
                     content_type,
                     patch,
@@ -339,6 +338,15 @@ class _Handler(BaseHTTPRequestHandler):
             raise bad_request(
                 f"the kind of the object ({body.get('kind')}) does not match the resource ({rtype.kind})"
             )
+        api_version = body.get("apiVersion")
+        if api_version not in (None, rtype.api_version) and any(
+            served.kind == rtype.kind and served.api_version == api_version for served in SERVED.values()
+        ):
+            # Another served version of the kind decodes, and is then refused: AcceptsGroupVersion
+            # in the create and update handlers (create.go, update.go).
+            raise bad_request(
+                messages.API_VERSION_MISMATCH.format(data=api_version, expected=rtype.api_version)
+            )
         try:
             decoded = codec.decode(rtype.schema, body)
         except codec.DecodeError as exc:
@@ -365,9 +373,7 @@ class _Handler(BaseHTTPRequestHandler):
         if params.get("dryRun"):
             options["dryRun"] = ["All"]
         assert route.name is not None
-        self._send_json(
-            200, self.server.store.delete(route.rtype.plural, route.name, route.namespace, options)
-        )
+        self._send_json(200, self.server.store.delete(route.rtype, route.name, route.namespace, options))
 
     @staticmethod
     def _int_param(params: dict[str, str], name: str) -> int:
@@ -380,7 +386,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _list_or_watch(self, route: _Route, params: dict[str, str]) -> None:
         labels = parse_label_selector(params.get("labelSelector"))
-        fields = parse_field_selector(params.get("fieldSelector"), route.rtype.plural)
+        fields = parse_field_selector(params.get("fieldSelector"), route.rtype.plural, route.rtype.group)
         if params.get("watch") in _TRUE:
             self._watch(route, params, labels, fields)
             return

@@ -106,7 +106,7 @@ class ClusterStore(ObjectStore):
 
     # ---- PodDisruptionBudget status, as the disruption controller keeps it -----------------
 
-    def _present(self, rtype: ResourceType, obj: JSON) -> JSON:
+    def _as_served(self, rtype: ResourceType, obj: JSON) -> JSON:
         out = copy.deepcopy(obj)
         if rtype is PDBS:
             out["status"] = self._budget_status(obj)

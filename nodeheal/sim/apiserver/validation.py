@@ -20,7 +20,18 @@ What each kind's strategy checks here:
   tolerations and ``terminationGracePeriodSeconds`` may change). Pod spec validation on create is
   not modelled.
 * PodDisruptionBudget: metadata, and ``minAvailable`` with ``maxUnavailable`` refused.
-* Event: metadata only.
+* Event: ``ValidateEventCreate`` / ``ValidateEventUpdate`` for the API version of the request
+  (``requestGroupVersion`` in the event strategy): every Event passes ``legacyValidateEvent``; one
+  written through events.k8s.io/v1 also the strict checks (DNS-subdomain name, ``eventTime``
+  required, the deprecated fields unset, a series of at least 2; on update, every field but the
+  series and metadata immutable). Field paths are the internal type's (``count``, ``message``,
+  ``involvedObject``, ``reportingController``) whichever version the request used
+  (https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/core/validation/events.go,
+  https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/registry/core/event/strategy.go).
+
+The 422 names the Kind of the internal object (``objectMetaAndKind``: the first kind the scheme
+registered the type under). Events are registered by the core group before events.k8s.io, so an
+Event refused through either group is an ``Event``, with no group.
 
 Not modelled anywhere: ``ownerReferences``, ``finalizers`` and ``managedFields`` checks.
 """
@@ -338,9 +349,186 @@ def _pod_spec_update(old: JSON, new: JSON) -> list[FieldError]:
     return [forbidden("spec", messages.POD_SPEC_IMMUTABLE)]
 
 
+# ---- Events ------------------------------------------------------------------------------------
+
+# ReportingInstanceLengthLimit, ActionLengthLimit, ReasonLengthLimit and NoteLengthLimit (bytes).
+_EVENT_REPORTING_INSTANCE_MAX = 128
+_EVENT_ACTION_MAX = 128
+_EVENT_REASON_MAX = 128
+_EVENT_NOTE_MAX = 1024
+_EVENT_TYPES = ("Normal", "Warning")
+_OBJECT_REFERENCE_FIELDS = (
+    ("Kind", "kind"),
+    ("Namespace", "namespace"),
+    ("Name", "name"),
+    ("UID", "uid"),
+    ("APIVersion", "apiVersion"),
+    ("ResourceVersion", "resourceVersion"),
+    ("FieldPath", "fieldPath"),
+)
+_TIME_TEXT = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(?:\.(\d+))?Z")
+
+
+def _strict_event_version(rtype: ResourceType) -> bool:
+    """Whether the request's version gets the strict Event validation: every version but core/v1
+    and events.k8s.io/v1beta1 (which the fake does not serve)."""
+    return rtype.group == "events.k8s.io"
+
+
+def _go_struct(name: str, fields: tuple[tuple[str, str], ...], value: JSON | None) -> str:
+    """``%#v`` of an internal struct of string fields, as ErrorBody prints a struct value."""
+    value = value or {}
+    inner = ", ".join(f"{go}:{go_quote(str(value.get(json_name) or ''))}" for go, json_name in fields)
+    return f"{name}{{{inner}}}"
+
+
+def _object_reference(value: JSON | None) -> str:
+    return _go_struct("core.ObjectReference", _OBJECT_REFERENCE_FIELDS, value)
+
+
+def _related(value: JSON | None) -> str:
+    # A nil *ObjectReference prints as null, any other is dereferenced.
+    return "null" if value is None else _object_reference(value)
+
+
+def _event_source(value: JSON | None) -> str:
+    return _go_struct("core.EventSource", (("Component", "component"), ("Host", "host")), value)
+
+
+def _go_time_value(value: str | None) -> str:
+    """``time.Time.String()`` of a metav1.Time or MicroTime value (a zero one when unset): a
+    Stringer, so ErrorBody prints it so, in UTC with the fraction's trailing zeros dropped."""
+    match = _TIME_TEXT.fullmatch(value or "")
+    if match is None:
+        return "0001-01-01 00:00:00 +0000 UTC"
+    fraction = (match[3] or "").rstrip("0")
+    return f"{match[1]} {match[2]}{'.' + fraction if fraction else ''} +0000 UTC"
+
+
+def _legacy_event(event: JSON) -> list[FieldError]:
+    """``legacyValidateEvent``: what every Event must satisfy, whichever API wrote it."""
+    errors: list[FieldError] = []
+    namespace = event["metadata"].get("namespace") or ""
+    involved = (event.get("involvedObject") or {}).get("namespace") or ""
+    mismatch = invalid("involvedObject.namespace", go_quote(involved), messages.EVENT_NAMESPACE_MISMATCH)
+    if not event.get("eventTime"):
+        # An Event of the old API: its namespace is its object's ("default" for a cluster-scoped one).
+        if (not involved and namespace not in ("", "default")) or (involved and namespace != involved):
+            errors.append(mismatch)
+    else:
+        if not involved and namespace not in ("default", "kube-system"):
+            errors.append(mismatch)
+        controller = event.get("reportingComponent") or ""
+        if not controller:
+            errors.append(required("reportingController"))
+        errors.extend(
+            invalid("reportingController", go_quote(controller), m) for m in is_qualified_name(controller)
+        )
+        for field, path, limit in (
+            ("reportingInstance", "reportingInstance", _EVENT_REPORTING_INSTANCE_MAX),
+            ("action", "action", _EVENT_ACTION_MAX),
+            ("reason", "reason", _EVENT_REASON_MAX),
+        ):
+            value = event.get(field) or ""
+            if not value:
+                errors.append(required(path))
+            if _length(value) > limit:
+                errors.append(invalid(path, go_quote(""), messages.EVENT_FIELD_TOO_LONG.format(max=limit)))
+        if _length(event.get("message") or "") > _EVENT_NOTE_MAX:
+            errors.append(
+                invalid("message", go_quote(""), messages.EVENT_FIELD_TOO_LONG.format(max=_EVENT_NOTE_MAX))
+            )
+    errors.extend(invalid("namespace", go_quote(namespace), m) for m in is_dns1123_subdomain(namespace))
+    return errors
+
+
+def _v1_event_series(event: JSON) -> list[FieldError]:
+    """``validateV1EventSeries``."""
+    series = event.get("series")
+    if series is None:
+        return []
+    errors: list[FieldError] = []
+    if int(series.get("count") or 0) < 2:
+        errors.append(invalid("series.count", go_quote(""), messages.EVENT_SERIES_COUNT_TOO_LOW))
+    if not series.get("lastObservedTime"):
+        errors.append(required("series.lastObservedTime"))
+    return errors
+
+
+def _validate_event_create(rtype: ResourceType, event: JSON) -> list[FieldError]:
+    """``ValidateEventCreate`` for the request's version."""
+    errors = _legacy_event(event)
+    if not _strict_event_version(rtype):
+        return errors
+    errors += _object_meta(event["metadata"], True, name_is_dns_subdomain)
+    errors += _v1_event_series(event)
+    if not event.get("eventTime"):
+        errors.append(required("eventTime"))
+    event_type = event.get("type") or ""
+    if event_type not in _EVENT_TYPES:
+        errors.append(invalid("type", go_quote(""), messages.EVENT_TYPE_INVALID.format(type=event_type)))
+    # The deprecated fields (core/v1's firstTimestamp, lastTimestamp, count and source) are the
+    # old API's; a new-style Event leaves them to the series.
+    source = event.get("source") or {}
+    for field, is_set in (
+        ("firstTimestamp", bool(event.get("firstTimestamp"))),
+        ("lastTimestamp", bool(event.get("lastTimestamp"))),
+        ("count", bool(event.get("count"))),
+        ("source", bool(source.get("component") or source.get("host"))),
+    ):
+        if is_set:
+            errors.append(invalid(field, go_quote(""), messages.EVENT_FIELD_MUST_BE_UNSET))
+    return errors
+
+
+def _validate_event_update(rtype: ResourceType, new: JSON, old: JSON) -> list[FieldError]:
+    """``ValidateEventUpdate`` for the request's version: through events.k8s.io only the series
+    (and metadata) of an Event may change; ``reason`` is checked twice, as the real code does."""
+    errors = _legacy_event(new)
+    if not _strict_event_version(rtype):
+        return errors
+    errors += _object_meta_update(new["metadata"], old["metadata"])
+    if new.get("series") != old.get("series"):
+        errors += _v1_event_series(new)
+    immutable: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+        ("involvedObject", "involvedObject", _object_reference),
+        ("reason", "reason", lambda v: go_quote(v or "")),
+        ("message", "message", lambda v: go_quote(v or "")),
+        ("source", "source", _event_source),
+        ("firstTimestamp", "firstTimestamp", _go_time_value),
+        ("lastTimestamp", "lastTimestamp", _go_time_value),
+        ("count", "count", lambda v: str(v or 0)),
+        ("reason", "reason", lambda v: go_quote(v or "")),
+        ("type", "type", lambda v: go_quote(v or "")),
+        ("eventTime", "eventTime", _go_time_value),
+        ("action", "action", lambda v: go_quote(v or "")),
+        ("related", "related", _related),
+        ("reportingComponent", "reportingController", lambda v: go_quote(v or "")),
+        ("reportingInstance", "reportingInstance", lambda v: go_quote(v or "")),
+    )
+    for field, path, render in immutable:
+        # Semantic.DeepEqual: an unset and an empty value are the same Go zero value.
+        if _event_field(new, field) != _event_field(old, field):
+            errors.append(invalid(path, render(new.get(field)), messages.FIELD_IMMUTABLE))
+    return errors
+
+
+def _event_field(event: JSON, field: str) -> Any:
+    """A field of the internal Event as Semantic.DeepEqual compares it: a struct by its non-zero
+    fields, a pointer (``related``) as nil or not, any other unset value as its zero value."""
+    value = event.get(field)
+    if field in ("involvedObject", "source", "related"):
+        if value is None and field == "related":
+            return None
+        return {k: v for k, v in (value or {}).items() if v}
+    return value or None
+
+
 def _strategy_create(rtype: ResourceType, obj: JSON) -> list[FieldError]:
     if rtype is NODES:
         return _validate_node(obj)
+    if rtype.stored is EVENTS:
+        return _validate_event_create(rtype, obj)
     errors = _object_meta(obj["metadata"], True, name_is_dns_subdomain)
     if rtype is LEASES:
         errors.extend(_lease_spec(obj.get("spec") or {}))
@@ -364,20 +552,21 @@ def _strategy_update(rtype: ResourceType, new: JSON, old: JSON, subresource: str
         return errors + _pod_spec_update(old, new)
     if rtype is PDBS and subresource != "status":
         return _object_meta(new["metadata"], True, name_is_dns_subdomain) + _pdb_spec(new)
-    if rtype is EVENTS:
-        return meta_update
+    if rtype.stored is EVENTS:
+        return _validate_event_update(rtype, new, old)
     return []
 
 
 def validate_create(rtype: ResourceType, obj: JSON) -> None:
     """``rest.BeforeCreate``'s validation: the strategy first, the generic metadata checks only
-    when the strategy found nothing."""
+    when the strategy found nothing. ``rtype`` is the resource the request named (a view
+    chooses its version's checks); ``obj`` has the stored resource's shape."""
     name = obj["metadata"].get("name") or ""
     errors = _strategy_create(rtype, obj)
     if not errors:
         errors = _object_meta(obj["metadata"], rtype.namespaced, path_segment_name)
     if errors:
-        raise invalid_error(rtype.kind, rtype.group, name, errors)
+        raise invalid_error(rtype.stored.kind, rtype.stored.group, name, errors)
 
 
 def validate_update(rtype: ResourceType, new: JSON, old: JSON, subresource: str | None) -> None:
@@ -388,4 +577,4 @@ def validate_update(rtype: ResourceType, new: JSON, old: JSON, subresource: str 
     errors += _object_meta_update(meta, old_meta)
     errors += _strategy_update(rtype, new, old, subresource)
     if errors:
-        raise invalid_error(rtype.kind, rtype.group, meta.get("name") or "", errors)
+        raise invalid_error(rtype.stored.kind, rtype.stored.group, meta.get("name") or "", errors)

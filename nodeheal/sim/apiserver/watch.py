@@ -100,6 +100,7 @@ def run_watch(
     deadline = req.started + req.timeout
     next_bookmark = req.started + req.bookmark_interval
     plural = req.rtype.plural
+    rtype = req.rtype
 
     def bookmark(rv: int) -> None:
         send(
@@ -117,10 +118,11 @@ def run_watch(
         for event in events:
             kind = project(req, event)
             if kind is not None:
-                send({"type": kind, "object": store.present(plural, event.object)})
+                # Stored objects, served in the version the watch asked for.
+                send({"type": kind, "object": store.present(rtype, event.object)})
 
     if req.start_rv is None:
-        items, last = store.list_objects(plural, req.namespace, req.labels, req.fields)
+        items, last = store.list_objects(rtype, req.namespace, req.labels, req.fields)
         for item in items:
             send({"type": "ADDED", "object": item})
     else:

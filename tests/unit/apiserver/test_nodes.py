@@ -77,7 +77,9 @@ def test_field_selector_by_name_and_unsupported_field(core: client.CoreV1Api) ->
     with pytest.raises(client.ApiException) as err:
         core.list_node(field_selector="status.phase=Running")
     assert err.value.status == 400
-    assert json.loads(err.value.body)["message"] == "field label not supported: status.phase"
+    assert json.loads(err.value.body)["message"] == messages.FIELD_LABEL_NOT_SUPPORTED.format(
+        label="status.phase"
+    )
 
 
 def test_bad_label_selector_is_400(core: client.CoreV1Api) -> None:
