@@ -113,14 +113,27 @@ def _run(
     )
 
 
-def shrink(template: SimTemplate, failed: ScheduleResult, *, ledger: str = "memory") -> ScheduleResult:
+def shrink(
+    template: SimTemplate,
+    failed: ScheduleResult,
+    *,
+    ledger: str = "memory",
+    same_defect: Callable[[ScheduleResult], bool] | None = None,
+) -> ScheduleResult:
     """Delta debugging (ddmin) over the failed schedule's faults: the smallest subset that still
-    violates the same invariant, replayed with the same seed."""
+    violates the same invariant, replayed with the same seed.
+
+    ``same_defect`` narrows "still fails" further: a smaller plan may break the same invariant
+    for another reason (shrinking slips from one bug to the next), and a caller that knows what
+    the bug is says which failures still show it.
+    """
     target = failed.violation.invariant if failed.violation else "crash"
 
     def fails(plan: list[PlannedFault]) -> ScheduleResult | None:
         result = run_schedule(template, failed.seed, plan, ledger=ledger)
         if result.violation is not None and result.violation.invariant == target:
+            if same_defect is not None and not same_defect(result):
+                return None
             return result
         if target == "crash" and result.crash:
             return result
