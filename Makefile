@@ -11,6 +11,8 @@ STEP := scripts/run-step
 SETUP_LOGS := build/set-up
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 WHEELHOUSE := $(or $(NODEHEAL_WHEELHOUSE),build/wheelhouse)
+CDK_OUT ?= cdk.out
+SYNTH_LOG ?= build/synth/cdk-synth.log
 
 # The interpreter is checked before anything is installed: pip on Python 3.10 runs for a minute and
 # then fails on a dependency, which says nothing about the real cause. Goals that install nothing
@@ -118,8 +120,13 @@ $(WHEELHOUSE)/requirements.txt: lambdas/requirements.txt | $(VENV)/.installed
 	@$(STEP) "set-up: Lambda wheels" $(SETUP_LOGS)/lambda-wheels.log $(BIN)/python -m stacks.lambda_asset download
 	@touch $@
 
+# The template and the Lambda asset go to CDK_OUT only (cdk synth would otherwise print the whole
+# template as YAML), cdk's own messages to SYNTH_LOG, and a summary of what was made to the
+# terminal (stacks/synth_summary.py). CDK's notices, fetched from the network, are left to deploy.
 synth: bootstrap lambda-deps
-	PATH="$(CURDIR)/node_modules/.bin:$$PATH" cdk synth
+	@$(STEP) "synth: cdk synth --output $(CDK_OUT)" $(SYNTH_LOG) \
+		env PATH="$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet --no-notices --output $(CDK_OUT)
+	@$(BIN)/python -m stacks.synth_summary $(CDK_OUT) --log $(SYNTH_LOG)
 
 # Benchmarks drive the local pipeline (moto + fake API server); results land in benchmarks/results/.
 bench: $(VENV)/.installed
@@ -149,4 +156,4 @@ soak: $(VENV)/.installed
 # Everything make created but npm's packages (node_modules): the virtualenv too, so the next target
 # rebuilds it with the interpreter PYTHON names.
 clean:
-	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache $(VENV)
+	rm -rf $(CDK_OUT) build .mypy_cache .ruff_cache .pytest_cache $(VENV)
