@@ -5,6 +5,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 MIN_PYTHON := 3.11
+# Each set-up step prints one line with its time; its output goes to a log under SETUP_LOGS,
+# shown (its end, and its path) only when the step fails.
+STEP := scripts/run-step
+SETUP_LOGS := build/set-up
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+WHEELHOUSE := $(or $(NODEHEAL_WHEELHOUSE),build/wheelhouse)
+CDK_OUT ?= cdk.out
+SYNTH_LOG ?= build/synth/cdk-synth.log
 
 # The interpreter is checked before anything is installed: pip on Python 3.10 runs for a minute and
 # then fails on a dependency, which says nothing about the real cause. Goals that install nothing
@@ -65,17 +73,19 @@ help:
 	@echo "PYTHON=python3.12 picks the interpreter (3.11 or newer); the nodeheal CLI is $(BIN)/nodeheal"
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@$(STEP) "set-up: virtualenv" $(SETUP_LOGS)/virtualenv.log $(PYTHON) -m venv $(VENV)
 
+# pip's whole output goes to the log (the progress bar would only clutter it).
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
-	touch $@
+	@$(STEP) "set-up: Python packages" $(SETUP_LOGS)/python-packages.log $(SHELL) -ec '\
+		$(PIP) install --progress-bar off --upgrade pip; \
+		$(PIP) install --progress-bar off -r requirements-dev.txt; \
+		$(PIP) install --progress-bar off --no-deps -e .'
+	@touch $@
 
 node_modules/.installed: package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
-	touch $@
+	@$(STEP) "set-up: npm packages" $(SETUP_LOGS)/npm-packages.log npm ci --no-audit --no-fund
+	@touch $@
 
 bootstrap: $(VENV)/.installed node_modules/.installed
 
@@ -102,12 +112,21 @@ test: bootstrap lambda-deps lint
 	exit $$(( tests != 0 ? tests : typed ))
 
 # Wheels for the Lambda asset, fetched once for the Lambda platform (manylinux x86_64, Python 3.12);
-# after this `cdk synth` needs no network and no Docker.
-lambda-deps: $(VENV)/.installed
-	$(BIN)/python -m stacks.lambda_asset download
+# after this `cdk synth` needs no network and no Docker. The wheelhouse's copy of the requirements
+# it was downloaded for (stacks/lambda_asset.py) says whether it is current.
+lambda-deps: $(WHEELHOUSE)/requirements.txt
 
+$(WHEELHOUSE)/requirements.txt: lambdas/requirements.txt | $(VENV)/.installed
+	@$(STEP) "set-up: Lambda wheels" $(SETUP_LOGS)/lambda-wheels.log $(BIN)/python -m stacks.lambda_asset download
+	@touch $@
+
+# The template and the Lambda asset go to CDK_OUT only (cdk synth would otherwise print the whole
+# template as YAML), cdk's own messages to SYNTH_LOG, and a summary of what was made to the
+# terminal (stacks/synth_summary.py). CDK's notices, fetched from the network, are left to deploy.
 synth: bootstrap lambda-deps
-	PATH="$(CURDIR)/node_modules/.bin:$$PATH" cdk synth
+	@$(STEP) "synth: cdk synth --output $(CDK_OUT)" $(SYNTH_LOG) \
+		env PATH="$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet --no-notices --output $(CDK_OUT)
+	@$(BIN)/python -m stacks.synth_summary $(CDK_OUT) --log $(SYNTH_LOG)
 
 # Benchmarks drive the local pipeline (moto + fake API server); results land in benchmarks/results/.
 bench: $(VENV)/.installed
@@ -137,4 +156,4 @@ soak: $(VENV)/.installed
 # Everything make created but npm's packages (node_modules): the virtualenv too, so the next target
 # rebuilds it with the interpreter PYTHON names.
 clean:
-	rm -rf cdk.out build .mypy_cache .ruff_cache .pytest_cache $(VENV)
+	rm -rf $(CDK_OUT) build .mypy_cache .ruff_cache .pytest_cache $(VENV)

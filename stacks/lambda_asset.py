@@ -26,6 +26,8 @@ import jsii
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
+from stacks.synth_summary import directory_size
+
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "lambdas" / "requirements.txt"
 #: ``NODEHEAL_WHEELHOUSE`` moves it (a CI cache, a shared download directory).
@@ -120,11 +122,6 @@ def build(output_dir: Path, wheelhouse: Path = WHEELHOUSE, requirements: Path = 
         shutil.rmtree(output_dir / pruned, ignore_errors=True)
     for package in SOURCE_PACKAGES:
         shutil.copytree(ROOT / package, output_dir / package, ignore=_IGNORED_SOURCE, dirs_exist_ok=True)
-
-
-def directory_size(path: Path) -> int:
-    """Bytes of every file under ``path``: the unzipped size Lambda's 250 MB limit applies to."""
-    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
 
 
 @jsii.implements(ILocalBundling)

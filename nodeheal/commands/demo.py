@@ -173,10 +173,10 @@ def _play(name: str, speed: float, config_path: Path, configured: dict[str, Any]
     out.flush()
     app = TEMPLATES.get(context)
     out.write(f"{len(app.template.get('Resources', {}))} resources in {time.monotonic() - started:.1f}s\n")
-    with LocalPipeline(app, layout=scenario.layout, speed=speed) as pipeline:
+    with LocalPipeline(app, layout=scenario.layout, speed=speed, read_notifications=True) as pipeline:
         _describe_setup(pipeline, out)
         pipeline.timeline.subscribe(TimelinePrinter(pipeline.timeline, out))
-        out.write("\ntimeline (seconds since the fault):\n")
+        out.write("\ntimeline (seconds since the fault, who, the node and EC2 instance it is about, what):\n")
         # At low speeds every wait takes longer in wall-clock time: so may the scenario.
         run = scenario.run(
             pipeline,
@@ -186,6 +186,7 @@ def _play(name: str, speed: float, config_path: Path, configured: dict[str, Any]
         records = pipeline.records()
         out.write("\nremediation history (ledger):\n")
         out.write(_indent(history_table(records)) + "\n\n")
+        out.write(notification_section(pipeline, run.subject) + "\n\n")
         out.write(_summary(pipeline, run.subject, records, time.monotonic() - started) + "\n")
     if run.problems:
         sys.stderr.write(f"nodeheal demo: scenario {name} did not end as expected:\n")
@@ -235,6 +236,32 @@ def _describe_setup(pipeline: Any, out: TextIO) -> None:
         f"topic {aws.topic_arn.rsplit(':', 1)[-1]}\n"
         f"exporter: watching Nodes, publishing to {aws.event_bus_name} as {pipeline.event_source}\n"
     )
+
+
+def notification_section(pipeline: Any, subject: str) -> str:
+    """The notification about the scenario's node as the topic's subscribers received it from SNS
+    (subject, message attributes, body), and how many others the timeline lists."""
+    from nodeheal.sim.timeline import short_node
+
+    received = pipeline.notifications
+    topic = pipeline.aws.topic_arn.rsplit(":", 1)[-1]
+    if not received:
+        return f"notifications: none published to topic {topic}"
+    about = [n for n in received if n.node == subject] or received
+    shown = about[-1]
+    attributes = ", ".join(f"{name}={value}" for name, value in sorted(shown.attributes.items()))
+    lines = [
+        f"notification about {short_node(shown.node) or 'the cluster'}, as a subscriber of topic {topic} "
+        "received it:",
+        f"  Subject: {shown.subject}",
+        f"  Message attributes: {attributes}",
+        "",
+        *(f"  {line}" for line in shown.message.splitlines()),
+    ]
+    others = len(received) - 1
+    if others:
+        lines += ["", f"{others} more notification(s): the timeline's sns lines give their subjects"]
+    return "\n".join(lines)
 
 
 def _summary(pipeline: Any, subject: str, records: list[Any], wall_seconds: float) -> str:

@@ -378,6 +378,7 @@ class SimulatedCluster:
                 else None,
             )
         )
+        self.timeline.note_instance(name, instance_id)
         self.controllers.add_daemon_pods(name, gpu=bool(gpus))
         return name
 

@@ -91,17 +91,20 @@ class KarpenterStandIn:
                 "node-deleted",
                 f"Node {short_node(name)} deleted: its instance {instance_id} is terminated",
                 node=name,
+                instance=instance_id,
             )
 
         def launch() -> None:
             new_instance = cluster.aws.run_instance(
                 cluster=cluster.cluster, node_pool=pool, instance_type=instance_type, zone=zone
             )
+            # About the new instance, which has no Node yet; the text names the node it replaces.
             cluster.timeline.emit(
                 "karpenter",
                 "instance-launched",
-                f"launched {new_instance} ({instance_type}, {zone}) for the pending pods",
-                node=name,
+                f"launched {new_instance} ({instance_type}, {zone}) for the pods evicted from "
+                f"{short_node(name)}",
+                instance=new_instance,
             )
             cluster.clock.after(timings.node_ready_seconds, lambda: register(new_instance))
 
@@ -116,8 +119,10 @@ class KarpenterStandIn:
             cluster.timeline.emit(
                 "karpenter",
                 "node-ready",
-                f"replacement Node {short_node(new_name)} Ready ({new_instance}, {gpus} GPUs)",
+                f"replacement Node {short_node(new_name)} Ready ({new_instance}, {gpus} GPUs) "
+                f"for {short_node(name)}",
                 node=new_name,
+                instance=new_instance,
             )
 
         cluster.clock.after(timings.node_removal_seconds, remove_node)

@@ -446,12 +446,19 @@ class LocalAws:
         self._resolver.attributes[(logical, "TopicArn")] = self.topic_arn
         self._resolver.attributes[(logical, "TopicName")] = name
         # A queue subscribed to the topic shows exactly what a person's subscription would receive.
+        self.notification_queue_url = self.subscribe_queue("nodeheal-notifications-probe")
+
+    def subscribe_queue(self, name: str) -> str:
+        """A new SQS queue subscribed to the notification topic, as one more subscriber (a
+        person's e-mail, a chat integration) would be: every message published from now on
+        reaches it too. Returns its URL, for :meth:`notifications`."""
         sqs = self.client("sqs")
-        self.notification_queue_url = sqs.create_queue(QueueName="nodeheal-notifications-probe")["QueueUrl"]
-        queue_arn = sqs.get_queue_attributes(
-            QueueUrl=self.notification_queue_url, AttributeNames=["QueueArn"]
-        )["Attributes"]["QueueArn"]
+        url: str = sqs.create_queue(QueueName=name)["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
         self.client("sns").subscribe(TopicArn=self.topic_arn, Protocol="sqs", Endpoint=queue_arn)
+        return url
 
     def _deploy_state_machine(self) -> None:
         logical, resource = self.app.single("AWS::StepFunctions::StateMachine")
@@ -621,12 +628,14 @@ class LocalAws:
             if "stateEnteredEventDetails" in event
         ]
 
-    def notifications(self) -> list[dict[str, Any]]:
-        """Drain the notification probe: each SNS message as {subject, message, attributes}."""
+    def notifications(self, queue_url: str = "") -> list[dict[str, Any]]:
+        """Drain a subscriber queue of the topic (the probe, or one of :meth:`subscribe_queue`): each
+        SNS message as SNS delivered it, as {subject, message, attributes}."""
         sqs = self.client("sqs")
+        queue_url = queue_url or self.notification_queue_url
         messages: list[dict[str, Any]] = []
         while True:
-            response = sqs.receive_message(QueueUrl=self.notification_queue_url, MaxNumberOfMessages=10)
+            response = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)
             batch = response.get("Messages", [])
             if not batch:
                 return messages
@@ -641,9 +650,7 @@ class LocalAws:
                         },
                     }
                 )
-                sqs.delete_message(
-                    QueueUrl=self.notification_queue_url, ReceiptHandle=message["ReceiptHandle"]
-                )
+                sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
 
     def run_instance(
         self,

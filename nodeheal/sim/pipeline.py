@@ -79,6 +79,10 @@ FAST_SPEED = 300.0
 
 #: Handlers whose successful return means the execution's remediation record is in the ledger.
 RECORD_HANDLERS = frozenset({"lambdas.record.handler", "lambdas.record_failure.handler"})
+#: Handlers that may publish to the notification topic (the functions granted sns:Publish).
+NOTIFYING_HANDLERS = RECORD_HANDLERS | {"lambdas.finalize.handler"}
+#: The SQS queue :class:`LocalPipeline` subscribes to the topic when asked to read notifications.
+NOTIFICATION_INBOX = "nodeheal-notifications-inbox"
 #: Waits for ledger records re-read the ledger at least this often even when no record task
 #: was seen finishing (the tasks are what wakes them; this only bounds a missed wake-up).
 LEDGER_RECHECK_SECONDS = 30.0
@@ -213,6 +217,15 @@ def synthesized(
     return TEMPLATES.get(deep_merge(base, overrides or {}))
 
 
+def _node_and_instance(detail: Any) -> tuple[str, str | None]:
+    """The node name and instance id an event detail is about (empty name when it names no node;
+    no instance when it names none, so that the timeline uses the node's)."""
+    node = detail.get("node") if isinstance(detail, Mapping) else None
+    if not isinstance(node, Mapping):
+        return "", None
+    return str(node.get("name") or ""), str(node.get("instanceID") or "") or None
+
+
 def wait_until(
     predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition"
 ) -> None:
@@ -230,6 +243,20 @@ def align_to_second() -> None:
     transition time)."""
     now = time.time()
     time.sleep(1.0 - (now % 1.0) + 0.005)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedNotification:
+    """A message as a subscriber of the notification topic received it from SNS."""
+
+    subject: str
+    message: str
+    #: The SNS message attributes (severity, cluster, node, outcome, action).
+    attributes: Mapping[str, str]
+
+    @property
+    def node(self) -> str:
+        return self.attributes.get("node", "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +308,13 @@ class LocalPipeline:
         timeline: Timeline | None = None,
         exporter_overrides: Mapping[str, Any] | None = None,
         authorizer: RbacAuthorizer | None = None,
+        read_notifications: bool = False,
     ) -> None:
+        """``read_notifications``: subscribe one more queue to the notification topic and read it
+        after every task that may publish, so that each notification is on the timeline and in
+        :attr:`notifications` as a person's subscription receives it (the demo shows them). Off by
+        default: it adds SQS calls to every execution's path, and the probe queue
+        (:meth:`LocalAws.notifications`) serves the tests."""
         self.app = app
         self.layout = layout or ClusterLayout()
         self.speed = speed
@@ -305,6 +338,9 @@ class LocalPipeline:
         self._decisions = threading.Condition()
         self._recorded: Counter[str] = Counter()
         self._dropped: Counter[str] = Counter()
+        self._read_notifications = read_notifications
+        self._inbox_url = ""
+        self._notifications: list[ReceivedNotification] = []
         self.cluster_name = CLUSTER
         #: The deployment's Source prefix, and the Source this cluster's exporter sends.
         self.event_source_prefix = ""
@@ -323,6 +359,8 @@ class LocalPipeline:
             self.cluster_name = sorted(ingest.clusters)[0]
             self.event_source_prefix = ingest.event_source
             self.event_source = cluster_source(ingest.event_source, self.cluster_name)
+            if self._read_notifications:
+                self._inbox_url = aws.subscribe_queue(NOTIFICATION_INBOX)
             aws.on_invocation.append(self._on_invocation)
             self._cluster = SimulatedCluster(
                 self.store,
@@ -429,7 +467,7 @@ class LocalPipeline:
         if publication.entry.get("DetailType") != DETAIL_TYPE_CONDITION_CHANGED:
             return
         detail = publication.detail
-        node = str(detail.get("node", {}).get("name", ""))
+        node, instance = _node_and_instance(detail)
         condition = detail.get("condition", {})
         previous = detail.get("previous") or {}
         before = previous.get("status", "?") if previous else "(first seen)"
@@ -447,6 +485,7 @@ class LocalPipeline:
             f"saw {condition.get('type')} {before} -> {condition.get('status')} "
             f"on {short_node(node)}{resync}",
             node=node,
+            instance=instance,
             at=seen_at,
         )
         self.timeline.emit(
@@ -454,18 +493,20 @@ class LocalPipeline:
             "published",
             f"PutEvents to bus {self.aws.event_bus_name}: event {publication.event_id[:8]}",
             node=node,
+            instance=instance,
             at=publication.at,
         )
 
     def _on_matched(self, rule: str, envelope: Mapping[str, Any]) -> None:
         if envelope.get("detail-type") != DETAIL_TYPE_CONDITION_CHANGED:
             return  # exporter heartbeats: counted by ingest, not part of any remediation
-        node = str((envelope.get("detail") or {}).get("node", {}).get("name", ""))
+        node, instance = _node_and_instance(envelope.get("detail"))
         self.timeline.emit(
             "eventbridge",
             "matched",
             f"rule {rule} matched event {str(envelope.get('id', ''))[:8]} -> ingest function",
             node=node,
+            instance=instance,
         )
 
     def _note_decision(self, kind: Counter[str], node: str) -> None:
@@ -474,7 +515,7 @@ class LocalPipeline:
             self._decisions.notify_all()
 
     def _on_delivery(self, delivery: Delivery) -> None:
-        node = str((delivery.envelope.get("detail") or {}).get("node", {}).get("name", ""))
+        node, instance = _node_and_instance(delivery.envelope.get("detail"))
         result = delivery.result
         status = result.get("status", "")
         if status == "dropped":
@@ -484,11 +525,20 @@ class LocalPipeline:
             return
         if delivery.error:
             self.timeline.emit(
-                "ingest", "ingest-failed", f"ingest failed {delivery.attempts}x: {delivery.error}", node=node
+                "ingest",
+                "ingest-failed",
+                f"ingest failed {delivery.attempts}x: {delivery.error}",
+                node=node,
+                instance=instance,
             )
         elif status == "started":
             self.timeline.emit(
-                "ingest", "started", f"started execution {execution}", node=node, execution=execution
+                "ingest",
+                "started",
+                f"started execution {execution}",
+                node=node,
+                instance=instance,
+                execution=execution,
             )
         elif status == "duplicate":
             self.timeline.emit(
@@ -496,44 +546,66 @@ class LocalPipeline:
                 "duplicate",
                 f"duplicate: execution {execution} already handles it",
                 node=node,
+                instance=instance,
                 execution=execution,
             )
         else:
             self.timeline.emit(
-                "ingest", "dropped", f"dropped ({result.get('category')}): {result.get('reason')}", node=node
+                "ingest",
+                "dropped",
+                f"dropped ({result.get('category')}): {result.get('reason')}",
+                node=node,
+                instance=instance,
             )
 
     def _on_invocation(self, invocation: Invocation) -> None:
         payload = invocation.payload if isinstance(invocation.payload, Mapping) else {}
         execution = str((payload.get("execution") or {}).get("name", ""))
-        node = str(((payload.get("event") or {}).get("node") or {}).get("name", ""))
+        node, instance = _node_and_instance(payload.get("event"))
         task = invocation.handler.removeprefix("lambdas.").removesuffix(".handler")
         if invocation.handler in RECORD_HANDLERS and not invocation.error:
             self._note_decision(self._recorded, node)
         if invocation.error in STOP_ERROR_NAMES:
-            self.timeline.emit(
-                "workflow",
-                "stopped",
-                f"{task} stopped: {invocation.error_message[:160]}",
-                node=node,
-                execution=execution,
+            kind, text = "stopped", f"{task} stopped: {invocation.error_message[:160]}"
+        elif invocation.error:
+            kind, text = "task-failed", f"{task} failed: {invocation.error}: {invocation.error_message[:140]}"
+        else:
+            described = describe_task(
+                invocation.handler, invocation.result if isinstance(invocation.result, Mapping) else {}
             )
-            return
-        if invocation.error:
-            self.timeline.emit(
-                "workflow",
-                "task-failed",
-                f"{task} failed: {invocation.error}: {invocation.error_message[:140]}",
-                node=node,
-                execution=execution,
+            kind, text = described if described is not None else ("", "")
+        if text:
+            self.timeline.emit("workflow", kind, text, node=node, instance=instance, execution=execution)
+        if self._inbox_url and invocation.handler in NOTIFYING_HANDLERS:
+            self._receive_notifications()
+
+    def _receive_notifications(self) -> None:
+        """What the inbox subscription received from SNS since the last look, onto the timeline."""
+        with self.aws.between_invocations():
+            messages = self.aws.notifications(self._inbox_url)
+        for message in messages:
+            received = ReceivedNotification(
+                subject=str(message["subject"]),
+                message=str(message["message"]),
+                attributes={str(k): str(v) for k, v in message["attributes"].items()},
             )
-            return
-        described = describe_task(
-            invocation.handler, invocation.result if isinstance(invocation.result, Mapping) else {}
-        )
-        if described is not None:
-            kind, text = described
-            self.timeline.emit("workflow", kind, text, node=node, execution=execution)
+            with self._lock:
+                self._notifications.append(received)
+            severity = received.attributes.get("severity", "")
+            self.timeline.emit(
+                "sns",
+                "notified",
+                f"notification ({severity}): {received.subject}",
+                node=received.node,
+            )
+
+    @property
+    def notifications(self) -> list[ReceivedNotification]:
+        """The notifications a subscriber of the topic received, oldest first (``read_notifications``)."""
+        if not self._read_notifications:
+            raise RuntimeError("the pipeline does not read notifications: pass read_notifications=True")
+        with self._lock:
+            return list(self._notifications)
 
     # -- faults and events ---------------------------------------------------------------------------
 

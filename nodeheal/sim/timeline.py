@@ -4,6 +4,9 @@ Every part of the simulation (fault injection, the exporter's publications, the 
 each Lambda task, the simulated Karpenter and scheduler) emits one :class:`TimelineEvent`; the
 demo prints them live and the tests read them to know *that* something happened. How long each
 remediation stage took is the ledger's business (``stage_seconds``), never the timeline's.
+
+An event about a node carries the node's name and its EC2 instance: with several nodes faulting
+at once, every printed line says which node (and which instance behind that name) it is about.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class TimelineEvent:
     text: str
     node: str = ""
     execution: str = ""
+    #: The EC2 instance the event is about: the node's, or a new one with no Node yet.
+    instance: str = ""
 
 
 class Timeline:
@@ -43,8 +48,15 @@ class Timeline:
         self._lock = threading.Lock()
         self._events: list[TimelineEvent] = []
         self._listeners: list[Callable[[TimelineEvent], None]] = []
+        #: Node name -> its instance, as the cluster registered it (names are never reused here).
+        self._instances: dict[str, str] = {}
         self.origin = time.monotonic()
         self._origin_wall = time.time()
+
+    def note_instance(self, node: str, instance: str) -> None:
+        """``node`` runs on ``instance``: events about the node that do not name one carry it."""
+        with self._lock:
+            self._instances[node] = instance
 
     def mark_origin(self) -> None:
         """Elapsed times count from now (the demo marks the fault injection)."""
@@ -68,18 +80,20 @@ class Timeline:
         *,
         node: str = "",
         execution: str = "",
+        instance: str | None = None,
         at: float | None = None,
     ) -> TimelineEvent:
-        event = TimelineEvent(
-            at=time.monotonic() if at is None else at,
-            source=source,
-            kind=kind,
-            text=text,
-            node=node,
-            execution=execution,
-        )
         # Listeners run under the lock so printed lines never interleave across threads.
         with self._lock:
+            event = TimelineEvent(
+                at=time.monotonic() if at is None else at,
+                source=source,
+                kind=kind,
+                text=text,
+                node=node,
+                execution=execution,
+                instance=self._instances.get(node, "") if instance is None else instance,
+            )
             self._events.append(event)
             for listener in self._listeners:
                 listener(event)
@@ -102,8 +116,22 @@ def short_node(name: str) -> str:
     return name.split(".", 1)[0]
 
 
+#: Width of the printed node column: the simulated cluster's longest host name (its VPC is
+#: 10.0.0.0/16, see nodeheal.sim.names), an instance id (i- and 17 hex digits), a space between.
+NODE_COLUMN = len("ip-10-0-255-255") + 1 + len("i-0123456789abcdef0")
+#: The node column of an event about an instance that has no Node yet (Karpenter's launch).
+NO_NODE_YET = "(no Node yet)"
+
+
+def node_column(event: TimelineEvent) -> str:
+    """``ip-10-0-1-2 i-0abc...``: which node, and which instance behind the name, the event is about."""
+    if not event.node and not event.instance:
+        return ""
+    return f"{short_node(event.node) or NO_NODE_YET} {event.instance or '-'}"
+
+
 class TimelinePrinter:
-    """Prints each event as one line: elapsed seconds, who, what."""
+    """Prints each event as one line: elapsed seconds, who, which node (and instance), what."""
 
     def __init__(
         self, timeline: Timeline, stream: TextIO | None = None, *, color: bool | None = None
@@ -130,7 +158,8 @@ class TimelinePrinter:
         code = self._COLORS.get(event.kind)
         if self._color and code:
             text = f"\033[{code}m{text}\033[0m"
-        self._stream.write(f"  {elapsed:+7.2f}s  {event.source:<11} {text}\n")
+        node = node_column(event)
+        self._stream.write(f"  {elapsed:+7.2f}s  {event.source:<11} {node:<{NODE_COLUMN}}  {text}\n")
         self._stream.flush()
 
 

@@ -398,7 +398,8 @@ def render_notification(record_: RemediationRecord, state: WorkflowState, *, reg
         f"Message:   {bound_message(record_.condition.get('message', ''), _NOTIFIED_MESSAGE_BYTES)}",
     ]
     if entry is not None:
-        lines.append(f"Xid {entry.xid}:   {entry.name} - {entry.meaning}")
+        # Padded like the other labels ("Outcome:   "), whatever the Xid's number of digits.
+        lines.append(f"{f'Xid {entry.xid}:':<11}{entry.name} - {entry.meaning}")
         lines.append(f"NVIDIA:    {entry.recommended_action}")
     lines += [
         f"Decision:  {record_.action.value} (policy asked for {record_.planned_action.value})"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from nodeheal.cli import main
 from nodeheal.commands import demo
 from nodeheal.sim import scenarios
+from nodeheal.sim.timeline import NODE_COLUMN
 from nodeheal.workflow.records import Outcome
 
 pytestmark = pytest.mark.slow
@@ -70,10 +72,10 @@ def test_default_demo_shows_the_whole_path_and_exits_0(capsys: pytest.CaptureFix
     )
     steps = [
         "Xid 79 (GPU has fallen off the bus) on ",
-        "exporter    saw GPUProblem False -> True",
-        "exporter    PutEvents to bus nodeheal",
-        "eventbridge rule ",
-        "ingest      started execution training-on-eks-ip-",
+        "saw GPUProblem False -> True",
+        "PutEvents to bus nodeheal",
+        "rule IngestRule",
+        "started execution training-on-eks-ip-",
         "decision: REPLACE - Xid 79",
         "cordoned and tainted",
         "drained: 1 pod(s) evicted",
@@ -81,12 +83,54 @@ def test_default_demo_shows_the_whole_path_and_exits_0(capsys: pytest.CaptureFix
         "replacement Node ip-",
         "llm-pretrain running again: 3/3 pods Running",
         "remediation history (ledger):",
+        "notification about ip-",
+        "  Subject: NodeHeal replaced: ip-",
+        "  Message attributes: action=replace, cluster=training-on-eks, node=ip-",
+        "  Outcome:   replaced - instance i-",
+        "  Next:      Nothing to do: Karpenter provisions a replacement",
         "summary: replaced in 1 execution(s)",
     ]
-    positions = [out.find(step) for step in steps]
+    story = out[out.index("\ntimeline (") :]
+    positions = [story.find(step) for step in steps]
     assert -1 not in positions, [s for s, p in zip(steps, positions, strict=True) if p == -1]
     assert positions == sorted(positions)
     assert '"_aws"' not in out and '"level"' not in out  # handler metrics and logs stay out of the way
+    assert_every_line_names_its_node_and_instance(out)
+    # The notification was published once and shown as SNS delivered it.
+    assert out.count("  Subject: NodeHeal replaced: ") == 1
+    assert "more notification" not in out
+
+
+def timeline_lines(out: str) -> list[tuple[str, str]]:
+    """(node column, what) of each printed timeline line."""
+    start = out.index("\ntimeline (") + 1
+    lines = out[start : out.index("\n\n", start)].splitlines()[1:]
+    column = 2 + 8 + 2 + 11 + 1  # elapsed, who
+    return [(line[column : column + NODE_COLUMN].strip(), line[column + NODE_COLUMN + 2 :]) for line in lines]
+
+
+def assert_every_line_names_its_node_and_instance(out: str) -> None:
+    lines = timeline_lines(out)
+    about_a_node = re.compile(r"(?P<node>ip-[\d-]+|\(no Node yet\)) (?P<instance>i-[0-9a-f]{17})")
+    columns = {}
+    for node, what in lines:
+        if what.startswith("llm-pretrain running again"):
+            assert node == "", what  # about the job, not a node
+            continue
+        match = about_a_node.fullmatch(node)
+        assert match, (node, what)
+        columns.setdefault(match["node"], set()).add(match["instance"])
+    # One instance per node name; the faulted node's is the one terminated, the replacement's is
+    # the one Karpenter launched.
+    assert all(len(instances) == 1 for instances in columns.values()), columns
+    faulted = re.search(r"Xid 79 \(GPU has fallen off the bus\) on (ip-[\d-]+)", out)
+    terminated = re.search(r"EC2 TerminateInstances (i-[0-9a-f]{17})", out)
+    ready = re.search(r"replacement Node (ip-[\d-]+) Ready \((i-[0-9a-f]{17})", out)
+    launched = re.search(r"launched (i-[0-9a-f]{17})", out)
+    assert faulted and terminated and ready and launched
+    assert columns[faulted[1]] == {terminated[1]}
+    assert columns[ready[1]] == {ready[2]} == {launched[1]}
+    assert columns["(no Node yet)"] == {launched[1]}
 
 
 def test_demo_exits_1_with_the_reason_when_the_outcome_did_not_happen(

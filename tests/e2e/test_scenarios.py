@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from nodeheal.kube.model import ANNOTATION_EXECUTION
-from nodeheal.sim.scenarios import ScenarioRun, task_outputs
+from nodeheal.sim.pipeline import LocalPipeline, synthesized
+from nodeheal.sim.scenarios import SCENARIOS, ScenarioRun, task_outputs
 from nodeheal.sim.timeline import short_node
 from nodeheal.workflow.records import Outcome
 
@@ -150,6 +151,39 @@ def test_storm_budgets_hold_breaker_opens_and_nothing_is_replayed_after_reset(pl
     assert any("circuit breaker is open" in r.reason for r in refused)
     assert any("budget:" in r.reason for r in refused)
     assert len(run.facts["faulted"]) == 6  # 40% of the 15 GPU nodes
+    # Six nodes at once: every line about one of them names it and the instance behind the name.
+    instances: dict[str, str] = run.facts["instances"]
+    about_faulted = [e for e in run.pipeline.timeline.events() if e.node in instances]
+    assert {e.node for e in about_faulted} == set(instances)
+    assert all(e.instance == instances[e.node] for e in about_faulted), [
+        (e.kind, e.node, e.instance) for e in about_faulted if e.instance != instances[e.node]
+    ]
+    launched = run.pipeline.timeline.events("instance-launched")
+    assert launched and all(e.instance and not e.node for e in launched)
+
+
+def test_a_subscriber_of_the_topic_reads_each_notification_as_sns_delivered_it() -> None:
+    scenario = SCENARIOS["dcgm"]
+    with LocalPipeline(
+        synthesized(scenario.context), layout=scenario.layout, read_notifications=True
+    ) as pipeline:
+        run = ScenarioRun(pipeline)
+        scenario.play(run)
+        pipeline.wait_settled()
+        # The probe, another subscriber of the same topic, got the very same message.
+        probe = pipeline.aws.notifications()
+        received = pipeline.notifications
+        assert [(n.subject, n.message, dict(n.attributes)) for n in received] == [
+            (m["subject"], m["message"], m["attributes"]) for m in probe
+        ]
+        (notification,) = received
+        record = pipeline.records(run.subject)[0]
+        assert notification.subject.startswith(f"NodeHeal alerted: {run.subject} (training-on-eks) ")
+        assert notification.attributes["severity"] == "action-required"
+        assert f"Execution: {record.execution}" in notification.message.splitlines()
+        (line,) = pipeline.timeline.events("notified")
+        assert (line.source, line.node, line.instance) == ("sns", run.subject, run.facts["instance"])
+        assert line.text == f"notification (action-required): {notification.subject}"
 
 
 def test_same_event_twenty_times_and_exporter_restart_make_one_remediation(play) -> None:

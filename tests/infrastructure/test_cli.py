@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -61,16 +62,63 @@ def cdk_synth(
     )
 
 
+def make_synth(outdir: Path, log: Path) -> subprocess.CompletedProcess[str]:
+    """``make synth`` as a person runs it, minus the set-up steps (tests/unit/test_makefile.py has
+    those; here they would install into the checkout's own virtualenv)."""
+    environment = {
+        key: value
+        for key, value in offline_environment().items()
+        if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "PYTHON")
+    }
+    return subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "-o",
+            "bootstrap",
+            "-o",
+            "lambda-deps",
+            "synth",
+            f"CDK_OUT={outdir}",
+            f"SYNTH_LOG={log}",
+        ],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
 @pytest.mark.skipif(
     not (WHEELHOUSE / "requirements.txt").exists(),
     reason=f"no Lambda wheelhouse at {WHEELHOUSE}: run `make lambda-deps` once (needs the package index)",
 )
-def test_cdk_synth_bundles_offline_without_docker(tmp_path: Path) -> None:
-    result = cdk_synth(tmp_path)
-    assert result.returncode == 0, result.stderr
-    template = json.loads((tmp_path / "NodeHeal.template.json").read_text())
+def test_make_synth_bundles_offline_without_docker_and_prints_a_short_summary(tmp_path: Path) -> None:
+    out, log = tmp_path / "cdk.out", tmp_path / "cdk-synth.log"
+    result = make_synth(out, log)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # A summary, not the template: `cdk synth` alone prints thousands of lines of YAML.
+    printed = (result.stdout + result.stderr).splitlines()
+    assert len(printed) <= 20, printed
+    assert result.stderr == ""
+    assert re.fullmatch(rf"synth: cdk synth --output {re.escape(str(out))} \.\.\. \d+\.\d s", printed[0])
+    template = json.loads((out / "NodeHeal.template.json").read_text())
+    assert printed[1] == (
+        f"stack NodeHeal: {out / 'NodeHeal.template.json'} ({len(template['Resources'])} resources, "
+        f"{(out / 'NodeHeal.template.json').stat().st_size / 1000:.0f} KB)"
+    )
+    functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    assert any(f"{len(functions)} Function" in line for line in printed)
+    (asset,) = [path for path in out.glob("asset.*") if path.is_dir()]
+    code = next(line for line in printed if line.startswith("Lambda code: "))
+    assert code.startswith(f"Lambda code: {asset}/ {directory_size(asset) / 1_000_000:.1f} MB unzipped")
+    assert code.endswith(f"shared by {len(functions)} functions")
+    assert "cdk's own messages" in printed[-2] and str(log) in printed[-2]
+    assert printed[-1] == "deploy: npx cdk deploy NodeHeal"
+    assert "Resources:" not in result.stdout  # no YAML
     assert any(r["Type"] == "AWS::StepFunctions::StateMachine" for r in template["Resources"].values())
-    (asset,) = [path for path in tmp_path.glob("asset.*") if path.is_dir()]
     for package in (*SOURCE_PACKAGES, "aws_lambda_powertools", "urllib3"):
         assert (asset / package).is_dir(), package
     for provided_by_the_runtime in ("boto3", "botocore"):

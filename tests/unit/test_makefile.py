@@ -1,14 +1,17 @@
 """The Makefile checks the interpreter before it installs anything, rebuilds a virtualenv made with
-another one, cleans it away, and tells how to run the CLI after ``make demo``.
+another one, cleans it away, and tells how to run the CLI after ``make demo``. Each set-up step
+prints one timed line, nothing when it is already done, and its output only when it fails.
 
 Each test runs ``make`` on a copy of the Makefile in a temporary directory with fake interpreters:
 shell scripts that answer the Makefile's version and base-interpreter probes, make a fake
-virtualenv, and log what pip was asked. Nothing is installed and nothing touches the network.
+virtualenv, and log what pip was asked; pip "fails" when ``FAKE_PIP_FAILS`` is set. Nothing is
+installed and nothing touches the network.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -17,22 +20,52 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: What the Makefile's rules name as prerequisites; copied so make sees a checkout.
-CHECKOUT_FILES = ("Makefile", "requirements.txt", "requirements-dev.txt", "pyproject.toml")
+#: What the Makefile's rules name as prerequisites or run; copied so make sees a checkout.
+CHECKOUT_FILES = (
+    "Makefile",
+    "requirements.txt",
+    "requirements-dev.txt",
+    "pyproject.toml",
+    "package.json",
+    "package-lock.json",
+    "lambdas/requirements.txt",
+    "scripts/run-step",
+)
+PIP = "-m pip --disable-pip-version-check install --progress-bar off"
+#: Lines the fake pip prints when it fails: more than a failing step shows.
+FAILING_PIP_LINES = 60
 
-#: A virtualenv's python: answers the probes for its version, logs pip calls, and makes the
-#: nodeheal script ``pip install -e .`` would make.
+#: A virtualenv's python: answers the probes for its version, logs pip calls (printing what pip
+#: would, or failing with FAKE_PIP_FAILS set), makes the nodeheal script ``pip install -e .``
+#: would make, and fills the Lambda wheelhouse as ``stacks.lambda_asset download`` does.
 VENV_PYTHON = """#!/bin/sh
 here="$(cd "$(dirname "$0")" && pwd)"
 case "$*" in
   *version_info*) echo {version} ;;
   *_base_executable*) echo {base} ;;
-  "-m pip install --quiet --no-deps -e .")
+  "{pip} --no-deps -e .")
     echo "pip $*" >> "$here/../pip.log"
     printf '#!/bin/sh\\necho "nodeheal $*"\\n' > "$here/nodeheal"; chmod +x "$here/nodeheal" ;;
-  "-m pip "*) echo "pip $*" >> "$here/../pip.log" ;;
+  "{pip} -r requirements-dev.txt")
+    echo "pip $*" >> "$here/../pip.log"
+    if [ -n "${{FAKE_PIP_FAILS:-}}" ]; then
+      i=1; while [ $i -le {failing_lines} ]; do echo "pip output line $i"; i=$((i + 1)); done
+      echo "ERROR: No matching distribution found for boto3==1.44.0" >&2
+      exit 1
+    fi
+    echo "Collecting boto3==1.44.0"; echo "Successfully installed boto3-1.44.0" ;;
+  "-m pip "*) echo "pip $*" >> "$here/../pip.log"; echo "Requirement already satisfied: pip" ;;
+  "-m stacks.lambda_asset download")
+    mkdir -p build/wheelhouse && cp lambdas/requirements.txt build/wheelhouse/requirements.txt
+    echo "downloaded" >> "$here/../wheels.log"; echo "12 wheels in build/wheelhouse" ;;
   *) echo "unexpected: $*" >&2; exit 1 ;;
 esac
+"""
+
+#: npm: ``npm ci`` makes node_modules and says what it added.
+FAKE_NPM = """#!/bin/sh
+[ "$1" = ci ] || {{ echo "unexpected: npm $*" >&2; exit 1; }}
+mkdir -p node_modules && echo "added 310 packages in 9s"
 """
 
 #: A base interpreter: answers the probes and makes a virtualenv of itself with ``-m venv DIR``.
@@ -57,33 +90,42 @@ def executable(path: Path, text: str) -> Path:
     return path
 
 
+def venv_python(version: str, base: str) -> str:
+    return VENV_PYTHON.format(version=version, base=base, pip=PIP, failing_lines=FAILING_PIP_LINES)
+
+
 def interpreter(path: Path, version: str) -> Path:
     base = f"/opt/python{version.rsplit('.', 1)[0]}/bin/python{version.rsplit('.', 1)[0]}"
-    venv = VENV_PYTHON.format(version=version, base=base)
-    return executable(path, BASE_PYTHON.format(version=version, base=base, venv=venv))
+    return executable(path, BASE_PYTHON.format(version=version, base=base, venv=venv_python(version, base)))
 
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     for name in CHECKOUT_FILES:
-        shutil.copy(ROOT / name, tmp_path / name)
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tmp_path / name)
+    executable(tmp_path / "shims" / "npm", FAKE_NPM.format())
     return tmp_path
 
 
-def make(checkout: Path, *args: str, python3: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``make ARGS`` in the copy; ``python3`` is what a bare ``python3`` runs (first on PATH)."""
-    path = os.environ["PATH"]
+def make(
+    checkout: Path, *args: str, python3: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``make ARGS`` in the copy, with the fake npm first on PATH; ``python3`` is what a bare
+    ``python3`` runs."""
+    shims = checkout / "shims"
     if python3 is not None:
-        shims = checkout / "shims"
-        shims.mkdir(exist_ok=True)
         (shims / "python3").unlink(missing_ok=True)
         (shims / "python3").symlink_to(python3)
-        path = f"{shims}:{path}"
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "MAKEFLAGS", "MFLAGS")}
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHON", "MAKEFLAGS", "MFLAGS", "NODEHEAL_WHEELHOUSE")
+    }
     return subprocess.run(
         ["make", "--no-print-directory", *args],
         cwd=checkout,
-        env={**env, "PATH": path},
+        env={**inherited, "PATH": f"{shims}:{os.environ['PATH']}", **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
@@ -116,8 +158,7 @@ def test_an_interpreter_that_does_not_run_is_named(checkout: Path) -> None:
 def test_a_venv_made_with_another_interpreter_is_recreated_with_python(checkout: Path) -> None:
     # A virtualenv left by an earlier run on Python 3.10.
     executable(
-        checkout / ".venv" / "bin" / "python",
-        VENV_PYTHON.format(version="3.10.12", base="/opt/python3.10/bin/python3.10"),
+        checkout / ".venv" / "bin" / "python", venv_python("3.10.12", "/opt/python3.10/bin/python3.10")
     )
     new = interpreter(checkout / "py312", "3.12.4")
     dry = make(checkout, "-n", ".venv/.installed", f"PYTHON={new}")
@@ -135,9 +176,7 @@ def test_a_venv_made_with_another_interpreter_is_recreated_with_python(checkout:
         check=True,
     )
     assert probe.stdout.strip() == "3.12.4"
-    assert (
-        "pip -m pip install --quiet -r requirements-dev.txt" in (checkout / ".venv" / "pip.log").read_text()
-    )
+    assert f"pip {PIP} -r requirements-dev.txt" in (checkout / ".venv" / "pip.log").read_text()
     # The same interpreter again: nothing to rebuild.
     again = make(checkout, ".venv/.installed", f"PYTHON={new}")
     assert again.returncode == 0, again.stderr
@@ -165,8 +204,122 @@ def test_clean_removes_the_venv_whatever_the_interpreter(checkout: Path) -> None
         make(checkout, ".venv/.installed", f"PYTHON={interpreter(checkout / 'py311', '3.11.9')}").returncode
         == 0
     )
-    (checkout / "build").mkdir()
+    assert (checkout / "build" / "set-up" / "python-packages.log").is_file()
     result = make(checkout, "clean", python3=interpreter(checkout / "py310", "3.10.12"))
     assert result.returncode == 0, result.stderr
     assert not (checkout / ".venv").exists()
     assert not (checkout / "build").exists()
+
+
+#: A set-up step's line: its name and its time.
+STEP_LINE = re.compile(r"^set-up: (?P<step>[A-Za-z ]+) \.\.\. \d+\.\d s$")
+
+
+def set_up_steps(output: str) -> list[str]:
+    """The steps whose lines ``output`` shows; fails on a set-up line of another shape."""
+    steps = []
+    for line in output.splitlines():
+        if line.startswith("set-up:"):
+            match = STEP_LINE.match(line)
+            assert match, line
+            steps.append(match["step"])
+    return steps
+
+
+def test_each_set_up_step_prints_one_timed_line_and_none_of_its_output(checkout: Path) -> None:
+    python = interpreter(checkout / "py311", "3.11.9")
+    result = make(checkout, "bootstrap", "lambda-deps", f"PYTHON={python}")
+    assert result.returncode == 0, result.stderr
+    assert set_up_steps(result.stdout) == ["virtualenv", "Python packages", "npm packages", "Lambda wheels"]
+    assert result.stdout.count("\n") == 4, result.stdout
+    assert result.stderr == ""
+    # What pip, npm and the wheel download printed is in the logs, not on the terminal.
+    logs = checkout / "build" / "set-up"
+    assert "Successfully installed boto3-1.44.0" in (logs / "python-packages.log").read_text()
+    assert "added 310 packages" in (logs / "npm-packages.log").read_text()
+    assert "12 wheels in build/wheelhouse" in (logs / "lambda-wheels.log").read_text()
+    for noise in ("Collecting", "Successfully installed", "added 310", "wheels in", "pip install"):
+        assert noise not in result.stdout
+
+
+def test_a_step_already_done_prints_nothing(checkout: Path) -> None:
+    python = interpreter(checkout / "py311", "3.11.9")
+    assert make(checkout, "bootstrap", "lambda-deps", f"PYTHON={python}").returncode == 0
+    again = make(checkout, "bootstrap", "lambda-deps", f"PYTHON={python}")
+    assert again.returncode == 0, again.stderr
+    assert set_up_steps(again.stdout) == []
+    assert (checkout / ".venv" / "wheels.log").read_text().count("downloaded") == 1
+    # A changed requirement is one step again, the others stay quiet.
+    requirements = checkout / "lambdas" / "requirements.txt"
+    requirements.write_text(requirements.read_text() + "\n")
+    changed = make(checkout, "bootstrap", "lambda-deps", f"PYTHON={python}")
+    assert changed.returncode == 0, changed.stderr
+    assert set_up_steps(changed.stdout) == ["Lambda wheels"]
+
+
+def test_a_failing_pip_shows_the_end_of_its_output_and_the_log_and_fails(checkout: Path) -> None:
+    python = interpreter(checkout / "py311", "3.11.9")
+    result = make(checkout, "demo", f"PYTHON={python}", env={"FAKE_PIP_FAILS": "1"})
+    assert result.returncode != 0
+    assert set_up_steps(result.stdout) == ["virtualenv"]
+    log = Path("build/set-up/python-packages.log")
+    err = result.stderr
+    assert re.search(r"^set-up: Python packages failed after \d+\.\d s \(exit status 1\)", err, re.MULTILINE)
+    # pip's error is its last line; the start of a long output stays in the log.
+    assert "    ERROR: No matching distribution found for boto3==1.44.0" in err
+    assert f"pip output line {FAILING_PIP_LINES}" in err
+    assert "pip output line 1\n" not in err
+    assert f"the whole output: {log}" in err
+    whole = (checkout / log).read_text()
+    assert "pip output line 1\n" in whole and "No matching distribution" in whole
+    assert "Error 1" in err  # make stopped there: nothing ran on top of a broken install
+    assert not (checkout / ".venv" / ".installed").exists()
+    assert "nodeheal demo" not in result.stdout
+    # Fixed, the next run installs and goes on.
+    fixed = make(checkout, "demo", f"PYTHON={python}")
+    assert fixed.returncode == 0, fixed.stderr
+    assert set_up_steps(fixed.stdout) == ["Python packages"]
+
+
+def run_step(tmp_path: Path, *command: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ROOT / "scripts" / "run-step", "set-up: example", str(tmp_path / "logs" / "example.log"), *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def test_run_step_keeps_the_status_of_a_failing_command(tmp_path: Path) -> None:
+    result = run_step(tmp_path, "sh", "-c", "seq 1 40; echo 'the real cause' >&2; exit 3")
+    assert result.returncode == 3
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert re.match(r"set-up: example failed after \d+\.\d s \(exit status 3\)", lines[0])
+    assert lines[1:-1] == [f"    {n}" for n in range(17, 41)] + ["    the real cause"]
+    assert lines[-1] == f"the whole output: {tmp_path / 'logs' / 'example.log'}"
+    assert (tmp_path / "logs" / "example.log").read_text().splitlines()[0] == "1"
+
+
+def test_run_step_of_a_command_that_does_not_exist_names_it(tmp_path: Path) -> None:
+    result = run_step(tmp_path, "no-such-command-here", RUN_STEP_TAIL_LINES="5")
+    assert result.returncode == 127
+    assert "no-such-command-here" in result.stderr
+
+
+def test_run_step_prints_its_time_and_nothing_else_when_the_command_succeeds(tmp_path: Path) -> None:
+    result = run_step(tmp_path, "sh", "-c", "echo lots of output; echo and warnings >&2")
+    assert result.returncode == 0
+    assert re.fullmatch(r"set-up: example \.\.\. \d+\.\d s\n", result.stdout)
+    assert result.stderr == ""
+    assert (tmp_path / "logs" / "example.log").read_text() == "lots of output\nand warnings\n"
+
+
+def test_run_step_needs_a_label_a_log_and_a_command(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [ROOT / "scripts" / "run-step", "set-up: example"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
