@@ -11,6 +11,7 @@ from constructs import Construct
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.events import cluster_source
 from stacks.constructs.access import AccessConstruct
+from stacks.constructs.contracts import EventSchemasConstruct
 from stacks.constructs.exporter_access import ExporterAccess
 from stacks.constructs.finalizer import FinalizerConstruct
 from stacks.constructs.ingest import IngestConstruct
@@ -85,6 +86,12 @@ class NodeHealStack(Stack):
             namespace=config.exporter_namespace,
             service_account=config.exporter_service_account,
         )
+        self.event_schemas = EventSchemasConstruct(
+            self,
+            "EventSchemas",
+            registry_name=f"{config.stack_name}-events",
+            source_prefix=config.event_source,
+        )
         self.observability = ObservabilityConstruct(
             self,
             "Observability",
@@ -129,6 +136,12 @@ class NodeHealStack(Stack):
             "LedgerTableName",
             value=self.ledger.table.table_name,
             description="Locks, remediation records, budgets and circuit breaker",
+        )
+        CfnOutput(
+            self,
+            "SchemaRegistryName",
+            value=self.event_schemas.registry.attr_registry_name,
+            description="EventBridge schema registry with the event contract (code bindings for consumers)",
         )
         CfnOutput(
             self,

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nodeheal import timing
+from nodeheal import contracts, timing
 from nodeheal.actions import Mode
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
@@ -133,7 +133,7 @@ def explain_timing(settings: RemediationSettings) -> dict[str, Any]:
 
 
 def explain_event(payload: Any, settings: RemediationSettings, mode: Mode) -> dict[str, Any]:
-    event = NodeConditionEvent.from_detail(payload)
+    event = _parse_checked(payload)
     labels = dict(event.node.labels)
     # The exporter sends the pool both as a label and as node.nodePool; a trimmed label map still
     # has the field, and per-pool overrides must not silently fall back to the global policy.
@@ -147,6 +147,26 @@ def explain_event(payload: Any, settings: RemediationSettings, mode: Mode) -> di
         "node": event.node.name,
         "condition": {"type": event.condition.type, "status": event.condition.status},
     }
+
+
+def _parse_checked(payload: Any) -> NodeConditionEvent:
+    """The event, parsed as ingest parses it, and checked against the contract schema, which names
+    every problem at once where the parser stops at the first: a producer fixes them in one go."""
+    schema = contracts.condition_changed_schema(payload)
+    problems = contracts.violations(schema, payload) if isinstance(payload, dict) else []
+    where = f"nodeheal/contracts/{schema}"
+    try:
+        event = NodeConditionEvent.from_detail(payload)
+    except InvalidEventError as exc:
+        if problems:
+            raise InvalidEventError(f"{exc}; every problem against {where}: {'; '.join(problems)}") from None
+        raise
+    if problems:
+        raise InvalidEventError(
+            f"the event does not meet the contract ({where}), though ingest would accept it: "
+            + "; ".join(problems)
+        )
+    return event
 
 
 def explain_node(

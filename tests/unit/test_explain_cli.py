@@ -408,3 +408,31 @@ def test_defect_6_explain_refuses_a_short_lock_ttl(
 ) -> None:
     error = fails(capsys, "--config", cdk_json(tmp_path, {"lockTtlSeconds": 7200}))
     assert "context.nodeheal.lockTtlSeconds (7200) must be at least 30814" in error
+
+
+def test_every_contract_problem_is_named_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The parser stops at the first problem; the contract schema names them all."""
+    broken = detail(status="Maybe")
+    broken["observedAt"] = "yesterday"
+    broken["cluster"] = ""
+    message = fails(capsys, write(tmp_path, broken))
+    assert message.startswith("nodeheal explain: cluster is required")
+    assert (
+        f"every problem against nodeheal/contracts/node-condition-changed-{broken['schemaVersion']}.json"
+        in message
+    )
+    for field in ("detail.cluster", "detail.condition.status", "detail.observedAt"):
+        assert field in message
+
+
+def test_an_event_ingest_accepts_but_the_contract_refuses_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A producer should meet the contract, not the parser's leniency (a blank condition type)."""
+    message = fails(
+        capsys,
+        write(tmp_path, {**detail(), "resync": False, "condition": {**detail()["condition"], "type": " "}}),
+    )
+    assert "though ingest would accept it: detail.condition.type: ' ' must not be empty" in message
