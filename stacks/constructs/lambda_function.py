@@ -26,6 +26,14 @@ LOG_LEVEL = "INFO"
 
 VPC_ACCESS_POLICY = "service-role/AWSLambdaVPCAccessExecutionRole"
 
+#: Every log group has a fixed name (the one Lambda and Step Functions would pick), so a person finds
+#: it without the stack. A retained group with a fixed name would make the next create of the stack
+#: fail ("already exists") after a `cdk destroy`, and after a first deploy that rolled back, since
+#: CloudFormation keeps Retain resources then too. So the stack deletes its log groups; the
+#: remediation history that must outlive a teardown is the ledger table, which is retained and has a
+#: generated name (docs/deploy.md, "Uninstall").
+LOG_GROUP_REMOVAL_POLICY = RemovalPolicy.DESTROY
+
 
 @dataclass(frozen=True, slots=True)
 class FunctionNetwork:
@@ -84,8 +92,7 @@ class NodeHealFunction(Construct):
             self,
             "Logs",
             log_group_name=f"/aws/lambda/{function_name}",
-            # The remediation history outlives a teardown: these logs are the audit trail.
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=LOG_GROUP_REMOVAL_POLICY,
         )
         apply_retention(log_group, retention_days)
         log_group.grant_write(self.role)

@@ -38,7 +38,9 @@ class LedgerConstruct(Construct):
             ),
             time_to_live_attribute=TTL_ATTRIBUTE,
             # The records are the audit trail of every node NodeHeal touched: keep them on stack
-            # deletion and refuse accidental table deletion.
+            # deletion and refuse accidental table deletion. No fixed table name, so a redeploy after
+            # `cdk destroy` creates a new table beside the kept one instead of failing on its name
+            # (removing the kept one: docs/deploy.md, "Uninstall").
             removal_policy=RemovalPolicy.RETAIN,
             deletion_protection=True,
         )

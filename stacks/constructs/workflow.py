@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from aws_cdk import Acknowledgment, Annotations, CfnElement, Duration, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Annotations, CfnElement, Duration, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -16,7 +16,12 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from nodeheal.deploy_config import LambdaNetwork, NodeHealConfig
-from stacks.constructs.lambda_function import FunctionNetwork, NodeHealFunction, apply_retention
+from stacks.constructs.lambda_function import (
+    LOG_GROUP_REMOVAL_POLICY,
+    FunctionNetwork,
+    NodeHealFunction,
+    apply_retention,
+)
 from stacks.workflow_definition import build_definition
 from stacks.workflow_tasks import WORKFLOW_TASKS, TaskSpec
 
@@ -91,7 +96,7 @@ class WorkflowConstruct(Construct):
             self,
             "Logs",
             log_group_name=f"/aws/vendedlogs/states/{self.state_machine_name}",
-            removal_policy=RemovalPolicy.RETAIN,
+            removal_policy=LOG_GROUP_REMOVAL_POLICY,
         )
         apply_retention(log_group, self._config.log_retention_days)
         return log_group

@@ -12,7 +12,7 @@ from typing import Any
 from nodeheal.sim.pipeline import FAST_CONTEXT, deep_merge
 from nodeheal.sim.seeded.faults import FAULT_KINDS, PlannedFault, draw_plan
 from nodeheal.sim.seeded.invariants import InvariantViolated, Violation
-from nodeheal.sim.seeded.schedule import Simulation, prepare_handlers
+from nodeheal.sim.seeded.schedule import SimOptions, Simulation, prepare_handlers
 from nodeheal.sim.seeded.template import SimTemplate
 
 #: The settings the schedules run with, over the test deployment's (nodeheal.sim.pipeline's
@@ -60,17 +60,25 @@ def run_schedule(
     *,
     trace: bool = False,
     ledger: str = "memory",
+    options: SimOptions | None = None,
 ) -> ScheduleResult:
     """One schedule. ``ledger="dynamodb"`` runs it over the DynamoDB ledger in moto (the soak's
-    moto-backed sample) instead of the in-memory one."""
+    moto-backed sample) instead of the in-memory one; ``options`` changes the cluster's shape."""
     if ledger == "dynamodb":
         from nodeheal.sim.seeded.dynamo import dynamo_ledger_factory, moto_table
 
         with moto_table(template.table) as client:
-            return _run(template, seed, plan, trace=trace, ledger_factory=dynamo_ledger_factory(client))
+            return _run(
+                template,
+                seed,
+                plan,
+                trace=trace,
+                ledger_factory=dynamo_ledger_factory(client),
+                options=options,
+            )
     if ledger != "memory":
         raise ValueError(f"ledger must be memory or dynamodb, got {ledger!r}")
-    return _run(template, seed, plan, trace=trace, ledger_factory=None)
+    return _run(template, seed, plan, trace=trace, ledger_factory=None, options=options)
 
 
 def _run(
@@ -80,6 +88,7 @@ def _run(
     *,
     trace: bool,
     ledger_factory: Any,
+    options: SimOptions | None = None,
 ) -> ScheduleResult:
     prepare_handlers(template)
     plan = plan_for(seed) if plan is None else list(plan)
@@ -87,6 +96,7 @@ def _run(
         template,
         seed,
         plan,
+        options=options,
         trace=trace,
         ledger_factory=ledger_factory,
         settings_overrides=lambda rng, raw: raw.update(deep_merge(raw, SIMULATION_SETTINGS)),
@@ -119,9 +129,10 @@ def shrink(
     *,
     ledger: str = "memory",
     same_defect: Callable[[ScheduleResult], bool] | None = None,
+    options: SimOptions | None = None,
 ) -> ScheduleResult:
     """Delta debugging (ddmin) over the failed schedule's faults: the smallest subset that still
-    violates the same invariant, replayed with the same seed.
+    violates the same invariant, replayed with the same seed (and the same ``options``).
 
     ``same_defect`` narrows "still fails" further: a smaller plan may break the same invariant
     for another reason (shrinking slips from one bug to the next), and a caller that knows what
@@ -130,7 +141,7 @@ def shrink(
     target = failed.violation.invariant if failed.violation else "crash"
 
     def fails(plan: list[PlannedFault]) -> ScheduleResult | None:
-        result = run_schedule(template, failed.seed, plan, ledger=ledger)
+        result = run_schedule(template, failed.seed, plan, ledger=ledger, options=options)
         if result.violation is not None and result.violation.invariant == target:
             if same_defect is not None and not same_defect(result):
                 return None
@@ -158,7 +169,7 @@ def shrink(
             if granularity >= len(faults):
                 break
             granularity = min(len(faults), granularity * 2)
-    final = run_schedule(template, failed.seed, faults, trace=True, ledger=ledger)
+    final = run_schedule(template, failed.seed, faults, trace=True, ledger=ledger, options=options)
     return final if not final.ok else best
 
 

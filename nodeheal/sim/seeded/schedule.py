@@ -242,9 +242,18 @@ class SimExecutions:
         ]
 
 
+#: Pool kind of each node, by index (cycled): three in a Karpenter NodePool, two in a managed node
+#: group, one in neither.
+MIXED_POOLS: tuple[str, ...] = ("karpenter", "karpenter", "karpenter", "nodegroup", "nodegroup", "none")
+POOL_NAMES = {"karpenter": "gpu", "nodegroup": "gpu-mng", "none": ""}
+
+
 @dataclass(frozen=True, slots=True)
 class SimOptions:
     nodes: int = 6
+    #: Pool kinds of the nodes (see :data:`MIXED_POOLS`); ``("nodegroup",)`` is a cluster of managed
+    #: node groups only.
+    pool_kinds: tuple[str, ...] = MIXED_POOLS
     #: How deep a handler's scheduling point may run other steps inside it.
     max_nesting: int = 1
     #: Chance that a scheduling point inside a handler runs another ready step first.
@@ -342,15 +351,8 @@ class Simulation:
 
     def _build_cluster(self) -> None:
         count = self.options.nodes
-        layout = []
-        for index in range(count):
-            roll = index % 6
-            if roll in (0, 1, 2):
-                layout.append(("karpenter", "gpu"))
-            elif roll in (3, 4):
-                layout.append(("nodegroup", "gpu-mng"))
-            else:
-                layout.append(("none", ""))
+        kinds = [self.options.pool_kinds[index % len(self.options.pool_kinds)] for index in range(count)]
+        layout = [(kind, POOL_NAMES[kind]) for kind in kinds]
         for index, (kind, pool) in enumerate(layout):
             name = f"ip-10-0-1-{10 + index}.us-west-2.compute.internal"
             self.world.add_node(name, pool_kind=kind, pool=pool)

@@ -7,7 +7,8 @@ semantics of the real adapters over the API server and EC2 (uid preconditions, P
 replaced Node answering as gone, terminate idempotent, ...); the contract tests in
 ``tests/unit/sim/test_memory_adapters.py`` run the same cases against both. The rest of the cluster
 (the kubelet finishing pod shutdowns, ReplicaSets replacing evicted pods, an instance rebooting,
-Karpenter replacing a terminated node) happens on timers the scheduler runs like any other actor.
+Karpenter or a managed node group's Auto Scaling group replacing a terminated node) happens on
+timers the scheduler runs like any other actor.
 
 Every adapter operation first calls ``observer.point(operation)``: the scheduler may run other
 work there (another step, a fault) before the operation reads or writes, and every mutation is
@@ -50,6 +51,10 @@ JSON = dict[str, Any]
 CLUSTER = "training-on-eks"
 KARPENTER_POOL_LABEL = "karpenter.sh/nodepool"
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+#: What EKS puts on a managed node group's nodes besides the group's name (EKS user guide, "Managed
+#: node groups": capacity type label); Karpenter's own labels are never on them.
+NODEGROUP_CAPACITY_LABEL = "eks.amazonaws.com/capacityType"
+KARPENTER_LABEL_PREFIXES = ("karpenter.sh/", "karpenter.k8s.aws/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +174,17 @@ class World:
         instance_id = self.new_instance_id()
         raw = make_node(name, instance_id=instance_id, instance_type=instance_type, node_pool=pool)
         labels = raw["metadata"]["labels"]
-        labels.pop(KARPENTER_POOL_LABEL, None)
+        tags = {f"kubernetes.io/cluster/{self.cluster}": "owned"}
         if pool_kind == "karpenter":
             labels[KARPENTER_POOL_LABEL] = pool
-        elif pool_kind == "nodegroup":
+        else:
+            # A node Karpenter did not launch carries none of its labels.
+            for key in [k for k in labels if k.startswith(KARPENTER_LABEL_PREFIXES)]:
+                del labels[key]
+        if pool_kind == "nodegroup":
             labels[NODEGROUP_LABEL] = pool
+            labels[NODEGROUP_CAPACITY_LABEL] = "ON_DEMAND"
+            tags.update({"eks:cluster-name": self.cluster, "eks:nodegroup-name": pool})
         stamp = format_timestamp(self.now())
         raw["metadata"]["uid"] = self.new_id("uid-")
         raw["metadata"]["creationTimestamp"] = stamp
@@ -183,9 +194,7 @@ class World:
             condition["lastTransitionTime"] = stamp
             condition["lastHeartbeatTime"] = stamp
         self.nodes[name] = raw
-        self.instances[instance_id] = Instance(
-            instance_id, name, tags={f"kubernetes.io/cluster/{self.cluster}": "owned"}
-        )
+        self.instances[instance_id] = Instance(instance_id, name, tags=tags)
         self.on_node_change(raw, False)
         return raw
 
@@ -300,8 +309,13 @@ class World:
         return fresh
 
     def instance_stopped(self, instance_id: str) -> None:
-        """The instance is gone: its node goes NotReady, Karpenter deletes the Node object later and
-        brings up a replacement."""
+        """The instance is gone: its node goes NotReady, and who replaces it depends on its pool.
+
+        Karpenter deletes the Node object later and brings up a replacement (EC2 may reuse the IP,
+        so possibly under the old name). A managed node group's Auto Scaling group launches a new
+        instance to keep its desired capacity (EC2 Auto Scaling user guide, "Health checks": an
+        instance that terminates unexpectedly is replaced), which joins under a new name, while the
+        cloud node lifecycle controller deletes the old Node object: the two are independent."""
         instance = self.instances.get(instance_id)
         if instance is None:
             return
@@ -315,9 +329,31 @@ class World:
             name, "Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
         )
         uid = node["metadata"]["uid"]
+        if self.pool_of(node)[0] == "nodegroup":
+            self._auto_scaling_group_replace(name, uid, node)
+            return
         self.at(
             self.rng.uniform(5, 60), f"karpenter removes {name}", lambda: self._karpenter_replace(name, uid)
         )
+
+    def _auto_scaling_group_replace(self, name: str, uid: str, node: JSON) -> None:
+        def delete() -> None:
+            current = self.nodes.get(name)
+            if current is not None and current["metadata"]["uid"] == uid:
+                self.delete_node_object(name)
+
+        self.at(self.rng.uniform(5, 60), f"node lifecycle controller deletes {name}", delete)
+        # A new instance gets a new private IP, so its Node has a name no current node has.
+        new_name = f"ip-10-0-{self.rng.randrange(1, 250)}-{self.rng.randrange(1, 250)}"
+        if new_name == name or new_name in self.nodes:
+            new_name = f"{new_name}-{self.new_id('')}"
+        group = self.pool_of(node)[1]
+
+        def join() -> None:
+            taken = new_name in self.nodes  # by a node that joined meanwhile
+            self.join_node(f"{new_name}-{self.new_id('')}" if taken else new_name, node)
+
+        self.at(self.rng.uniform(60, 300), f"auto scaling group {group} launches {new_name}", join)
 
     def _karpenter_replace(self, name: str, uid: str) -> None:
         node = self.nodes.get(name)

@@ -84,9 +84,39 @@ def test_rbac_is_read_only_on_nodes_and_lease_scoped() -> None:
     assert events_rules == [{"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]}]
 
 
+#: Environment the AWS SDK reads, not the exporter's own settings: the bus's region (Pod Identity
+#: supplies no region, and pods often cannot reach the instance metadata service for one).
+SDK_ENVIRONMENT = {"AWS_DEFAULT_REGION"}
+
+
 def test_configmap_keys_are_exporter_settings() -> None:
     known = {env_name(option.name) for option in OPTIONS}
     config = by_kind("ConfigMap")["data"]
     patch = documents(COMPONENT / "configmap-patch.yaml")[0]["data"]
-    assert set(config) <= known and set(patch) <= known
+    assert set(config) <= known | SDK_ENVIRONMENT and set(patch) <= known
     assert config["NODEHEAL_LEADER_ELECTION"] == "true"
+
+
+def test_the_configmap_names_the_region_the_events_client_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a region the exporter's EventBridge client cannot be built: boto3 refuses."""
+    from botocore.exceptions import NoRegionError
+
+    from nodeheal.exporter.app import make_events_client
+
+    config = by_kind("ConfigMap")
+    region = config["data"]["AWS_DEFAULT_REGION"]
+    (container,) = by_kind("Deployment")["spec"]["template"]["spec"]["containers"]
+    assert {"configMapRef": {"name": config["metadata"]["name"]}} in container["envFrom"]
+    # A pod as Pod Identity leaves it: credentials, no region, no instance metadata in reach.
+    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    with pytest.raises(NoRegionError):
+        make_events_client()
+    # boto3 does not read AWS_REGION: only AWS_DEFAULT_REGION gives the client its region.
+    monkeypatch.setenv("AWS_REGION", region)
+    with pytest.raises(NoRegionError):
+        make_events_client()
+    monkeypatch.setenv("AWS_DEFAULT_REGION", region)
+    assert make_events_client().meta.region_name == region
