@@ -5,21 +5,32 @@ nothing (a typo in a condition type, a status written ``"false"``) means GPU fau
 ``nodeheal test-pattern`` runs events through this engine to say which rule matches and, when one
 does not, which field refused and why. The semantics follow the EventBridge user guide ("Content
 filtering in Amazon EventBridge event patterns", "Arrays in event patterns", "Matching null values
-and empty strings") and aws/event-ruler, the library EventBridge matches with:
+and empty strings") and aws/event-ruler, the library EventBridge matches with; the cases of both are
+in ``tests/unit/fixtures/event_ruler_cases.json``, and where they differ the user guide wins:
 
 * every field named in the pattern must match (AND); a field matches when any of the values listed
-  for it matches (OR); ``"$or": [{...}, {...}]`` ORs whole sub-patterns at one level;
+  for it matches (OR); ``"$or": [{...}, {...}]`` ORs whole sub-patterns at one level, and a field
+  named both beside and inside an ``$or`` branch is taken from the later of the two in that branch
+  (the guide: when a key is named more than once, "the last reference will be the one used";
+  event-ruler's ``JsonRuleCompiler`` with rule overriding, its default);
 * a pattern value is always a non-empty list of exact values (string, number, ``true``/``false``,
   ``null``) or one-key operator objects: ``prefix``, ``suffix``, ``equals-ignore-case`` (``prefix`` and
-  ``suffix`` also take ``{"equals-ignore-case": ...}``), ``wildcard``, ``anything-but`` (a value, a
-  list of strings or of numbers, or ``prefix``/``suffix``/``equals-ignore-case``/``wildcard``),
+  ``suffix`` also take ``{"equals-ignore-case": ...}``), ``wildcard``, ``anything-but`` (a string, a
+  number, a list of strings or of numbers, or ``prefix``/``suffix``/``equals-ignore-case``/``wildcard``
+  with one or more strings; never ``true``/``false``/``null``, nor an empty prefix or suffix),
   ``numeric`` (one or two comparisons), ``exists`` and ``cidr`` (IPv4 and IPv6);
-* an array in the event matches when any of its elements matches; an object pattern applied to an
-  array of objects must match within one element (event-ruler's array consistency);
+* an array in the event matches when any of its elements matches, arrays nested in arrays included;
+  an object pattern applied to an array of objects must match within one element (event-ruler's
+  array consistency: no match combines fields of different elements of one array);
 * ``exists`` and every value operator look at leaf values only: a field holding an object is not a
   leaf, so ``{"exists": false}`` matches it and ``{"exists": true}`` does not;
 * ``null`` and ``""`` are different values; numbers compare numerically (``300`` equals ``3.018e2``
-  only when they are the same number); string operators never match numbers.
+  only when they are the same number, exactly: an account id is not rounded); string operators
+  never match numbers;
+* numeric matching is limited to -5.0e9..+5.0e9 (the guide): a ``numeric`` bound outside is refused
+  and an event number outside never satisfies a ``numeric`` comparison, while an exact number
+  (an account id) matches at any size;
+* an ``$or`` may not expand to more than 1000 combinations (the guide; PutRule refuses it).
 
 Where the documentation is silent, this engine does what moto's implementation does, so the two
 can be compared on the same events (``tests/unit/test_patterns.py``): an ``anything-but`` with a
@@ -42,8 +53,12 @@ from nodeheal.errors import ConfigurationError
 OR_KEY: Final = "$or"
 _STRING_OPERATORS = ("prefix", "suffix", "equals-ignore-case", "wildcard")
 _NUMERIC_OPERATORS = ("<", "<=", "=", ">=", ">")
-#: event-ruler's numeric range; EventBridge refuses a pattern with a bound outside it.
+#: The user guide's range for numeric matching ("limited to values between -5.0e9 and +5.0e9
+#: inclusive"); EventBridge refuses a bound outside it and no event number outside it satisfies one.
 _NUMERIC_LIMIT = 5.0e9
+#: "[APIs that accept a pattern] will throw an InvalidEventPatternException if the use of $or
+#: results in over 1000 rule combinations" (the guide, "Complex example with $or matching").
+_MAX_OR_COMBINATIONS = 1000
 
 
 class InvalidPatternError(ConfigurationError):
@@ -77,6 +92,22 @@ def validate_pattern(pattern: Any) -> None:
     if not pattern:
         raise InvalidPatternError("the event pattern is empty")
     _validate_object(pattern, "")
+    combinations = _combinations(pattern)
+    if combinations > _MAX_OR_COMBINATIONS:
+        raise InvalidPatternError(
+            f"$or expands to {combinations} combinations; EventBridge allows at most {_MAX_OR_COMBINATIONS}"
+        )
+
+
+def _combinations(pattern: Mapping[str, Any]) -> int:
+    """How many plain patterns the ``$or`` arrays expand to: alternatives add up, sibling ORs multiply."""
+    count = 1
+    for key, value in pattern.items():
+        if key == OR_KEY:
+            count *= sum(_combinations(branch) for branch in value)
+        elif isinstance(value, Mapping):
+            count *= _combinations(value)
+    return count
 
 
 def _validate_object(pattern: Mapping[str, Any], path: str) -> None:
@@ -106,7 +137,11 @@ def _validate_matcher(matcher: Any, where: str) -> None:
     if matcher is None or isinstance(matcher, str | bool):
         return
     if isinstance(matcher, int | float):
-        _check_number(matcher, where)
+        # An exact number is matched at any size (an account id); only numeric matching has a range.
+        # event-ruler's JsonRuleCompiler: "the number might not be representable as a
+        # ComparableNumber, for example an AWS account number, so make that condition survivable".
+        if not math.isfinite(matcher):
+            raise InvalidPatternError(f"{where}: {matcher} is not a JSON number")
         return
     if not isinstance(matcher, Mapping):
         raise InvalidPatternError(f"{where}: {json.dumps(matcher)} is neither a value nor an operator")
@@ -147,18 +182,21 @@ def _validate_affix(operator: str, argument: Any, where: str) -> None:
 
 
 def _validate_anything_but(argument: Any, where: str) -> None:
-    if isinstance(argument, str | bool) or argument is None:
+    """event-ruler's ``JsonRuleCompiler`` (processMatchExpression and the anything-but helpers)."""
+    if isinstance(argument, str):
         return
-    if isinstance(argument, int | float):
+    if _is_number(argument):
         _check_number(argument, where)
         return
     if isinstance(argument, list):
         if not argument:
             raise InvalidPatternError(f"{where}: anything-but takes a non-empty list")
         all_strings = all(isinstance(v, str) for v in argument)
-        all_numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in argument)
+        all_numbers = all(_is_number(v) for v in argument)
         if not (all_strings or all_numbers):
             raise InvalidPatternError(f"{where}: an anything-but list holds only strings or only numbers")
+        for number in argument if all_numbers else ():
+            _check_number(number, where)
         return
     if isinstance(argument, Mapping) and len(argument) == 1:
         ((operator, value),) = argument.items()
@@ -169,10 +207,16 @@ def _validate_anything_but(argument: Any, where: str) -> None:
         values = value if isinstance(value, list) and value else [value]
         for item in values:
             _require_string(item, where, f"anything-but.{operator}")
+            if operator in ("prefix", "suffix") and not item:
+                # "Null prefix/suffix not allowed": an empty affix would exclude every string.
+                raise InvalidPatternError(f"{where}: anything-but.{operator} cannot be empty")
             if operator == "wildcard":
                 _wildcard_regex(item, where)
         return
-    raise InvalidPatternError(f"{where}: anything-but cannot take {json.dumps(argument)}")
+    # true, false and null included: "Value of anything-but must be an array or single string/number value".
+    raise InvalidPatternError(
+        f"{where}: anything-but takes a string, a number or a list, not {json.dumps(argument)}"
+    )
 
 
 def _validate_numeric(argument: Any, where: str) -> None:
@@ -245,7 +289,8 @@ def match(pattern: Mapping[str, Any], event: Any) -> MatchResult:
 def _match_object(pattern: Mapping[str, Any], value: Any, path: str) -> list[str]:
     """The reasons ``value`` (an object, an array of objects, or anything else) does not match."""
     if isinstance(value, list):
-        objects = [item for item in value if isinstance(item, dict)]
+        # Arrays nested in arrays are crushed out too (event-ruler's README, "JSON Array Matching").
+        objects = [item for item in _flatten(value) if isinstance(item, dict)]
         if not objects:
             return _match_object(pattern, MISSING, path)
         first: list[str] | None = None
@@ -261,10 +306,13 @@ def _match_object(pattern: Mapping[str, Any], value: Any, path: str) -> list[str
             f"{_label(path)}: no element of the array matches every field; first element: {'; '.join(first)}"
         ]
     fields = value if isinstance(value, dict) else {}
+    folded, alternatives = _or_alternatives(pattern)
     found: list[str] = []
     for key, sub in pattern.items():
         if key == OR_KEY:
-            found.extend(_match_or(sub, value, path))
+            found.extend(_match_or(alternatives, value, path))
+        elif key in folded:
+            continue
         elif isinstance(sub, Mapping):
             found.extend(_match_object(sub, fields.get(key, MISSING), _join(path, key)))
         else:
@@ -272,6 +320,56 @@ def _match_object(pattern: Mapping[str, Any], value: Any, path: str) -> list[str
             if reason:
                 found.append(reason)
     return found
+
+
+def _flatten(items: list[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for item in items:
+        flat.extend(_flatten(item) if isinstance(item, list) else [item])
+    return flat
+
+
+def _or_alternatives(pattern: Mapping[str, Any]) -> tuple[frozenset[str], list[Mapping[str, Any]]]:
+    """The ``$or`` branches at this level, each with the fields beside the ``$or`` that it also names.
+
+    Those fields are folded into every branch (and skipped beside it) in document order, so the later
+    of two references to a path wins within a branch, as event-ruler compiles them; fields of one
+    object folded together also keep array consistency. Without such overlap the branches are the
+    pattern's own, and the explanation reads as written.
+    """
+    branches: list[Mapping[str, Any]] = pattern.get(OR_KEY, [])
+    folded = frozenset(key for key in pattern if key != OR_KEY and any(key in branch for branch in branches))
+    if not folded:
+        return folded, branches
+    alternatives: list[Mapping[str, Any]] = []
+    for branch in branches:
+        merged: dict[str, Any] = {}
+        for key, sub in pattern.items():
+            if key == OR_KEY:
+                merged = _overlay(merged, branch)
+            elif key in folded:
+                merged = _overlay(merged, {key: sub})
+        alternatives.append(merged)
+    return folded, alternatives
+
+
+def _overlay(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``top`` written after ``base``: objects merge path by path, a later value list replaces.
+
+    A value list and an object under one key are two paths to event-ruler (``a`` and ``a.b``); a JSON
+    object holds one of them, so here too the later one is kept.
+    """
+    merged = dict(base)
+    for key, sub in top.items():
+        if key == OR_KEY and OR_KEY in merged:
+            # Two ORs over the same object must both hold: the second nests inside each branch of the first.
+            merged[OR_KEY] = [_overlay(branch, {OR_KEY: sub}) for branch in merged[OR_KEY]]
+        elif isinstance(sub, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _overlay(merged[key], sub)
+        else:
+            merged.pop(key, None)
+            merged[key] = sub
+    return merged
 
 
 def _match_or(branches: Sequence[Mapping[str, Any]], value: Any, path: str) -> list[str]:
@@ -334,7 +432,8 @@ def _equal(expected: Any, leaf: Any) -> bool:
     if isinstance(expected, bool) or isinstance(leaf, bool):
         return isinstance(expected, bool) and isinstance(leaf, bool) and expected == leaf
     if _is_number(expected):
-        return _is_number(leaf) and float(expected) == float(leaf)
+        # Python compares ints and floats exactly, so two account ids that share a float stay apart.
+        return _is_number(leaf) and expected == leaf
     return isinstance(leaf, str) and expected == leaf
 
 
@@ -364,7 +463,9 @@ def _anything_but(argument: Any, leaf: Any) -> bool:
 
 
 def _numeric(argument: Sequence[Any], leaf: Any) -> bool:
-    if not _is_number(leaf):
+    # Numeric matching works on -5.0e9..+5.0e9 only; event-ruler before its float64 range (#188) did
+    # not compare a number outside, and the user guide still states that range.
+    if not _is_number(leaf) or abs(leaf) > _NUMERIC_LIMIT:
         return False
     number = float(leaf)
     for operator, bound in zip(argument[::2], argument[1::2], strict=True):

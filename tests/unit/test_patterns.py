@@ -316,6 +316,56 @@ def test_numbers_compare_numerically_and_never_as_strings_or_booleans() -> None:
     assert not match({"b": [True]}, {"b": "true"}).matched
 
 
+def test_exact_numbers_beyond_float_precision_stay_distinct() -> None:
+    # 2**53 + 1 has no float of its own; comparing through float() would call these two equal.
+    assert match({"n": [2**53 + 1]}, {"n": 2**53 + 1}).matched
+    assert not match({"n": [2**53 + 1]}, {"n": 2**53}).matched
+    assert not match({"n": [2**53 + 1]}, {"n": float(2**53)}).matched
+
+
+def test_numeric_comparisons_ignore_event_numbers_outside_the_documented_range() -> None:
+    assert match({"n": [{"numeric": ["<", 0]}]}, {"n": -5.0e9}).matched
+    assert not match({"n": [{"numeric": ["<", 0]}]}, {"n": -5.0e9 - 1}).matched
+    assert match({"n": [{"anything-but": [1, 2]}]}, {"n": 6.0e9}).matched
+
+
+def test_or_branch_overrides_a_field_named_before_it_and_yields_to_one_named_after() -> None:
+    before = {"name": ["a"], "$or": [{"name": ["b"]}, {"other": ["x"]}]}
+    assert match(before, {"name": "b"}).matched
+    assert match(before, {"name": "a", "other": "x"}).matched
+    assert not match(before, {"name": "a"}).matched
+    after = {"$or": [{"name": ["b"]}, {"other": ["x"]}], "name": ["a"]}
+    assert not match(after, {"name": "b"}).matched
+    assert match(after, {"name": "a"}).matched
+    assert match(after, {"name": "a", "other": "x"}).matched
+
+
+def test_or_branch_folded_with_a_sibling_object_keeps_array_consistency() -> None:
+    pattern = {"d": {"a": ["1"]}, "$or": [{"d": {"b": ["2"]}}, {"c": ["3"]}]}
+    assert not match(pattern, {"d": [{"a": "1"}, {"b": "2"}]}).matched
+    assert match(pattern, {"d": [{"a": "1"}, {"a": "1", "b": "2"}]}).matched
+    assert match(pattern, {"d": [{"a": "1"}], "c": "3"}).matched
+
+
+def test_two_ors_over_one_object_must_both_hold() -> None:
+    pattern = {
+        "d": {"$or": [{"a": ["1"]}, {"b": ["2"]}]},
+        "$or": [{"d": {"$or": [{"c": ["3"]}, {"e": ["4"]}]}}, {"f": ["5"]}],
+    }
+    assert match(pattern, {"d": {"a": "1", "e": "4"}}).matched
+    assert not match(pattern, {"d": {"a": "1"}}).matched
+    assert not match(pattern, {"d": {"e": "4"}}).matched
+    assert match(pattern, {"d": {"b": "2"}, "f": "5"}).matched
+
+
+def test_a_folded_or_explains_each_alternative_with_the_fields_it_took_in() -> None:
+    result = match({"name": ["a"], "$or": [{"name": ["b"]}, {"other": ["x"]}]}, {"name": "c"})
+    assert result.reasons == (
+        '$or: none of the 2 alternatives matches: [1] name: is "c"; expected "b" | '
+        '[2] name: is "c"; expected "a"; other: is missing; expected "x"',
+    )
+
+
 def test_explanations_name_the_field_the_value_and_the_expectation() -> None:
     pattern = {"detail": {"condition": {"type": ["GPUProblem"], "status": ["True"]}, "cluster": ["a"]}}
     result = match(pattern, {"detail": {"condition": {"type": "GPUProblem", "status": "False"}}})
@@ -352,6 +402,16 @@ def test_explanations_name_the_field_the_value_and_the_expectation() -> None:
         ({"a": [{"exists": "yes"}]}, "exists takes true or false"),
         ({"a": [{"anything-but": ["x", 1]}]}, "only strings or only numbers"),
         ({"a": [{"anything-but": {"numeric": [">", 1]}}]}, "anything-but takes"),
+        ({"a": [{"anything-but": None}]}, "anything-but takes a string, a number or a list, not null"),
+        ({"a": [{"anything-but": True}]}, "anything-but takes a string, a number or a list, not true"),
+        ({"a": [{"anything-but": {"prefix": ""}}]}, "anything-but.prefix cannot be empty"),
+        ({"a": [{"anything-but": {"suffix": ["x", ""]}}]}, "anything-but.suffix cannot be empty"),
+        ({"a": [{"anything-but": [1, 6e9]}]}, "outside EventBridge's numeric range"),
+        ({"a": [float("nan")]}, "is not a JSON number"),
+        (
+            {"a": {"$or": [{"x": [str(i)]} for i in range(11)]}, "$or": [{"y": [str(i)]} for i in range(91)]},
+            "expands to 1001 combinations",
+        ),
         ({"a": [{"wildcard": "a**b"}]}, "consecutive *"),
         ({"a": [{"wildcard": "a\\b"}]}, "escapes something other than"),
         ({"a": [{"cidr": "10.0.0.0/33"}]}, "is not a CIDR block"),
