@@ -186,3 +186,17 @@ def test_every_default_in_help_is_the_default_load_settings_applies() -> None:
         if option.name == "kubeconfig":
             raw = ""
         assert getattr(settings, option.name) == option.parse(option.name, raw), option.name
+
+
+def test_the_deploy_readme_table_is_what_help_says() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "deploy" / "exporter" / "README.md").read_text()
+    rows = {}
+    for line in readme.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`--"):
+            rows[cells[0]] = (cells[2], cells[3])
+    for option in OPTIONS:
+        key = f"`{flag_name(option.name)}` / `{env_name(option.name)}`"
+        assert rows.pop(key) == (type_text(option.name), f"`{default_text(option.name)}`"), key
+    assert rows == {}, "rows for settings that do not exist"
+    assert "| `AWS_REGION` (or `AWS_DEFAULT_REGION`) |" in readme
