@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -155,12 +156,21 @@ class Metrics:
             registry=self.registry,
         )
         self._condition_labels = ConditionLabels()
+        #: Counter children by (family, *label items); dict reads and writes are atomic under the GIL.
+        self._children: dict[tuple[Any, ...], Counter] = {}
 
     # --- writers -------------------------------------------------------------------------------
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
-        counter = self._counters[name]
-        (counter.labels(**labels) if labels else counter).inc(amount)
+        key = (name, *labels.items())
+        child = self._children.get(key)
+        if child is None:
+            # labels() validates the names and takes the family's lock; the watch's hot path
+            # (node_updates_total, once per Node update) then costs a dict lookup.
+            counter = self._counters[name]
+            child = counter.labels(**labels) if labels else counter
+            self._children[key] = child
+        child.inc(amount)
 
     def set(self, name: str, value: float, **labels: str) -> None:
         gauge = self._gauges[name]
