@@ -14,7 +14,8 @@ def register(subparsers: Any) -> None:
         help="watch Node conditions and ship transitions to EventBridge (runs until stopped)",
         description=(
             "Watch Node conditions and ship their transitions to EventBridge. Every flag can also be "
-            "set through the environment variable named in its help; flags win."
+            "set through the environment variable named in its help; flags win. Each flag's help "
+            "gives its type, range and default."
         ),
     )
     add_arguments(parser)
@@ -29,9 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_settings(vars(args))
     configure_logging(settings.log_level)
-    exporter = Exporter(
-        settings,
-        load_api_client(settings.kubeconfig, settings.kube_context),
-        make_events_client(),
-    )
+    # The events client first: a missing region is a configuration error worth reporting before
+    # anything talks to the API server.
+    events_client = make_events_client(settings.aws_region)
+    exporter = Exporter(settings, load_api_client(settings.kubeconfig, settings.kube_context), events_client)
     return exporter.run_forever()

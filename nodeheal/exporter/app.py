@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from nodeheal.errors import ConfigurationError
 from nodeheal.events import DETAIL_TYPE_EXPORTER_HEARTBEAT, ExporterHeartbeat
 from nodeheal.exporter.health import HealthServer, HealthState
 from nodeheal.exporter.kubeclient import KubeJsonClient
@@ -40,6 +41,10 @@ EXIT_WATCHER_DIED = 1
 def make_events_client(region: str | None = None) -> Any:
     """boto3 EventBridge client from the standard credential chain (Pod Identity, IRSA, env...).
 
+    ``region`` is :attr:`ExporterSettings.aws_region`; without it only boto3's shared config file
+    can name one, and when nothing does the process stops at start naming the settings that fix
+    it, instead of failing every PutEvents later.
+
     botocore's own retries are off: the publisher retries with its own jittered backoff, only the
     failed entries, and counts every attempt in its metrics.
     """
@@ -47,8 +52,14 @@ def make_events_client(region: str | None = None) -> Any:
     import boto3
     from botocore.config import Config
 
+    session = boto3.session.Session(region_name=region)
+    if not session.region_name:
+        raise ConfigurationError(
+            "no AWS region: set AWS_REGION, or give --event-bus / NODEHEAL_EVENT_BUS as the bus ARN "
+            "(the stack's EventBusArn output) and the region is taken from it"
+        )
     config = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=15)
-    return boto3.client("events", region_name=region, config=config)
+    return session.client("events", config=config)
 
 
 @dataclass
@@ -236,6 +247,7 @@ class Exporter:
             extra=fields(
                 cluster=s.cluster_name,
                 bus=s.event_bus,
+                region=s.aws_region,
                 source=s.entry_source,
                 label_selector=s.label_selector,
                 condition_types=list(s.condition_types) or "all but " + ",".join(s.ignored_condition_types),

@@ -1,4 +1,7 @@
-"""``/metrics``, ``/healthz`` and ``/readyz`` on one small stdlib HTTP server.
+"""``/metrics``, ``/healthz`` and ``/readyz`` on one small stdlib HTTP server (``--http-port``).
+
+``/metrics`` is :class:`~nodeheal.exporter.metrics.Metrics`' registry in the format the scraper's
+``Accept`` header asks for; the probes and the scrape share the port the Service exposes.
 
 Liveness and readiness mean different things, as the kubelet uses them differently:
 
@@ -83,7 +86,8 @@ def _handler_class(state: HealthState, metrics: Metrics) -> type[BaseHTTPRequest
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                self._send(200, metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+                scrape, content_type = metrics.exposition(self.headers.get("Accept", ""))
+                self._send(200, scrape, content_type)
             elif path == "/healthz":
                 ok, detail = state.live()
                 self._send(200 if ok else 503, json.dumps({"ok": ok, "detail": detail}), "application/json")
@@ -94,8 +98,8 @@ def _handler_class(state: HealthState, metrics: Metrics) -> type[BaseHTTPRequest
             else:
                 self._send(404, json.dumps({"ok": False, "detail": "not found"}), "application/json")
 
-        def _send(self, code: int, body: str, content_type: str) -> None:
-            data = body.encode("utf-8")
+        def _send(self, code: int, body: str | bytes, content_type: str) -> None:
+            data = body if isinstance(body, bytes) else body.encode("utf-8")
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))

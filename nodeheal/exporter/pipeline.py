@@ -134,6 +134,9 @@ class Pipeline:
                 direction="bad" if event.is_bad else "healthy",
                 resync="true" if event.resync else "false",
             )
+            if not event.resync:
+                # A resync re-states a condition that did not change; only changes are counted here.
+                self._metrics.condition_transition(event.condition.type, event.condition.status)
             logger.info(
                 "condition transition",
                 extra=fields(

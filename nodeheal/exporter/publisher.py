@@ -16,6 +16,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,7 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from nodeheal.events import MAX_ENTRY_BYTES
 from nodeheal.exporter.logs import fields
-from nodeheal.exporter.metrics import Metrics
+from nodeheal.exporter.metrics import PUT_ERROR, PUT_OK, PUT_PARTIAL, Metrics
 from nodeheal.exporter.queue import EventQueue, QueuedEvent
 
 logger = logging.getLogger(__name__)
@@ -149,9 +150,12 @@ class EventPublisher:
                     "publisher inactive; handing %d pending event(s) over", len(pending), extra=fields()
                 )
                 return delivered
+            entries = [self._entry(item) for item in pending]
+            started = time.perf_counter()
             try:
-                response = self._client.put_events(Entries=[self._entry(item) for item in pending])
+                response = self._client.put_events(Entries=entries)
             except ClientError as exc:
+                self._metrics.observe_put_events(time.perf_counter() - started, PUT_ERROR)
                 code = str(exc.response.get("Error", {}).get("Code", "ClientError"))
                 self._metrics.inc("publish_failures_total", len(pending), code=code)
                 if code in PERMANENT_CALL_ERRORS:
@@ -170,6 +174,7 @@ class EventPublisher:
                 self._sleep(delay)
                 continue
             except BotoCoreError as exc:
+                self._metrics.observe_put_events(time.perf_counter() - started, PUT_ERROR)
                 self._metrics.inc("publish_failures_total", len(pending), code=type(exc).__name__)
                 delay = backoff.next_delay()
                 logger.warning(
@@ -180,6 +185,9 @@ class EventPublisher:
                 continue
             results = response.get("Entries") or []
             failed_count = int(response.get("FailedEntryCount") or 0)
+            self._metrics.observe_put_events(
+                time.perf_counter() - started, PUT_PARTIAL if failed_count else PUT_OK
+            )
             retry: list[QueuedEvent] = []
             for index, item in enumerate(pending):
                 result = results[index] if index < len(results) else {}

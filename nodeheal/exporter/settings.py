@@ -4,15 +4,20 @@ Every setting has a command-line flag and an environment variable (``NODEHEAL_``
 name); a flag wins over the environment, the environment over the default. The ConfigMap in
 ``deploy/exporter`` sets the environment, so a cluster operator never edits the Deployment.
 Invalid values stop the process at start with a message naming the setting, never later.
+``--help`` shows each flag's type, range and default from the same table that parses it.
+
+The AWS region is resolved here too (:func:`resolve_region`), because the usual fallback does not
+work in a pod: see its docstring.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +107,10 @@ class ExporterSettings:
     kube_context: str = ""
     #: Logging level (DEBUG, INFO, WARNING, ERROR).
     log_level: str = "INFO"
+    #: Region of the EventBridge endpoint the events go to; not a flag: ``AWS_REGION`` (or
+    #: ``AWS_DEFAULT_REGION``), else the region of ``event_bus`` given as an ARN (:func:`resolve_region`).
+    #: ``None`` leaves it to boto3's shared config file.
+    aws_region: str | None = None
 
     def watches(self, condition_type: str) -> bool:
         """Whether transitions of this condition type are exported."""
@@ -120,29 +129,42 @@ class ExporterSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class _Parser:
+    """How one setting's text becomes a value, and how ``--help`` names its type."""
+
+    #: Shown as the flag's metavar: TEXT, LIST, BOOL, NUMBER, INT or LEVEL.
+    metavar: str
+    #: The type as ``--help`` spells it, with its range when it has one.
+    describe: str
+    parse: Callable[[str, str], Any]
+
+    def __call__(self, where: str, raw: str) -> Any:
+        return self.parse(where, raw)
+
+
+@dataclass(frozen=True, slots=True)
 class _Option:
     name: str
-    parse: Callable[[str, str], Any]
+    parse: _Parser
     help: str
-    default: Any = None
 
 
-def _string(where: str, raw: str) -> str:
+def _parse_string(where: str, raw: str) -> str:
     return raw.strip()
 
 
-def _required_string(where: str, raw: str) -> str:
+def _parse_required_string(where: str, raw: str) -> str:
     value = raw.strip()
     if not value:
         raise ConfigurationError(f"{where} must not be empty")
     return value
 
 
-def _csv(where: str, raw: str) -> tuple[str, ...]:
+def _parse_csv(where: str, raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
-def _boolean(where: str, raw: str) -> bool:
+def _parse_boolean(where: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
@@ -151,7 +173,21 @@ def _boolean(where: str, raw: str) -> bool:
     raise ConfigurationError(f"{where} must be true or false, got {raw!r}")
 
 
-def _number(minimum: float, maximum: float) -> Callable[[str, str], float]:
+def _parse_log_level(where: str, raw: str) -> str:
+    value = raw.strip().upper()
+    if value not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigurationError(f"{where} must be DEBUG, INFO, WARNING or ERROR, got {raw!r}")
+    return value
+
+
+_string = _Parser("TEXT", "string", _parse_string)
+_required_string = _Parser("TEXT", "non-empty string", _parse_required_string)
+_csv = _Parser("LIST", "comma-separated list", _parse_csv)
+_boolean = _Parser("BOOL", "boolean (true/false)", _parse_boolean)
+_log_level = _Parser("LEVEL", "one of DEBUG, INFO, WARNING, ERROR", _parse_log_level)
+
+
+def _number(minimum: float, maximum: float) -> _Parser:
     def parse(where: str, raw: str) -> float:
         try:
             value = float(raw)
@@ -161,10 +197,10 @@ def _number(minimum: float, maximum: float) -> Callable[[str, str], float]:
             raise ConfigurationError(f"{where} must be between {minimum:g} and {maximum:g}, got {raw}")
         return value
 
-    return parse
+    return _Parser("NUMBER", f"number {minimum:g}..{maximum:g}", parse)
 
 
-def _integer(minimum: int, maximum: int) -> Callable[[str, str], int]:
+def _integer(minimum: int, maximum: int) -> _Parser:
     def parse(where: str, raw: str) -> int:
         try:
             value = int(raw)
@@ -174,23 +210,16 @@ def _integer(minimum: int, maximum: int) -> Callable[[str, str], int]:
             raise ConfigurationError(f"{where} must be between {minimum} and {maximum}, got {raw}")
         return value
 
-    return parse
-
-
-def _log_level(where: str, raw: str) -> str:
-    value = raw.strip().upper()
-    if value not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ConfigurationError(f"{where} must be DEBUG, INFO, WARNING or ERROR, got {raw!r}")
-    return value
+    return _Parser("INT", f"integer {minimum}..{maximum}", parse)
 
 
 OPTIONS: tuple[_Option, ...] = (
-    _Option("cluster_name", _required_string, "cluster name written into every event (required)"),
+    _Option("cluster_name", _required_string, "cluster name written into every event"),
     _Option("event_bus", _required_string, "EventBridge bus name or ARN"),
     _Option("source", _required_string, "Source prefix of the entries (sent as <prefix>.<cluster>)"),
-    _Option("condition_types", _csv, "comma-separated condition types to export (default: all but ignored)"),
+    _Option("condition_types", _csv, "condition types to export (empty: all but the ignored ones)"),
     _Option("ignored_condition_types", _csv, "condition types skipped when --condition-types is empty"),
-    _Option("label_selector", _string, "label selector for the Nodes to watch"),
+    _Option("label_selector", _string, "label selector for the Nodes to watch (empty: all)"),
     _Option("resync_seconds", _number(0, 86_400), "seconds between re-emissions of bad conditions (0=off)"),
     _Option("heartbeat_seconds", _number(0, 3600), "seconds between Exporter Heartbeat events (0=off)"),
     _Option("watch_timeout_seconds", _integer(1, 3600), "server-side watch timeout"),
@@ -209,18 +238,34 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("liveness_max_api_silence_seconds", _number(1, 86_400), "API silence that fails /healthz"),
     _Option("leader_election", _boolean, "elect a leader through a Lease so exactly one replica ships"),
     _Option("lease_name", _required_string, "Lease name"),
-    _Option("lease_namespace", _required_string, "Lease namespace (default: the pod's namespace)"),
-    _Option("identity", _required_string, "holder identity in the Lease (default: hostname)"),
+    _Option("lease_namespace", _required_string, "Lease namespace"),
+    _Option("identity", _required_string, "holder identity in the Lease"),
     _Option("lease_duration_seconds", _number(0.1, 3600), "seconds a Lease is valid without renewal"),
     _Option("renew_deadline_seconds", _number(0.05, 3600), "leader steps down after failing to renew"),
     _Option("retry_period_seconds", _number(0.01, 600), "seconds between acquire/renew attempts"),
     _Option("standby_replay_seconds", _number(0, 86_400), "transitions a standby replays on takeover"),
     _Option("ship_node_events", _boolean, "also ship Kubernetes Events about Nodes"),
-    _Option("node_event_reasons", _csv, "comma-separated Event reasons to ship (empty: all)"),
-    _Option("node_event_types", _csv, "comma-separated Event types to ship (empty: all)"),
-    _Option("kubeconfig", _string, "kubeconfig file when not in a cluster (default: $KUBECONFIG)"),
-    _Option("kube_context", _string, "kubeconfig context"),
-    _Option("log_level", _log_level, "DEBUG, INFO, WARNING or ERROR"),
+    _Option("node_event_reasons", _csv, "Event reasons to ship (empty: all)"),
+    _Option("node_event_types", _csv, "Event types to ship (empty: all)"),
+    _Option("kubeconfig", _string, "kubeconfig file when not in a cluster"),
+    _Option("kube_context", _string, "kubeconfig context (empty: the current one)"),
+    _Option("log_level", _log_level, "logging level"),
+)
+
+
+#: Defaults decided at start rather than in the dataclass, as ``--help`` and the README name them.
+_START_DEFAULTS = {
+    "cluster_name": "required",
+    "lease_namespace": "the pod's namespace",
+    "identity": "$POD_NAME, else the hostname",
+    "kubeconfig": "$KUBECONFIG, else in-cluster",
+}
+
+#: How the region is found, for ``--help`` (the rule is :func:`resolve_region`).
+REGION_HELP = (
+    "AWS region: AWS_REGION, else AWS_DEFAULT_REGION, else the region of --event-bus when it is an "
+    "ARN (arn:aws:events:<region>:<account>:event-bus/<name>). Set one of them: boto3 does not ask "
+    "the instance metadata service, which pods often cannot reach anyway."
 )
 
 
@@ -232,6 +277,34 @@ def flag_name(option_name: str) -> str:
     return "--" + option_name.replace("_", "-")
 
 
+def field_default(name: str) -> Any:
+    """The dataclass default of a setting (a slots dataclass keeps no class attribute for it)."""
+    (spec,) = [f for f in fields(ExporterSettings) if f.name == name]
+    if spec.default is not MISSING:
+        return spec.default
+    return spec.default_factory()  # type: ignore[misc]
+
+
+def default_text(option_name: str) -> str:
+    """The default of a setting as ``--help`` and ``deploy/exporter/README.md`` show it."""
+    if option_name in _START_DEFAULTS:
+        return _START_DEFAULTS[option_name]
+    value = field_default(option_name)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        value = ",".join(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value) if value != "" else "(empty)"
+
+
+def type_text(option_name: str) -> str:
+    """The type (and range) of a setting as ``--help`` shows it."""
+    (option,) = [o for o in OPTIONS if o.name == option_name]
+    return option.parse.describe
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; ``None`` as the default marks "not given" so the environment applies."""
     for option in OPTIONS:
@@ -239,9 +312,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             flag_name(option.name),
             dest=option.name,
             default=None,
-            metavar="VALUE",
-            help=f"{option.help} [env {env_name(option.name)}]",
+            metavar=option.parse.metavar,
+            help=(
+                f"{option.help} [{option.parse.describe}; default: {default_text(option.name)}; "
+                f"env {env_name(option.name)}]"
+            ),
         )
+    parser.epilog = REGION_HELP
 
 
 def _pod_namespace() -> str:
@@ -276,6 +353,7 @@ def load_settings(
         values["identity"] = env["POD_NAME"]
     if "kubeconfig" not in values and env.get("KUBECONFIG"):
         values["kubeconfig"] = env["KUBECONFIG"]
+    values["aws_region"] = resolve_region(values.get("event_bus", field_default("event_bus")), env)
     settings = ExporterSettings(**values)
     _check(settings)
     return settings
@@ -302,3 +380,58 @@ def _check(settings: ExporterSettings) -> None:
             "liveness_max_api_silence_seconds must exceed watch_timeout_seconds + "
             "watch_client_margin_seconds, or a quiet cluster would fail its liveness probe"
         )
+
+
+#: ``arn:<partition>:events:<region>:<account>:event-bus/<name>`` (EventBridge's ARN format; the
+#: stack's ``EventBusArn`` output has this shape).
+_BUS_ARN = re.compile(
+    r"^arn:aws[a-z-]*:events:(?P<region>[a-z]{2}(?:-[a-z]+)+-\d+):\d{12}:event-bus/[A-Za-z0-9._/-]+$"
+)
+
+
+def bus_region(event_bus: str) -> str | None:
+    """The region of a bus given as an ARN; ``None`` for a bus given by name.
+
+    Raises ConfigurationError for an ARN that is not an EventBridge bus ARN, rather than sending
+    PutEvents to a bus name that can never exist.
+    """
+    if not event_bus.startswith("arn:"):
+        return None
+    match = _BUS_ARN.match(event_bus)
+    if match is None:
+        raise ConfigurationError(
+            f"{flag_name('event_bus')} {event_bus!r} is not an EventBridge bus ARN "
+            "(arn:aws:events:<region>:<account>:event-bus/<name>)"
+        )
+    return match.group("region")
+
+
+def resolve_region(event_bus: str, env: Mapping[str, str]) -> str | None:
+    """The region of the EventBridge endpoint: ``AWS_REGION``, else ``AWS_DEFAULT_REGION``, else the
+    bus ARN's region; ``None`` when none says (boto3's shared config file may still).
+
+    Why the exporter resolves it and passes it to boto3 explicitly:
+
+    * boto3 reads ``AWS_DEFAULT_REGION`` and the config file, not ``AWS_REGION`` (botocore 1.44,
+      ``configprovider.BOTOCORE_DEFAUT_SESSION_VARIABLES['region']``), yet ``AWS_REGION`` is what
+      the other SDKs, Lambda and the EKS pod identity webhook set; the exporter honours both.
+    * boto3 asks the instance metadata service for a region only in its ``auto`` defaults mode,
+      and a pod often cannot reach IMDS at all: ``deploy/karpenter``'s EC2NodeClass sets
+      ``httpPutResponseHopLimit: 1``, and the IMDSv2 token response does not survive the extra hop
+      into a pod network namespace.
+    * PutEvents must go to the bus's own region: another region's bus is reached only through a
+      rule on a local bus (EventBridge user guide, "Sending and receiving events between AWS
+      Regions"). So an explicit region that contradicts the bus ARN is refused at start.
+    """
+    from_arn = bus_region(event_bus)
+    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        explicit = (env.get(variable) or "").strip()
+        if not explicit:
+            continue
+        if from_arn is not None and explicit != from_arn:
+            raise ConfigurationError(
+                f"{variable}={explicit} but the event bus {event_bus} is in {from_arn}: PutEvents "
+                "must go to the bus's own region; unset it or correct it"
+            )
+        return explicit
+    return from_arn

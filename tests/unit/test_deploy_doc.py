@@ -95,7 +95,7 @@ def test_the_manifests_are_applied_in_the_order_the_guide_explains() -> None:
     positions = [block.index(step) for step in order]
     assert positions == sorted(positions)
     config = yaml.safe_load((ROOT / "deploy" / "exporter" / "configmap.yaml").read_text())
-    for key in re.findall(r"\b(NODEHEAL_[A-Z_]+|AWS_DEFAULT_REGION)\b", block):
+    for key in re.findall(r"\b(NODEHEAL_[A-Z_]+|AWS_REGION)\b", block):
         assert key in config["data"], key
     kustomization = yaml.safe_load((ROOT / "deploy" / "exporter" / "kustomization.yaml").read_text())
     assert [image["name"] for image in kustomization["images"]] == ["nodeheal-exporter"]

@@ -199,3 +199,54 @@ def test_without_the_extras_every_operator_command_works_and_demo_names_its_extr
         assert code == 2
         assert f"nodeheal {command} needs the 'demo' extra" in err
         assert "pip install -e '.[demo]'" in err
+
+
+def pinned_versions(path: Path) -> dict[str, str]:
+    """Canonical name -> pinned version of a requirements file (``-r`` lines not followed)."""
+    found: dict[str, str] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line and not line.startswith("-r"):
+            requirement = Requirement(line)
+            exact = [spec.version for spec in requirement.specifier if spec.operator == "=="]
+            found[canonicalize_name(requirement.name)] = exact[0] if exact else ""
+    return found
+
+
+def test_prometheus_client_is_an_exporter_dependency_and_not_in_the_lambda_asset() -> None:
+    image = pinned_versions(ROOT / "deploy" / "exporter" / "requirements.txt")
+    repository = pinned_versions(ROOT / "requirements.txt")
+    assert image["prometheus-client"] == repository["prometheus-client"]
+    # The image's pins are the versions the tests ran.
+    assert {name: repository.get(name) for name in image} == image
+    assert "prometheus-client" in declared()
+    # The Lambda asset is built from lambdas/requirements.txt alone (stacks/lambda_asset.py).
+    assert "prometheus-client" not in pinned_versions(ROOT / "lambdas" / "requirements.txt")
+
+
+#: Imports every handler module with prometheus_client unimportable, as in the Lambda asset.
+LAMBDA_PROBE = """
+import importlib, sys
+sys.modules["prometheus_client"] = None
+for name in {modules!r}:
+    importlib.import_module(name)
+print(sorted(m for m in sys.modules if m.startswith("nodeheal.exporter")))
+"""
+
+
+def test_no_lambda_handler_imports_the_exporters_metrics() -> None:
+    modules = sorted(
+        f"lambdas.{path.stem}" for path in (ROOT / "lambdas").glob("*.py") if path.stem != "__init__"
+    )
+    assert "lambdas.ingest" in modules
+    completed = subprocess.run(
+        [sys.executable, "-c", LAMBDA_PROBE.format(modules=modules)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "nodeheal.exporter.metrics" not in completed.stdout
