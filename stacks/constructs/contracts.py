@@ -36,7 +36,7 @@ class EventSchemasConstruct(Construct):
                 description=load(file_name)["description"][:256],
                 content=json.dumps(document, separators=(",", ":"), sort_keys=True),
             )
-            schema.add_dependency(self.registry)
+            schema.add_resource_dependency(self.registry)
             self.schemas[file_name] = schema
 
 
