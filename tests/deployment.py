@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -89,15 +90,19 @@ def deploy_for_doctor(
     outputs = {
         key: str(resolver.resolve(output["Value"])) for key, output in template.get("Outputs", {}).items()
     }
-    aws.client("cloudformation").create_stack(
-        StackName=stack_name,
-        TemplateBody=json.dumps(
-            {
-                "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
-                "Outputs": {key: {"Value": value} for key, value in outputs.items()},
-            }
-        ),
-    )
+    # A stack holding nothing but the outputs: a template needs one resource, and moto creates none
+    # for a wait condition handle (it says so in a warning).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        aws.client("cloudformation").create_stack(
+            StackName=stack_name,
+            TemplateBody=json.dumps(
+                {
+                    "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+                    "Outputs": {key: {"Value": value} for key, value in outputs.items()},
+                }
+            ),
+        )
     eks = MemoryEksAccess()
     for resource in aws.app.resources("AWS::EKS::AccessEntry").values():
         properties = resource["Properties"]
