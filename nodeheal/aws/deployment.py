@@ -157,8 +157,9 @@ class BotoDeployment:
         """The newest minute in which the alarm's metric had a sum above zero, or None."""
         period = max(60, alarm.period_seconds)
         span = (until - since).total_seconds()
-        # Stay within one call's datapoint limit: widen the period for long spans.
-        while span / period > MAX_DATAPOINTS:
+        # Stay within one call's datapoint limit (the span and the one period added below): widen
+        # the period for long spans.
+        while (span + period) / period > MAX_DATAPOINTS:
             period *= 2
         answer = self._client("cloudwatch").get_metric_statistics(
             Namespace=alarm.namespace,
