@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("--cluster must name an EKS cluster")
     if args.node is not None and not str(args.node).strip():
         raise ConfigurationError("--node must name a node")
+    if args.eks and (args.kubeconfig or args.context):
+        raise ConfigurationError("--eks reaches the cluster through AWS; drop --kubeconfig/--context")
     boto_session = session(args)
     from nodeheal.aws.deployment import BotoDeployment
 

@@ -395,3 +395,5 @@ def test_no_stack_no_checks(world: World, capsys: pytest.CaptureFixture[str]) ->
 def test_bad_input_is_a_usage_error(world: World, capsys: pytest.CaptureFixture[str]) -> None:
     assert doctor(world, capsys, cluster=" ").code == 2
     assert doctor(world, capsys, "--node", "").code == 2
+    conflicting = doctor(world, capsys, "--eks")
+    assert conflicting.code == 2 and "drop --kubeconfig/--context" in conflicting.err

@@ -7,6 +7,7 @@ an AWS call refused...) is checked on its own.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -425,3 +426,25 @@ def test_long_lookbacks_widen_the_period_to_stay_within_one_call() -> None:
         )
         assert BotoDeployment(session).last_datapoint(alarm, since, until) == NOW - timedelta(hours=2)
         stubber.assert_no_pending_responses()
+
+
+def test_testeventpattern_is_read_from_the_documented_answer() -> None:
+    """``{"Result": true|false}`` (https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_TestEventPattern.html)."""
+    client = boto3.client("events", region_name="us-west-2")
+    session = type("Session", (), {"client": lambda self, service: client})()
+    event = {
+        "source": "nodeheal.exporter.training-on-eks",
+        "detail-type": "Node Condition Changed",
+        "detail": {},
+    }
+    with Stubber(client) as stubber:
+        for answer in (True, False):
+            stubber.add_response(
+                "test_event_pattern",
+                {"Result": answer},
+                {"EventPattern": json.dumps(PATTERN), "Event": json.dumps(event)},
+            )
+            assert BotoDeployment(session).matches(PATTERN, event) is answer
+        stubber.add_response("test_event_pattern", {})
+        with pytest.raises(ValueError, match="without a result"):
+            BotoDeployment(session).matches(PATTERN, event)
