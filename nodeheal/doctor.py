@@ -260,8 +260,8 @@ def _check_stack(inputs: Inputs, found: _Found, results: list[CheckResult]) -> N
         if view is None:
             raise _CheckFailedError(
                 f"stack {inputs.stack} does not exist in {inputs.region}",
-                f"deploy it (npx cdk deploy {inputs.stack}; README, Deploying to an AWS account), or pass "
-                "the right --stack/--region",
+                f"deploy it (npx cdk deploy {inputs.stack}, docs/deploy.md), or pass the right "
+                "--stack/--region",
             )
         problems, fix = [], ""
         if view.status not in STABLE_STATUSES:

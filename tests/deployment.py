@@ -85,6 +85,9 @@ def deploy_for_doctor(
     """
     resolver = aws._resolver
     template = aws.app.template
+    # moto has no EventBridge schema registry; nothing doctor reads is in it, only its name.
+    for logical, resource in aws.app.resources("AWS::EventSchemas::Registry").items():
+        resolver.attributes[(logical, "RegistryName")] = str(resource["Properties"]["RegistryName"])
     _deploy_functions(aws, stack_name)
     _deploy_alarms(aws)
     outputs = {
