@@ -437,8 +437,9 @@ def _check_access(inputs: Inputs, found: _Found, results: list[CheckResult]) -> 
     as anyone) than ``create subjectaccessreviews`` (asking about anyone). A review names the subject
     in full and nothing is added to it, so the groups are the access entry's plus
     ``system:authenticated``, which the authenticator adds to every real request; the user is the
-    entry's username with the session the function's requests carry, its own name (Lambda names the
-    execution role's session after the function). The review goes through the cluster's whole
+    entry's username with the function's name standing for the role session (``{{SessionName}}``).
+    NodeHeal's RBAC binds groups only, so the answer does not depend on that session name; only a
+    binding a cluster adds for one user name would. The review goes through the cluster's whole
     authorizer chain, so an EKS access policy on the entry counts too, as it would for the function.
     """
     for function in KUBERNETES_RULES:
