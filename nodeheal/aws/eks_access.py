@@ -7,8 +7,7 @@ count when the cluster's authentication mode is ``API`` or ``API_AND_CONFIG_MAP`
 (``DescribeCluster``'s ``cluster.accessConfig.authenticationMode``). For an IAM role EKS generates
 the username ``arn:aws:sts::<account>:assumed-role/<role name>/{{SessionName}}``: the session name
 is filled in per request
-(https://docs.aws.amazon.com/eks/latest/userguide/set-custom-username.html), and a Lambda function's
-session under its execution role is named after the function.
+(https://docs.aws.amazon.com/eks/latest/userguide/set-custom-username.html).
 
 Response shapes: ``DescribeAccessEntry`` and ``DescribeCluster`` of the EKS API reference
 (https://docs.aws.amazon.com/eks/latest/APIReference/API_DescribeAccessEntry.html); a missing
