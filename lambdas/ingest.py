@@ -7,6 +7,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodeheal.deadline import Deadline, applied
+from nodeheal.events import EXPORTER_HEARTBEATS_METRIC
 from nodeheal.lambda_support import logger, metrics
 from nodeheal.runtime import Runtime, runtime
 from nodeheal.workflow.ingest import (
@@ -34,7 +35,7 @@ def _heartbeat(event: dict[str, Any], rt: Runtime) -> dict[str, str]:
         )
         return {"status": "ignored", "reason": "not a heartbeat of this deployment"}
     metrics.add_dimension(name="cluster", value=beat.cluster)
-    metrics.add_metric(name="ExporterHeartbeats", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name=EXPORTER_HEARTBEATS_METRIC, unit=MetricUnit.Count, value=1)
     metrics.add_metric(name="ExporterEventsPublished", unit=MetricUnit.Count, value=beat.published)
     metrics.add_metric(name="ExporterPublishFailures", unit=MetricUnit.Count, value=beat.publish_failures)
     metrics.add_metric(name="ExporterEventsDropped", unit=MetricUnit.Count, value=beat.dropped)

@@ -284,6 +284,9 @@ def _parse_node(raw: dict[str, Any], *, uid_required: bool) -> NodeIdentity:
 
 
 DETAIL_TYPE_EXPORTER_HEARTBEAT = "Exporter Heartbeat"
+#: The metric ingest counts each heartbeat under (dimension ``cluster``); the stack alarms when it
+#: stays below one a minute for ``observability.heartbeatMissingMinutes``.
+EXPORTER_HEARTBEATS_METRIC = "ExporterHeartbeats"
 
 
 @dataclass(frozen=True, slots=True)

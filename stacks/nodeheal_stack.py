@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
+from nodeheal import stack_outputs
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.events import cluster_source
 from stacks.constructs.access import AccessConstruct
@@ -107,51 +107,51 @@ class NodeHealStack(Stack):
     def _build_outputs(self) -> None:
         CfnOutput(
             self,
-            "EventBusName",
+            stack_outputs.EVENT_BUS_NAME,
             value=self.ingest.bus.event_bus_name,
             description="Bus the exporter publishes to (exporter --event-bus)",
         )
         CfnOutput(
             self,
-            "EventBusArn",
+            stack_outputs.EVENT_BUS_ARN,
             value=self.ingest.bus.event_bus_arn,
             description="Bus the exporters put events on (only their roles may)",
         )
         for cluster, role in self.exporter_access.roles.items():
             CfnOutput(
                 self,
-                f"ExporterRoleArn{_pascal(cluster)}",
+                stack_outputs.exporter_role_output(cluster),
                 value=role.role_arn,
                 description=f"Role the exporter of {cluster} assumes through EKS Pod Identity "
                 f"(events:PutEvents on the bus as {cluster_source(self.config.event_source, cluster)})",
             )
         CfnOutput(
             self,
-            "StateMachineArn",
+            stack_outputs.STATE_MACHINE_ARN,
             value=self.workflow.state_machine.state_machine_arn,
             description="Remediation workflow; each execution is one remediation",
         )
         CfnOutput(
             self,
-            "LedgerTableName",
+            stack_outputs.LEDGER_TABLE_NAME,
             value=self.ledger.table.table_name,
             description="Locks, remediation records, budgets and circuit breaker",
         )
         CfnOutput(
             self,
-            "SchemaRegistryName",
+            stack_outputs.SCHEMA_REGISTRY_NAME,
             value=self.event_schemas.registry.attr_registry_name,
             description="EventBridge schema registry with the event contract (code bindings for consumers)",
         )
         CfnOutput(
             self,
-            "NotificationsTopicArn",
+            stack_outputs.NOTIFICATIONS_TOPIC_ARN,
             value=self.notifications.topic.topic_arn,
             description="Subscribe people or chat integrations here",
         )
         CfnOutput(
             self,
-            "DashboardUrl",
+            stack_outputs.DASHBOARD_URL,
             value=(
                 f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}"
                 f"#dashboards:name={self.config.stack_name}"
@@ -162,12 +162,8 @@ class NodeHealStack(Stack):
             if function.spec.kubernetes:
                 CfnOutput(
                     self,
-                    f"RemediatorRole{_pascal(name)}Arn",
+                    stack_outputs.remediator_role_output(name),
                     value=function.role.role_arn,
                     description=f"IAM role of the {name} task, mapped to the Kubernetes group(s) "
                     f"{', '.join(self.config.kubernetes_groups(name))} by an EKS access entry",
                 )
-
-
-def _pascal(name: str) -> str:
-    return "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name))

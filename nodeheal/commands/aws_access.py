@@ -12,12 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from nodeheal import stack_outputs
 from nodeheal.errors import ConfigurationError, NodeHealError
 
 DEFAULT_STACK = "NodeHeal"
-LEDGER_OUTPUT = "LedgerTableName"
-BUS_OUTPUT = "EventBusName"
-STATE_MACHINE_OUTPUT = "StateMachineArn"
+LEDGER_OUTPUT = stack_outputs.LEDGER_TABLE_NAME
+BUS_OUTPUT = stack_outputs.EVENT_BUS_NAME
+STATE_MACHINE_OUTPUT = stack_outputs.STATE_MACHINE_ARN
 
 
 class AwsCallError(NodeHealError):

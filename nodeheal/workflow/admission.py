@@ -15,10 +15,10 @@ dropped: after waiting the lock TTL it hands the node to a person.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
@@ -143,27 +143,20 @@ def admit(
         return Admission(STOP, None, admitted_node, live, now, note=f"out-of-scope: {scope_note}")
 
     records = ledger.instance_records(
-        state.cluster,
-        admitted_node.subject,
-        since=now
-        - timedelta(hours=max(settings.policy.attempt_window_hours, settings.policy.reboot_escalation_hours)),
+        state.cluster, admitted_node.subject, since=history_window_start(settings, now)
     )
-    history = node_history(records, settings.policy, now)
     remembered = ledger.sightings(state.cluster, admitted_node.subject)
     _remember_sightings(state, ledger, node, live, admitted_node, remembered, now)
-    decision = decide(
+    decision = live_decision(
         live,
-        labels=node.labels,
-        history=history,
-        policy=settings.policy,
+        node,
+        settings,
+        records,
+        remembered,
+        now,
         mode=mode or settings.mode,
-        now=now,
-        worst_seen=_worst_seen(
-            previous.decision,
-            episode_worst(records, node),
-            remembered_worst(remembered, node, now),
-            _sighted(state, live, node, settings, now),
-        ),
+        previous=previous.decision,
+        sighted=_sighted(state, live, node, settings, now),
     )
     remaining = (
         _confirmation_remaining(live, decision.confirm_seconds, state, now)
@@ -217,6 +210,44 @@ def admit(
         lock_held=True,
         note=verdict.reason,
         preempted=preempted,
+    )
+
+
+def history_window_start(settings: RemediationSettings, now: datetime) -> datetime:
+    """The oldest record of an instance that can still count: attempt cap or reboot escalation."""
+    policy = settings.policy
+    return now - timedelta(hours=max(policy.attempt_window_hours, policy.reboot_escalation_hours))
+
+
+def live_decision(
+    live: Condition,
+    node: LiveNode,
+    settings: RemediationSettings,
+    records: Sequence[RemediationRecord],
+    remembered: Sequence[Sighting],
+    now: datetime,
+    *,
+    mode: Mode,
+    previous: Decision | None = None,
+    sighted: Decision | None = None,
+) -> Decision:
+    """The decision for the live condition of ``node``: the deployed policy, the instance's history
+    (attempt cap, reboot escalation) and the worst fault seen in its episode (D2), whether an
+    earlier admit of this execution (``previous``), an earlier execution (``records``), the
+    episode memory (``remembered``) or the event itself (``sighted``) saw it."""
+    return decide(
+        live,
+        labels=node.labels,
+        history=node_history(records, settings.policy, now),
+        policy=settings.policy,
+        mode=mode,
+        now=now,
+        worst_seen=_worst_seen(
+            previous,
+            episode_worst(records, node),
+            remembered_worst(remembered, node, now),
+            sighted,
+        ),
     )
 
 
@@ -490,21 +521,17 @@ def budget_pool(labels: Mapping[str, str], pool_label: str) -> tuple[str, str]:
     return UNLABELLED_POOL, f"!{pool_label},!{NODEGROUP_LABEL}"
 
 
-def _take_budget_slot(
-    state: WorkflowState,
-    kube: KubeAccess,
-    ledger: LedgerPort,
-    node: LiveNode,
-    admitted: AdmittedNode,
-    now: datetime,
-) -> budget.BudgetVerdict:
-    settings = state.settings
+class PoolNodes(Protocol):
+    def list(self, label_selector: str | None = None) -> list[LiveNode]: ...
 
-    pool_key, selector = budget_pool(node.labels, settings.policy.node_pool_label)
+
+def pool_health_reader(nodes: PoolNodes, node: LiveNode, pool_label: str) -> Callable[[], budget.PoolHealth]:
+    """Reads the health of ``node``'s pool (invariant 5) when called: the budget calls it only
+    when its verdict depends on the pool, since it lists every node of the pool."""
+    pool_key, selector = budget_pool(node.labels, pool_label)
 
     def pool_health() -> budget.PoolHealth:
-        # Lists the whole pool: read only when the budget gets that far (see budget.admit).
-        pool_nodes = kube.nodes.list(selector)
+        pool_nodes = nodes.list(selector)
         return budget.PoolHealth(
             pool=pool_key,
             size=len(pool_nodes),
@@ -515,12 +542,25 @@ def _take_budget_slot(
             ),
         )
 
+    return pool_health
+
+
+def _take_budget_slot(
+    state: WorkflowState,
+    kube: KubeAccess,
+    ledger: LedgerPort,
+    node: LiveNode,
+    admitted: AdmittedNode,
+    now: datetime,
+) -> budget.BudgetVerdict:
+    settings = state.settings
+
     current = ledger.read_admission_state(state.cluster)
     verdict = budget.admit(
         current,
         node=admitted.subject,
         execution=state.execution.name,
-        pool=pool_health,
+        pool=pool_health_reader(kube.nodes, node, settings.policy.node_pool_label),
         settings=settings.budgets,
         lock_ttl=timedelta(seconds=settings.lock_ttl_seconds),
         now=now,

@@ -26,6 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from nodeheal.actions import Action
+from nodeheal.events import EXPORTER_HEARTBEATS_METRIC
 from nodeheal.workflow.records import Outcome
 from stacks.constructs.lambda_function import METRICS_NAMESPACE, SERVICE_NAME
 
@@ -123,7 +124,7 @@ class ObservabilityConstruct(Construct):
                 self,
                 f"ExporterHeartbeatMissing{index}",
                 metric=nodeheal_metric(
-                    "ExporterHeartbeats", period=HEARTBEAT_PERIOD, dimensions={"cluster": cluster}
+                    EXPORTER_HEARTBEATS_METRIC, period=HEARTBEAT_PERIOD, dimensions={"cluster": cluster}
                 ),
                 alarm_description=(
                     f"No NodeHeal exporter heartbeat from cluster {cluster} for {minutes} minutes: "
@@ -278,7 +279,9 @@ class ObservabilityConstruct(Construct):
         quarter = WIDTH // 4
         return [
             self._graph(
-                "Exporter heartbeats (per 5 min; expect ~5)", per_cluster("ExporterHeartbeats"), width=quarter
+                "Exporter heartbeats (per 5 min; expect ~5)",
+                per_cluster(EXPORTER_HEARTBEATS_METRIC),
+                width=quarter,
             ),
             self._graph("Exporter publish failures", per_cluster("ExporterPublishFailures"), width=quarter),
             self._graph(

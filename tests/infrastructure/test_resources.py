@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from nodeheal.rbac import KUBERNETES_RULES
+from nodeheal.stack_outputs import required_outputs
 from nodeheal.timing import (
     NOT_IDEMPOTENT_TASKS,
     TASK_TIMEOUT_SECONDS,
@@ -257,15 +259,11 @@ def test_alarms_notify_the_topic(default_stack: Synthesized) -> None:
         assert properties["TreatMissingData"] == "notBreaching"
 
 
-def test_outputs(default_stack: Synthesized) -> None:
-    outputs = default_stack.json["Outputs"]
-    for name in (
-        "EventBusName",
-        "EventBusArn",
-        "StateMachineArn",
-        "LedgerTableName",
-        "NotificationsTopicArn",
-    ):
-        assert name in outputs
-    role_outputs = {name for name in outputs if name.startswith("RemediatorRole")}
-    assert len(role_outputs) == sum(1 for spec in WORKFLOW_TASKS if spec.kubernetes)
+@pytest.mark.parametrize("which", ["default_stack", "full_stack"])
+def test_outputs_are_the_ones_the_cli_and_doctor_read(which: str, request: pytest.FixtureRequest) -> None:
+    synthesized: Synthesized = request.getfixturevalue(which)
+    outputs = synthesized.json["Outputs"]
+    kubernetes_functions = [spec.name for spec in WORKFLOW_TASKS if spec.kubernetes]
+    # nodeheal/rbac.py holds the rules of exactly the functions that reach the cluster.
+    assert sorted(kubernetes_functions) == sorted(KUBERNETES_RULES)
+    assert sorted(outputs) == sorted(required_outputs(synthesized.config.clusters, kubernetes_functions))

@@ -11,6 +11,19 @@ Rules as RBAC evaluates them: a rule matches when its apiGroups, resources (``po
 subresource) and verbs contain the request's (or ``*``) and, when it names resourceNames, the
 request names one of them. A ClusterRoleBinding applies everywhere, a RoleBinding in its namespace.
 ``system:masters`` may do anything, as on a real cluster (the test harness's own identity).
+
+Every cluster also carries kube-apiserver's bootstrap policy; of it the fake holds what NodeHeal's
+callers meet: ``system:basic-user`` (any authenticated user may ask "may I?" with a
+SelfSubjectAccessReview) and ``system:public-info-viewer`` (``/healthz``, ``/version``...). They are
+the cluster's, not NodeHeal's: they never count among the permissions granted or used.
+
+:meth:`RbacAuthorizer.review` answers the same question for a SubjectAccessReview or a
+SelfSubjectAccessReview without recording anything (asking is not doing), with the reason RBAC
+gives: ``RBAC: allowed by ClusterRoleBinding "<binding>" of ClusterRole "<role>" to Group "<group>"``
+(``authorizingVisitor.visit`` and the binding describers of
+https://github.com/kubernetes/kubernetes/blob/v1.33.1/plugin/pkg/auth/authorizer/rbac/rbac.go and
+pkg/registry/rbac/validation/rule.go); a request no rule allows is "no opinion" with no reason,
+and a member of ``system:masters`` is allowed by the privileged-group authorizer, also without one.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from nodeheal.rbac import (
     PolicyRule,
     function_roles,
 )
+from nodeheal.sim.apiserver import messages
 from nodeheal.sim.apiserver.status import ApiError, qualified, status_body
 from nodeheal.sim.template import ACCOUNT_ID, FunctionSpec
 
@@ -180,6 +194,52 @@ class RoleBinding:
             for permission in rule.permissions():
                 yield self.role, permission
 
+    def describe(self, user: UserInfo) -> str:
+        """The binding as RBAC names it in a review's reason. The fake names each binding and its
+        role alike, as NodeHeal's manifests do; a user that is a service account is bound as one
+        (``kind: ServiceAccount`` in deploy/exporter)."""
+        if user.name in self.users:
+            prefix = "system:serviceaccount:"
+            if user.name.startswith(prefix) and user.name.count(":") == 3:
+                namespace, name = user.name[len(prefix) :].split(":")
+                subject = messages.BINDING_SUBJECT.format(kind="ServiceAccount", name=f"{name}/{namespace}")
+            else:
+                subject = messages.BINDING_SUBJECT.format(kind="User", name=user.name)
+        else:
+            group = next(g for g in user.groups if g in self.groups)
+            subject = messages.BINDING_SUBJECT.format(kind="Group", name=group)
+        if self.namespace:
+            return messages.ROLE_BINDING_SOURCE.format(
+                binding=self.role, namespace=self.namespace, role=self.role, subject=subject
+            )
+        return messages.CLUSTER_ROLE_BINDING_SOURCE.format(binding=self.role, role=self.role, subject=subject)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An authorizer's answer: ``allowed`` (else no opinion: RBAC never denies) and its reason."""
+
+    allowed: bool
+    reason: str = ""
+
+
+#: kube-apiserver's bootstrap ClusterRoleBinding ``system:basic-user``: every authenticated user may
+#: review its own access (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go, v1.33.1).
+BASIC_USER = RoleBinding(
+    "system:basic-user",
+    (
+        PolicyRule(
+            ("authorization.k8s.io",),
+            ("selfsubjectaccessreviews", "selfsubjectrulesreviews"),
+            ("create",),
+            "A user may learn what it may do.",
+        ),
+    ),
+    groups=(AUTHENTICATED_GROUP,),
+)
+#: The bootstrap ClusterRoleBinding that lets everyone read the public paths.
+PUBLIC_INFO_VIEWER = "system:public-info-viewer"
+
 
 def _matches(rule: PolicyRule, attrs: RequestAttributes) -> bool:
     if not ("*" in rule.api_groups or attrs.api_group in rule.api_groups):
@@ -204,8 +264,12 @@ class RbacAuthorizer:
     Thread-safe: the fake API server serves every connection on its own thread.
     """
 
-    def __init__(self, bindings: Sequence[RoleBinding] = ()) -> None:
+    def __init__(
+        self, bindings: Sequence[RoleBinding] = (), *, defaults: Sequence[RoleBinding] = (BASIC_USER,)
+    ) -> None:
         self._bindings = list(bindings)
+        #: The cluster's own bindings (bootstrap policy): they allow, but are not NodeHeal's grants.
+        self._defaults = tuple(defaults)
         self._tokens: dict[str, UserInfo] = {}
         self._used: set[tuple[str, Permission]] = set()
         self._denied: list[RequestAttributes] = []
@@ -259,19 +323,49 @@ class RbacAuthorizer:
         with self._lock:
             allowed = False
             if attrs.resource_request:
-                for binding in self._bindings:
-                    if not binding.applies_to(attrs):
+                for binding, rule in self._allowing(attrs, every=True):
+                    allowed = True
+                    if binding in self._defaults:
                         continue
-                    for rule in binding.rules:
-                        if _matches(rule, attrs):
-                            allowed = True
-                            name = attrs.name if rule.resource_names else ""
-                            permission = Permission(attrs.verb, attrs.api_group, attrs.full_resource, name)
-                            self._used.add((binding.role, permission))
+                    name = attrs.name if rule.resource_names else ""
+                    permission = Permission(attrs.verb, attrs.api_group, attrs.full_resource, name)
+                    self._used.add((binding.role, permission))
             if not allowed:
                 self._denied.append(attrs)
         if not allowed:
             raise forbidden(attrs)
+
+    def review(self, attrs: RequestAttributes) -> Decision:
+        """What the authorizer chain would answer ``attrs``, recording nothing: the answer to a
+        SubjectAccessReview or SelfSubjectAccessReview."""
+        if MASTERS_GROUP in attrs.user.groups:
+            # The privileged-group authorizer allows with no reason (authorizerfactory.NewPrivilegedGroups).
+            return Decision(True)
+        if not attrs.resource_request:
+            groups = [g for g in attrs.user.groups if g in (AUTHENTICATED_GROUP, UNAUTHENTICATED_GROUP)]
+            if attrs.path in PUBLIC_PATHS and attrs.verb == "get" and groups:
+                subject = messages.BINDING_SUBJECT.format(kind="Group", name=groups[0])
+                source = messages.CLUSTER_ROLE_BINDING_SOURCE.format(
+                    binding=PUBLIC_INFO_VIEWER, role=PUBLIC_INFO_VIEWER, subject=subject
+                )
+                return Decision(True, messages.RBAC_ALLOWED_BY.format(source=source))
+            return Decision(False)
+        with self._lock:
+            for binding, _ in self._allowing(attrs, every=False):
+                return Decision(True, messages.RBAC_ALLOWED_BY.format(source=binding.describe(attrs.user)))
+        return Decision(False)
+
+    def _allowing(self, attrs: RequestAttributes, *, every: bool) -> Iterable[tuple[RoleBinding, PolicyRule]]:
+        """The (binding, rule) pairs that allow ``attrs``: all of them, or the first one of each
+        binding when ``every`` is false. Call with the lock held."""
+        for binding in (*self._bindings, *self._defaults):
+            if not binding.applies_to(attrs):
+                continue
+            for rule in binding.rules:
+                if _matches(rule, attrs):
+                    yield binding, rule
+                    if not every:
+                        break
 
     # -- what the tests read ---------------------------------------------------------------------
 

@@ -307,3 +307,21 @@ API_VERSION_MISMATCH = (
 # https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/events/v1/conversion.go
 # https://github.com/kubernetes/apiserver/blob/v0.33.1/pkg/endpoints/handlers/get.go (ListResource)
 FIELD_LABEL_NOT_SUPPORTED = "field label not supported: {label}"
+
+# ---- authorization -----------------------------------------------------------------------------
+
+# authorizingVisitor.visit: the reason RBAC gives when a rule allows, naming the binding as the
+# describers of the rule resolver do (describeSubject: ServiceAccount "name/namespace", else
+# Kind "name").
+# https://github.com/kubernetes/kubernetes/blob/v1.33.1/plugin/pkg/auth/authorizer/rbac/rbac.go
+# https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/registry/rbac/validation/rule.go
+RBAC_ALLOWED_BY = "RBAC: allowed by {source}"
+CLUSTER_ROLE_BINDING_SOURCE = 'ClusterRoleBinding "{binding}" of ClusterRole "{role}" to {subject}'
+ROLE_BINDING_SOURCE = 'RoleBinding "{binding}/{namespace}" of Role "{role}" to {subject}'
+BINDING_SUBJECT = '{kind} "{name}"'
+
+# ValidateSubjectAccessReviewSpec and ValidateSelfSubjectAccessReviewSpec.
+# https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/authorization/validation/validation.go
+REVIEW_BOTH_ATTRIBUTES = "cannot be specified in combination with resourceAttributes"
+REVIEW_ONE_OF_ATTRIBUTES = "exactly one of nonResourceAttributes or resourceAttributes must be specified"
+REVIEW_NO_SUBJECT = "at least one of user or group must be specified"

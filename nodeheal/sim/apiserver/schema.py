@@ -1,16 +1,18 @@
 """The JSON shape of every kind the fake API server serves, from the struct tags of k8s.io/api.
 
 Each entry is a Go struct of k8s.io/api v0.33.1 (``core/v1``, ``policy/v1``, ``coordination/v1``,
-``events/v1``) or k8s.io/apimachinery v0.33.1 (``meta/v1``) reachable from Node, Pod, Event,
-PodDisruptionBudget and Lease, with its fields in declaration order (the order Go's encoder writes
+``events/v1``, ``authorization/v1``) or k8s.io/apimachinery v0.33.1 (``meta/v1``) reachable from
+Node, Pod, Event, PodDisruptionBudget, Lease, SubjectAccessReview and SelfSubjectAccessReview, with
+its fields in declaration order (the order Go's encoder writes
 them). A field reads ``"<json name> <Go type>"`` plus ``omitempty`` when its ``json`` tag says so;
 ``",inline <type>"`` is an embedded struct whose fields are promoted. The Go types keep their
-package (``core``, ``meta``, ``policy``, ``coordination``, ``events``, ``types``, ``intstr``,
-``resource``): the decoder names them in its errors. Sources, at tag v0.33.1:
+package (``core``, ``meta``, ``policy``, ``coordination``, ``events``, ``authorization``, ``types``,
+``intstr``, ``resource``): the decoder names them in its errors. Sources, at tag v0.33.1:
 https://github.com/kubernetes/api/blob/v0.33.1/core/v1/types.go,
 https://github.com/kubernetes/api/blob/v0.33.1/policy/v1/types.go,
 https://github.com/kubernetes/api/blob/v0.33.1/coordination/v1/types.go,
 https://github.com/kubernetes/api/blob/v0.33.1/events/v1/types.go,
+https://github.com/kubernetes/api/blob/v0.33.1/authorization/v1/types.go,
 https://github.com/kubernetes/apimachinery/blob/v0.33.1/pkg/apis/meta/v1/types.go.
 
 ``codec`` reads this table to drop unknown fields and to omit exactly the ``omitempty`` fields
@@ -24,6 +26,7 @@ from typing import Final
 
 #: Named non-struct types and the Go type beneath them.
 NAMED: Final[Mapping[str, str]] = {
+    "authorization.ExtraValue": "[]string",
     "coordination.CoordinatedLeaseStrategy": "string",
     "core.AppArmorProfileType": "string",
     "core.AzureDataDiskCachingMode": "string",
@@ -70,6 +73,7 @@ NAMED: Final[Mapping[str, str]] = {
     "core.UniqueVolumeName": "string",
     "core.UnsatisfiableConstraintAction": "string",
     "meta.ConditionStatus": "string",
+    "meta.FieldSelectorOperator": "string",
     "meta.LabelSelectorOperator": "string",
     "meta.ManagedFieldsOperationType": "string",
     "policy.UnhealthyPodEvictionPolicyType": "string",
@@ -924,5 +928,61 @@ STRUCTS: Final[Mapping[str, tuple[str, ...]]] = {
         "leaseTransitions *int32 omitempty",
         "strategy *coordination.CoordinatedLeaseStrategy omitempty",
         "preferredHolder *string omitempty",
+    ),
+    # authorization/v1: the reviews are never stored, only decoded, answered and written back.
+    "authorization.SubjectAccessReview": (
+        ",inline meta.TypeMeta",
+        "metadata meta.ObjectMeta omitempty",
+        "spec authorization.SubjectAccessReviewSpec",
+        "status authorization.SubjectAccessReviewStatus omitempty",
+    ),
+    "authorization.SelfSubjectAccessReview": (
+        ",inline meta.TypeMeta",
+        "metadata meta.ObjectMeta omitempty",
+        "spec authorization.SelfSubjectAccessReviewSpec",
+        "status authorization.SubjectAccessReviewStatus omitempty",
+    ),
+    "authorization.SubjectAccessReviewSpec": (
+        "resourceAttributes *authorization.ResourceAttributes omitempty",
+        "nonResourceAttributes *authorization.NonResourceAttributes omitempty",
+        "user string omitempty",
+        "groups []string omitempty",
+        "extra map[string]authorization.ExtraValue omitempty",
+        "uid string omitempty",
+    ),
+    "authorization.SelfSubjectAccessReviewSpec": (
+        "resourceAttributes *authorization.ResourceAttributes omitempty",
+        "nonResourceAttributes *authorization.NonResourceAttributes omitempty",
+    ),
+    "authorization.ResourceAttributes": (
+        "namespace string omitempty",
+        "verb string omitempty",
+        "group string omitempty",
+        "version string omitempty",
+        "resource string omitempty",
+        "subresource string omitempty",
+        "name string omitempty",
+        "fieldSelector *authorization.FieldSelectorAttributes omitempty",
+        "labelSelector *authorization.LabelSelectorAttributes omitempty",
+    ),
+    "authorization.FieldSelectorAttributes": (
+        "rawSelector string omitempty",
+        "requirements []meta.FieldSelectorRequirement omitempty",
+    ),
+    "authorization.LabelSelectorAttributes": (
+        "rawSelector string omitempty",
+        "requirements []meta.LabelSelectorRequirement omitempty",
+    ),
+    "meta.FieldSelectorRequirement": (
+        "key string",
+        "operator meta.FieldSelectorOperator",
+        "values []string omitempty",
+    ),
+    "authorization.NonResourceAttributes": ("path string omitempty", "verb string omitempty"),
+    "authorization.SubjectAccessReviewStatus": (
+        "allowed bool",
+        "denied bool omitempty",
+        "reason string omitempty",
+        "evaluationError string omitempty",
     ),
 }

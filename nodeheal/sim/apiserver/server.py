@@ -19,8 +19,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
-from nodeheal.sim.apiserver import codec, conformance, messages
-from nodeheal.sim.apiserver.authorizer import RbacAuthorizer, request_attributes
+from nodeheal.sim.apiserver import access_review, codec, conformance, messages
+from nodeheal.sim.apiserver.authorizer import (
+    ANONYMOUS,
+    UNAUTHENTICATED_GROUP,
+    RbacAuthorizer,
+    UserInfo,
+    request_attributes,
+)
 from nodeheal.sim.apiserver.faults import FaultInjector
 from nodeheal.sim.apiserver.fielderrors import go_quote, invalid_error, not_supported
 from nodeheal.sim.apiserver.messages import APF_TOO_MANY_REQUESTS
@@ -126,6 +132,8 @@ class _Handler(BaseHTTPRequestHandler):
     _row_path = ""
     # Warnings of the request being answered (a handler serves one request at a time).
     _warnings: WarningRecorder
+    # Who sent the request being answered (anonymous without an authorizer).
+    _user: UserInfo
 
     def log_message(self, format: str, *args: Any) -> None:
         # Access logs would drown test output; failures surface as responses instead.
@@ -209,9 +217,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._row_path = template + ("?watch" if params.get("watch") in _TRUE else "")
         raw = self._read_body()
         authorizer = self.server.authorizer
+        self._user = UserInfo(ANONYMOUS, (UNAUTHENTICATED_GROUP,))
         if authorizer is not None:
             try:
-                user = authorizer.authenticate(self.headers.get("Authorization"))
+                user = self._user = authorizer.authenticate(self.headers.get("Authorization"))
                 authorizer.authorize(request_attributes(user, method, split.path, params))
             except ApiError as err:
                 self._send_json(err.code, err.body, err.headers)
@@ -268,6 +277,14 @@ class _Handler(BaseHTTPRequestHandler):
             if method != "GET":
                 raise method_not_allowed()
             self._send_json(200, VERSION_INFO)
+            return
+        review = access_review.REVIEWS.get(path)
+        if review is not None:
+            # Create-only: the installer registers POST alone for the reviews.
+            if method != "POST":
+                raise method_not_allowed()
+            body = self._object_body(raw, review, self._field_validation(params, "CreateOptions"))
+            self._send_json(201, access_review.answer(review, body, self._user, self.server.authorizer))
             return
         if route is None:
             raise not_found_path()

@@ -11,6 +11,7 @@ import pytest
 
 from nodeheal.commands import test_pattern
 from nodeheal.patterns import match
+from tests.deployment import eventbridge_stand_in
 from tests.unit.cli.conftest import BUS, Aws, Result
 from tests.unit.test_patterns_moto import condition_detail, nodeheal_pattern
 
@@ -165,20 +166,6 @@ def test_config_without_nodeheal_context(cli: Cli, tmp_path: Path, good: str) ->
     assert result.code == 2 and "has no context.nodeheal object" in result.err
 
 
-def _eventbridge_stand_in(events_client: Any) -> None:
-    """TestEventPattern answered by moto's own matcher (moto's API method is a stub)."""
-    from botocore.awsrequest import AWSResponse
-    from moto.events.models import EventPattern
-
-    def answer(params: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
-        body = json.loads(params["body"])
-        event = json.loads(body["Event"])
-        verdict = EventPattern(body["EventPattern"], json.loads(body["EventPattern"])).matches_event(event)
-        return AWSResponse("https://events.us-west-2.amazonaws.com", 200, {}, None), {"Result": verdict}
-
-    events_client.meta.events.register("before-call.events.TestEventPattern", answer)
-
-
 def test_deployed_rules_through_testeventpattern(
     cli: Cli, aws: Aws, monkeypatch: pytest.MonkeyPatch, good: str, bad: str
 ) -> None:
@@ -192,7 +179,7 @@ def test_deployed_rules_through_testeventpattern(
             "before-call.events.TestEventPattern",
             lambda params, **_: calls.append(json.loads(params["body"])),
         )
-        _eventbridge_stand_in(created)
+        eventbridge_stand_in(created.meta.events)
         return created
 
     monkeypatch.setattr(test_pattern, "events_client", client)
