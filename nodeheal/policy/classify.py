@@ -74,8 +74,9 @@ CATEGORY_ACTIONS: Mapping[str, Action] = MappingProxyType(
 #: Node monitoring agent reasons (reason -> action). ``*`` at the end of a key matches a prefix.
 DEFAULT_REASON_ACTIONS: Mapping[str, Action] = MappingProxyType(
     {
-        # Hardware the agent has already judged fatal: uncorrectable memory, NVLink, a GPU missing.
-        "NvidiaDoubleBitError": Action.REPLACE,
+        # Hardware the agent has already judged fatal: NVLink, a GPU missing. (Its double-bit ECC
+        # reason, NvidiaDoubleBitError, is Xid 48 under another name and decided by that row:
+        # signals.REASONS_NAMING_AN_XID.)
         "NvidiaNVLinkError": Action.REPLACE,
         "NvidiaDeviceCountMismatch": Action.REPLACE,
         # DCGM itself failed (host engine down, field read errors, health codes from a monitor that

@@ -137,8 +137,21 @@ def decode_recovery_action(text: str) -> RecoveryAction | None:
     return None
 
 
+#: The node monitoring agent's reasons that name a fault NVIDIA's catalog lists as an Xid, under
+#: another name: one fault, one verdict (DESIGN.md D11), decided by the catalog's row.
+#: ``NvidiaDoubleBitError`` is DCGM's double-bit ECC policy violation (``handleDbeFinding`` in
+#: https://github.com/aws/eks-node-monitoring-agent/blob/main/monitors/nvidia/dcgm/dcgm_policies.go),
+#: the uncorrectable ECC error the driver logs as Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE), whose NVIDIA
+#: workflow (WORKFLOW_XID_48) is to reset the GPU first and replace only on persistent errors.
+REASONS_NAMING_AN_XID = {"NvidiaDoubleBitError": 48}
+
+
 def xid_from_reason(reason: str) -> XidSignal | None:
-    """``NvidiaXID79Error`` -> Xid 79 (the node monitoring agent's reason naming)."""
+    """``NvidiaXID79Error`` -> Xid 79 (the node monitoring agent's reason naming), and the agent's
+    other names for catalogued Xids (:data:`REASONS_NAMING_AN_XID`)."""
+    named = REASONS_NAMING_AN_XID.get(reason.strip())
+    if named is not None:
+        return XidSignal(xid=named, source=Source.REASON, reason_kind="Error")
     match = _NMA_XID_REASON.match(reason.strip())
     if match is None:
         return None

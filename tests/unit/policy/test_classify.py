@@ -81,14 +81,13 @@ def test_xid_95_uncontained_is_reboot_even_without_reset_flag() -> None:
     assert "RST: No" in result.reason
 
 
-# Row: Xid 79, 54, 74, 56-58; NMA NvidiaDoubleBitError, NvidiaNVLinkError, NvidiaDeviceCountMismatch
-# -> replace.
+# Row: Xid 79, 54, 74, 56-58; NMA NvidiaNVLinkError, NvidiaDeviceCountMismatch -> replace.
 @pytest.mark.parametrize("xid", [79, 54, 74, 56, 57, 58])
 def test_hardware_xids_are_replace(xid: int) -> None:
     assert run(npd(line(xid))) is Action.REPLACE
 
 
-@pytest.mark.parametrize("reason", ["NvidiaDoubleBitError", "NvidiaNVLinkError", "NvidiaDeviceCountMismatch"])
+@pytest.mark.parametrize("reason", ["NvidiaNVLinkError", "NvidiaDeviceCountMismatch"])
 def test_nma_hardware_reasons_are_replace(reason: str) -> None:
     result = classify(nma(reason), DEFAULTS, Action.ALERT)
     assert result.action is Action.REPLACE
@@ -343,3 +342,73 @@ def test_per_pool_overrides_merge_over_global() -> None:
     assert run(npd(line(13)), policy.for_pool("training")) is Action.NONE
     assert run(npd(line(63)), policy.for_pool("inference")) is Action.REPLACE
     assert run(npd(line(13)), policy.for_pool("inference")) is Action.ALERT
+
+
+# One fault, one verdict (DESIGN.md D11): a double-bit ECC error is Xid 48 in the kernel log (NPD)
+# and NvidiaXID48Error or NvidiaDoubleBitError from the node monitoring agent (its Xid policy and
+# its DCGM double-bit policy). NVIDIA's WORKFLOW_XID_48: reset the GPU first, replace only when the
+# error persists, which the reboot escalation does.
+SAME_FAULT_DIFFERENT_DETECTORS = {
+    "double-bit ECC": [
+        (
+            "GPUProblem",
+            "GPUXid",
+            "NVRM: Xid (PCI:0000:53:00): 48, pid=4121, name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
+        ),
+        (
+            "AcceleratedHardwareReady",
+            "NvidiaXID48Error",
+            "detected XID-48 on the instance, review kernel logs for additional information.",
+        ),
+        (
+            "AcceleratedHardwareReady",
+            "NvidiaDoubleBitError",
+            "detected 1 Nvidia Double Bit error(s) on location 0",
+        ),
+    ],
+    "GPU fallen off the bus": [
+        (
+            "GPUProblem",
+            "GPUXid",
+            "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        ),
+        (
+            "AcceleratedHardwareReady",
+            "NvidiaXID79Error",
+            "detected XID-79 on the instance, review kernel logs for additional information.",
+        ),
+    ],
+    "NVLink error": [
+        (
+            "GPUProblem",
+            "GPUXid",
+            "NVRM: Xid (PCI:0000:53:00): 74, pid=4121, name=python, NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+        ),
+        (
+            "AcceleratedHardwareReady",
+            "NvidiaXID74Error",
+            "detected XID-74 on the instance, review kernel logs for additional information.",
+        ),
+        ("AcceleratedHardwareReady", "NvidiaNVLinkError", "detected 12 NVLink errors on fieldId 409"),
+    ],
+}
+
+
+@pytest.mark.parametrize("fault", sorted(SAME_FAULT_DIFFERENT_DETECTORS))
+def test_the_same_fault_gets_one_verdict_from_every_detector(fault: str) -> None:
+    verdicts = {
+        (condition_type, reason): classify(
+            Condition(
+                condition_type, "False" if condition_type.endswith("Ready") else "True", reason, message
+            ),
+            DEFAULTS,
+            Action.ALERT,
+        ).action
+        for condition_type, reason, message in SAME_FAULT_DIFFERENT_DETECTORS[fault]
+    }
+    assert len(set(verdicts.values())) == 1, verdicts
+
+
+def test_a_double_bit_error_is_rebooted_as_xid_48() -> None:
+    result = classify(nma("NvidiaDoubleBitError"), DEFAULTS, Action.ALERT)
+    assert (result.action, result.xid, result.signal) == (Action.REBOOT, 48, "xid:48")
