@@ -43,6 +43,18 @@ _SLACK_CHANNEL = re.compile(r"^[A-Za-z0-9]+$")
 #: ``<prefix>-<function>`` names a ClusterRole (a DNS subdomain) and an EKS access entry group; the
 #: longest function suffix, ``-terminate-delete-nodes``, must fit in the 63 characters of a label.
 _GROUP_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+#: A KMS key ARN: ``arn:<partition>:kms:<region>:<account>:key/<key id>``, the key id a UUID or, for a
+#: multi-Region key, ``mrk-`` and 32 hex digits (KMS "Key identifiers (KeyId)").
+_KMS_KEY_ARN = re.compile(
+    r"^arn:(?P<partition>aws(-[a-z]+)*):kms:(?P<region>[a-z]{2}(-[a-z]+)+-\d+):(?P<account>\d{12}):"
+    r"key/(?P<key_id>mrk-[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$"
+)
+#: Reserved concurrency of the ingest function. Ingest validates an event and starts one execution
+#: (a few hundred milliseconds), so 10 instances take tens of events a second: a whole fleet
+#: faulting at once is through in well under a minute, while the rest of the account's Lambda
+#: concurrency stays free. Lambda keeps throttled asynchronous events and retries them for up to the
+#: event's maximum age (``ingest.staleEventSeconds``), so a cap delays a storm rather than losing it.
+DEFAULT_INGEST_RESERVED_CONCURRENCY = 10
 
 #: The rule's knobs are the workflow's scope: one type, parsed once, so the EventBridge pattern and
 #: admit's live check (``nodeheal.workflow.scope``) read the same conditions and labels.
@@ -97,6 +109,39 @@ class SlackChannel:
 
 
 @dataclass(frozen=True, slots=True)
+class CustomerKey:
+    """An existing customer managed KMS key (``security.kmsKeyArn``) that encrypts the ledger, every
+    log group, the notifications topic and the dead-letter queues. NodeHeal imports it and cannot
+    edit its key policy: README "Hardening" lists what that policy must allow."""
+
+    arn: str
+    partition: str
+    region: str
+    account: str
+
+    @classmethod
+    def parse(cls, arn: str, where: str) -> CustomerKey:
+        match = _KMS_KEY_ARN.match(arn)
+        if match:
+            return cls(
+                arn=arn, partition=match["partition"], region=match["region"], account=match["account"]
+            )
+        if ":alias/" in arn or arn.startswith("alias/"):
+            problem = (
+                "names an alias: CloudWatch Logs accepts only a key ARN, and IAM grants on an alias "
+                "do not cover the key"
+            )
+        elif ":" not in arn:
+            problem = "is a bare key id: give the whole ARN, so the Region and account are explicit"
+        else:
+            problem = "is not a KMS key ARN"
+        raise ConfigurationError(
+            f"{where} {problem}; expected arn:<partition>:kms:<region>:<account>:key/<key id>, "
+            f"e.g. arn:aws:kms:us-west-2:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab; got {arn!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class NodeHealConfig:
     stack_name: str
     clusters: tuple[str, ...]
@@ -107,6 +152,9 @@ class NodeHealConfig:
     #: Events whose observedAt is older than this are dropped by ingest (and counted): acting on a
     #: replayed hour-old event would be acting on history, not on the node.
     stale_event_seconds: int
+    #: Reserved concurrency of the ingest function: the most instances an event storm can occupy,
+    #: and the instances ingest always has, whatever else runs in the account.
+    ingest_reserved_concurrency: int
     remediation: RemediationSettings
     notification_emails: tuple[str, ...]
     #: Optional Slack channel the notifications topic is mirrored to through AWS Chatbot.
@@ -126,6 +174,8 @@ class NodeHealConfig:
     exporter_namespace: str
     exporter_service_account: str
     log_retention_days: int
+    #: ``security.kmsKeyArn``; None: every resource keeps its service's default encryption.
+    customer_key: CustomerKey | None
 
     @property
     def state_machine_name(self) -> str:
@@ -164,6 +214,10 @@ class NodeHealConfig:
         rule = RuleSettings.read(reader.child("rule"))
         ingest = reader.child("ingest")
         stale = ingest.integer("staleEventSeconds", 900, minimum=30, maximum=86_400)
+        # At least 1: Lambda reads 0 as "throttle every invocation", which would stop NodeHeal.
+        reserved = ingest.integer(
+            "reservedConcurrency", DEFAULT_INGEST_RESERVED_CONCURRENCY, minimum=1, maximum=10_000
+        )
         ingest.finish()
         # The rule's scope rides along in every execution's settings: admit re-checks it live.
         remediation = replace(RemediationSettings.read(reader), scope=rule)
@@ -199,6 +253,7 @@ class NodeHealConfig:
             archive_retention_days=archive_days,
             rule=rule,
             stale_event_seconds=stale,
+            ingest_reserved_concurrency=reserved,
             remediation=remediation,
             notification_emails=emails,
             slack=slack,
@@ -209,6 +264,7 @@ class NodeHealConfig:
             exporter_namespace=exporter.string("namespace", "nodeheal"),
             exporter_service_account=exporter.string("serviceAccount", "nodeheal-exporter"),
             log_retention_days=reader.integer("logRetentionDays", 30, minimum=1, maximum=3653),
+            customer_key=_customer_key(reader.child("security")),
         )
         exporter.finish()
         reader.finish()
@@ -260,6 +316,12 @@ def _check_workflow_timeout(timeout_minutes: int, remediation: RemediationSettin
             f"({timing.MARGIN_SHARE:.0%}, at least {timing.MIN_MARGIN_SECONDS} s). "
             f"Worst case: {execution.describe()}"
         )
+
+
+def _customer_key(security: SettingsReader) -> CustomerKey | None:
+    arn = security.optional_string("kmsKeyArn")
+    security.finish()
+    return None if arn is None else CustomerKey.parse(arn.strip(), security.where("kmsKeyArn"))
 
 
 def _group_prefix(reader: SettingsReader) -> str:

@@ -73,7 +73,7 @@ EVERY_SETTING: dict[str, Any] = {
         "conditions": [{"type": "GPUProblem", "statuses": ["True"]}],
         "nodeLabels": {"nodepool": ["gpu"]},
     },
-    "ingest": {"staleEventSeconds": 900},
+    "ingest": {"staleEventSeconds": 900, "reservedConcurrency": 10},
     "mode": "dry-run",
     "policy": {
         **_OVERRIDES,
@@ -100,6 +100,7 @@ EVERY_SETTING: dict[str, Any] = {
         "subnetIds": ["subnet-0123456789abcdef0"],
         "securityGroupIds": ["sg-0123456789abcdef0"],
     },
+    "security": {"kmsKeyArn": "arn:aws:kms:us-west-2:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"},
     "workflow": {},
     "exporter": {},
 }
