@@ -12,6 +12,7 @@ from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.events import cluster_source
 from stacks.constructs.access import AccessConstruct
 from stacks.constructs.contracts import EventSchemasConstruct
+from stacks.constructs.encryption import EncryptionConstruct
 from stacks.constructs.exporter_access import ExporterAccess
 from stacks.constructs.finalizer import FinalizerConstruct
 from stacks.constructs.ingest import IngestConstruct
@@ -33,11 +34,14 @@ class NodeHealStack(Stack):
         self.config = config
         Tags.of(self).add("app", "nodeheal")
         code = lambda_code()
-        self.ledger = LedgerConstruct(self, "Ledger")
+        self.encryption = EncryptionConstruct(self, "Encryption", customer_key=config.customer_key)
+        log_key = self.encryption.customer_key
+        self.ledger = LedgerConstruct(self, "Ledger", encryption_key=self.encryption.customer_key)
         self.notifications = NotificationsConstruct(
             self,
             "Notifications",
             emails=config.notification_emails,
+            key=self.encryption.messages_key,
             slack=config.slack,
             name_prefix=config.stack_name,
         )
@@ -48,6 +52,7 @@ class NodeHealStack(Stack):
             code=code,
             ledger_table_name=self.ledger.table.table_name,
             topic_arn=self.notifications.topic.topic_arn,
+            log_key=log_key,
         )
         self.ingest = IngestConstruct(
             self,
@@ -56,6 +61,8 @@ class NodeHealStack(Stack):
             code=code,
             ledger_table_name=self.ledger.table.table_name,
             state_machine=self.workflow.state_machine,
+            queue_key=self.encryption.messages_key,
+            log_key=log_key,
         )
         self.finalizer = FinalizerConstruct(
             self,
@@ -65,6 +72,7 @@ class NodeHealStack(Stack):
             state_machine=self.workflow.state_machine,
             ledger_table=self.ledger.table,
             topic=self.notifications.topic,
+            log_key=log_key,
         )
         self.access = AccessConstruct(
             self,
@@ -76,6 +84,7 @@ class NodeHealStack(Stack):
             ledger_table=self.ledger.table,
             topic=self.notifications.topic,
             state_machine=self.workflow.state_machine,
+            ledger_key=self.encryption.customer_key,
         )
         self.exporter_access = ExporterAccess(
             self,

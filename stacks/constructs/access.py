@@ -9,6 +9,8 @@
   another cluster's or a non-Kubernetes instance.
 * Ledger: only the item actions the spec lists, each limited to the partition key prefixes of the
   items the task touches (``dynamodb:LeadingKeys``); no Scan, no index, no batch or table actions.
+  With ``security.kmsKeyArn`` the same functions may use that key, and only through DynamoDB
+  (``kms:ViaService``), to read and write the encrypted table.
 * SNS publish, StartExecution: only where the spec says so.
 """
 
@@ -20,12 +22,16 @@ from aws_cdk import Acknowledgment, ArnFormat, Stack, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from nodeheal.deploy_config import NodeHealConfig
 from stacks.constructs.lambda_function import NodeHealFunction
+
+#: What a function needs on the ledger's customer managed key, through DynamoDB only.
+LEDGER_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey")
 
 
 def ownership_conditions(cluster: str) -> tuple[dict[str, dict[str, str]], ...]:
@@ -54,6 +60,7 @@ class AccessConstruct(Construct):
         ledger_table: dynamodb.Table,
         topic: sns.ITopic,
         state_machine: sfn.IStateMachine,
+        ledger_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, id_)
         self._config = config
@@ -62,6 +69,8 @@ class AccessConstruct(Construct):
         self.access_entries = self._build_cluster_access(workflow_functions)
         self._grant_instance_actions(workflow_functions)
         self._grant_ledger(everyone, ledger_table)
+        if ledger_key is not None:
+            self._grant_ledger_key(everyone, ledger_key)
         self._grant_notifications(everyone, topic)
         self._grant_start_execution(ingest_function, state_machine)
 
@@ -138,6 +147,22 @@ class AccessConstruct(Construct):
                         conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": leading_keys}},
                     )
                 )
+
+    def _grant_ledger_key(self, functions: Sequence[NodeHealFunction], key: kms.IKey) -> None:
+        # DynamoDB calls KMS with the caller's permissions: reads need Decrypt, writes Encrypt and
+        # GenerateDataKey. kms:ViaService keeps the grant from being used outside DynamoDB.
+        for function in functions:
+            if not function.spec.ledger:
+                continue
+            function.role.add_to_principal_policy(
+                iam.PolicyStatement(
+                    actions=list(LEDGER_KEY_ACTIONS),
+                    resources=[key.key_arn],
+                    conditions={
+                        "StringEquals": {"kms:ViaService": f"dynamodb.{self._stack.region}.amazonaws.com"}
+                    },
+                )
+            )
 
     @staticmethod
     def _grant_notifications(functions: Sequence[NodeHealFunction], topic: sns.ITopic) -> None:

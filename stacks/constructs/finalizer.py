@@ -17,6 +17,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
@@ -46,11 +47,12 @@ class FinalizerConstruct(Construct):
         state_machine: sfn.StateMachine,
         ledger_table: dynamodb.Table,
         topic: sns.ITopic,
+        log_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, id_)
         self._config = config
         self._stack = Stack.of(self)
-        self.function = self._build_function(code, state_machine, ledger_table, topic)
+        self.function = self._build_function(code, state_machine, ledger_table, topic, log_key)
         self._grant(state_machine)
         self.status_change_rule = self._build_status_change_rule(state_machine)
         self.sweep_rule = self._build_sweep_rule()
@@ -61,6 +63,7 @@ class FinalizerConstruct(Construct):
         state_machine: sfn.StateMachine,
         ledger_table: dynamodb.Table,
         topic: sns.ITopic,
+        log_key: kms.IKey | None,
     ) -> NodeHealFunction:
         config = self._config
         return NodeHealFunction(
@@ -77,6 +80,7 @@ class FinalizerConstruct(Construct):
                 "NODEHEAL_LONGEST_EXECUTION_SECONDS": str(config.workflow_timeout_minutes * 60),
             },
             log_retention_days=config.log_retention_days,
+            log_key=log_key,
         )
 
     def _grant(self, state_machine: sfn.StateMachine) -> None:

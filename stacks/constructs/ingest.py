@@ -3,7 +3,16 @@
 EventBridge invokes Lambda asynchronously, so two distinct failures need two dead-letter queues:
 the rule target's DLQ catches events EventBridge could not deliver (throttling, missing
 permission, expired retries); the function's on-failure destination catches events the handler
-failed on after Lambda's own retries (with the error in the record).
+failed on after Lambda's own retries (with the error in the record). Both queues are encrypted
+with a customer managed key (:mod:`stacks.constructs.encryption`) that lets EventBridge write to
+them.
+
+The function has reserved concurrency (``ingest.reservedConcurrency``): an event storm occupies at
+most that many instances, so it cannot starve the account's other functions, and those instances
+are always there for ingest. EventBridge hands events to Lambda's asynchronous queue, which keeps
+throttled events and retries them until their maximum age (the stale bound below), so a storm is
+slowed down, not dropped: what outlives the bound lands in the failure DLQ, and ingest would
+have dropped it as stale anyway.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from typing import Any
 from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_sqs as sqs
@@ -46,9 +56,13 @@ class IngestConstruct(Construct):
         code: lambda_.Code,
         ledger_table_name: str,
         state_machine: sfn.IStateMachine,
+        queue_key: kms.IKey,
+        log_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, id_)
         self._config = config
+        self._queue_key = queue_key
+        self._log_key = log_key
         self.bus = self._build_bus()
         self.event_pattern = build_event_pattern(config)
         self.archive = self._build_archive(self.bus)
@@ -89,7 +103,9 @@ class IngestConstruct(Construct):
         queue = sqs.Queue(
             self,
             id_,
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            # KMS with an explicit key, not SQS-managed SSE: the key's policy must admit EventBridge.
+            encryption=sqs.QueueEncryption.KMS,
+            encryption_master_key=self._queue_key,
             enforce_ssl=True,
             retention_period=DLQ_RETENTION,
         )
@@ -119,12 +135,24 @@ class IngestConstruct(Construct):
                 "NODEHEAL_LEDGER_TABLE": ledger_table_name,
             },
             log_retention_days=config.log_retention_days,
+            log_key=self._log_key,
+            reserved_concurrency=config.ingest_reserved_concurrency,
         )
         node_heal_function.function.configure_async_invoke(
             on_failure=destinations.SqsDestination(self.failure_dlq),
             retry_attempts=FUNCTION_RETRY_ATTEMPTS,
             max_event_age=self._max_event_age(),
         )
+        # The destination's grant (CDK's Queue.grantSendMessages) includes the queue key's
+        # encrypt/decrypt actions, wildcards included; the key is the only resource.
+        for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
+            Validations.of(node_heal_function.role).acknowledge(
+                Acknowledgment(
+                    id=f"AwsSolutions-IAM5[Action::{action}]",
+                    reason="Sending failed events to the encrypted failure DLQ needs the queue key's "
+                    "data-key actions (CDK's SQS send grant); that key is the only resource.",
+                )
+            )
         return node_heal_function
 
     def _build_rule(self, bus: events.EventBus, function: lambda_.IFunction) -> events.Rule:

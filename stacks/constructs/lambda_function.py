@@ -13,6 +13,7 @@ from typing import cast
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -59,12 +60,19 @@ class NodeHealFunction(Construct):
         environment: Mapping[str, str],
         log_retention_days: int,
         network: FunctionNetwork | None = None,
+        log_key: kms.IKey | None = None,
+        reserved_concurrency: int | None = None,
     ) -> None:
+        """``log_key``: the customer managed key of the log group (security.kmsKeyArn), if any.
+        ``reserved_concurrency``: the function's own share of the account's Lambda concurrency,
+        which is also its ceiling; None leaves it in the account's unreserved pool."""
         super().__init__(scope, id_)
         self.spec = spec
         self.role = self._build_role(spec, network)
-        self.log_group = self._build_log_group(function_name, log_retention_days)
-        self.function = self._build_function(spec, code, function_name, environment, network)
+        self.log_group = self._build_log_group(function_name, log_retention_days, log_key)
+        self.function = self._build_function(
+            spec, code, function_name, environment, network, reserved_concurrency
+        )
         self._acknowledge_findings()
 
     def _build_role(self, spec: TaskSpec, network: FunctionNetwork | None) -> iam.Role:
@@ -87,11 +95,14 @@ class NodeHealFunction(Construct):
             )
         return role
 
-    def _build_log_group(self, function_name: str, retention_days: int) -> logs.LogGroup:
+    def _build_log_group(
+        self, function_name: str, retention_days: int, key: kms.IKey | None
+    ) -> logs.LogGroup:
         log_group = logs.LogGroup(
             self,
             "Logs",
             log_group_name=f"/aws/lambda/{function_name}",
+            encryption_key=key,
             removal_policy=LOG_GROUP_REMOVAL_POLICY,
         )
         apply_retention(log_group, retention_days)
@@ -105,6 +116,7 @@ class NodeHealFunction(Construct):
         function_name: str,
         environment: Mapping[str, str],
         network: FunctionNetwork | None,
+        reserved_concurrency: int | None,
     ) -> lambda_.Function:
         return lambda_.Function(
             self,
@@ -130,6 +142,7 @@ class NodeHealFunction(Construct):
             vpc=network.vpc if network else None,
             vpc_subnets=ec2.SubnetSelection(subnets=list(network.subnets)) if network else None,
             security_groups=list(network.security_groups) if network else None,
+            reserved_concurrent_executions=reserved_concurrency,
         )
 
     def _acknowledge_findings(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 PARTITION_KEY = "pk"
@@ -20,15 +21,18 @@ CLUSTER_INDEX_SORT_KEY = "gsi1sk"
 
 
 class LedgerConstruct(Construct):
-    def __init__(self, scope: Construct, id_: str) -> None:
+    def __init__(self, scope: Construct, id_: str, *, encryption_key: kms.IKey | None = None) -> None:
         super().__init__(scope, id_)
-        self.table = self._build_table()
+        self.table = self._build_table(encryption_key)
         self._build_cluster_index(self.table)
 
-    def _build_table(self) -> dynamodb.Table:
+    def _build_table(self, key: kms.IKey | None) -> dynamodb.Table:
         return dynamodb.Table(
             self,
             "Table",
+            # Without security.kmsKeyArn, DynamoDB's own key (no KMS cost, no key policy to keep).
+            encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED if key else None,
+            encryption_key=key,
             partition_key=dynamodb.Attribute(name=PARTITION_KEY, type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name=SORT_KEY, type=dynamodb.AttributeType.STRING),
             # Traffic is a trickle with storms; on-demand needs no capacity planning for either.

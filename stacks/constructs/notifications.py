@@ -1,11 +1,14 @@
 """Human notifications: one SNS topic, encrypted, with the configured e-mail subscriptions and,
-optionally, a Slack channel through AWS Chatbot."""
+optionally, a Slack channel through AWS Chatbot.
+
+The topic's key comes from :mod:`stacks.constructs.encryption`: a customer managed key, never
+alias/aws/sns, because CloudWatch alarms cannot publish to a topic encrypted with the AWS managed
+key, whose policy cannot grant cloudwatch.amazonaws.com."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import RemovalPolicy
 from aws_cdk import aws_chatbot as chatbot
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -23,34 +26,15 @@ class NotificationsConstruct(Construct):
         id_: str,
         *,
         emails: Sequence[str],
+        key: kms.IKey,
         slack: SlackChannel | None = None,
         name_prefix: str = "NodeHeal",
     ) -> None:
         super().__init__(scope, id_)
-        self.key = self._build_key()
-        self.topic = self._build_topic(self.key)
+        self.key = key
+        self.topic = self._build_topic(key)
         self._build_email_subscriptions(self.topic, emails)
         self.slack = self._build_slack(slack, name_prefix) if slack else None
-
-    def _build_key(self) -> kms.Key:
-        # A customer managed key, not alias/aws/sns: CloudWatch alarms cannot publish to a topic
-        # encrypted with the AWS managed key, whose policy cannot grant cloudwatch.amazonaws.com.
-        key = kms.Key(
-            self,
-            "TopicKey",
-            description="NodeHeal notifications topic encryption",
-            enable_key_rotation=True,
-            removal_policy=RemovalPolicy.DESTROY,
-        )
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowCloudWatchAlarmsToPublish",
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
-                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                resources=["*"],
-            )
-        )
-        return key
 
     def _build_topic(self, key: kms.IKey) -> sns.Topic:
         return sns.Topic(

@@ -10,6 +10,7 @@ from typing import cast
 
 from aws_cdk import Acknowledgment, Annotations, CfnElement, Duration, Validations
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
@@ -36,9 +37,11 @@ class WorkflowConstruct(Construct):
         code: lambda_.Code,
         ledger_table_name: str,
         topic_arn: str,
+        log_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, id_)
         self._config = config
+        self._log_key = log_key
         self.state_machine_name = config.state_machine_name
         self.network = self._build_network(config.lambda_network)
         self.functions = self._build_functions(code, ledger_table_name, topic_arn)
@@ -85,6 +88,7 @@ class WorkflowConstruct(Construct):
                 # Only the tasks that call the (possibly private) EKS API endpoint need the VPC;
                 # the others reach DynamoDB and SNS without VPC endpoints or NAT.
                 network=self.network if spec.kubernetes else None,
+                log_key=self._log_key,
             )
             for spec in WORKFLOW_TASKS
         }
@@ -96,6 +100,7 @@ class WorkflowConstruct(Construct):
             self,
             "Logs",
             log_group_name=f"/aws/vendedlogs/states/{self.state_machine_name}",
+            encryption_key=self._log_key,
             removal_policy=LOG_GROUP_REMOVAL_POLICY,
         )
         apply_retention(log_group, self._config.log_retention_days)

@@ -85,7 +85,7 @@ FULL_CONTEXT: dict[str, Any] = {
         "conditions": [{"type": "GPUProblem", "statuses": ["True"]}],
         "nodeLabels": {"karpenter.sh/nodepool": ["gpu", "gpu-spot"]},
     },
-    "ingest": {"staleEventSeconds": 30},
+    "ingest": {"staleEventSeconds": 30, "reservedConcurrency": 25},
     "notifications": {"emails": ["sre@example.com", "gpu-oncall@example.com"]},
     "lambdaNetwork": {
         "vpcId": "vpc-0123456789abcdef0",
@@ -97,6 +97,21 @@ FULL_CONTEXT: dict[str, Any] = {
     "kubernetesGroupPrefix": "acme-nodeheal",
     "deleteNodeAfterTerminate": True,
 }
+
+
+#: A customer managed key in the Region the tests synthesize for; the key ID is a made-up UUID.
+CUSTOMER_KEY_ARN = "arn:aws:kms:us-west-2:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def keyed_context() -> dict[str, Any]:
+    """cdk.json as shipped, plus ``security.kmsKeyArn``."""
+    return {**cdk_json_context()[CONTEXT_KEY], "security": {"kmsKeyArn": CUSTOMER_KEY_ARN}}
+
+
+@pytest.fixture(scope="session")
+def keyed_stack(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The stack as cdk.json configures it, with a customer managed key."""
+    return synthesize(tmp_path_factory.mktemp("keyed"), keyed_context())
 
 
 @pytest.fixture(scope="session")

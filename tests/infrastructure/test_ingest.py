@@ -128,8 +128,10 @@ def test_handler_failures_go_to_their_own_dead_letter_queue(default_stack: Synth
 def test_dead_letter_queues_are_encrypted_and_refuse_plain_http(default_stack: Synthesized) -> None:
     queues = default_stack.resources("AWS::SQS::Queue")
     assert len(queues) == 2
+    (key_id,) = default_stack.resources("AWS::KMS::Key")
     for queue in queues.values():
-        assert queue["Properties"]["SqsManagedSseEnabled"] is True
+        # The stack's own customer managed key, which EventBridge may use (tests/infrastructure/test_encryption.py).
+        assert queue["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
         assert queue["Properties"]["MessageRetentionPeriod"] == 14 * 24 * 3600
     for policy in default_stack.resources("AWS::SQS::QueuePolicy").values():
         statements = policy["Properties"]["PolicyDocument"]["Statement"]

@@ -33,7 +33,7 @@ def acknowledgments(root: IConstruct) -> dict[str, dict[str, Any]]:
     return found
 
 
-@pytest.fixture(params=["default", "full"])
+@pytest.fixture(params=["default", "full", "keyed"])
 def synthesized(request: pytest.FixtureRequest) -> Synthesized:
     return request.getfixturevalue(f"{request.param}_stack")  # type: ignore[no-any-return]
 
