@@ -4,6 +4,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# checkov (the security scan, tests/infrastructure/test_security_scan.py) pins boto3 1.35 and NodeHeal
+# 1.44, so pip cannot install both in one environment: the scanner gets a virtualenv of its own.
+SCAN_VENV := .venv-checkov
 MIN_PYTHON := 3.11
 # Each set-up step prints one line with its time; its output goes to a log under SETUP_LOGS,
 # shown (its end, and its path) only when the step fails.
@@ -46,7 +49,7 @@ VENV_MISMATCH := $(VENV) was made with $(or $(call py_base,$(BIN)/python),an int
 # make -n promises to change nothing: the old venv stays until a real run.
 ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
 $(info $(VENV_MISMATCH): recreating it)
-$(shell rm -rf $(VENV))
+$(shell rm -rf $(VENV) $(SCAN_VENV))
 else
 $(info $(VENV_MISMATCH): a real run recreates it)
 endif
@@ -59,7 +62,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench rbac simulate soak clean
+.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench rbac pin-image simulate soak clean
 
 help:
 	@echo "make demo   - run the local end-to-end simulation (bootstraps everything)"
@@ -67,6 +70,7 @@ help:
 	@echo "make synth  - build the Lambda asset and synthesize the CloudFormation template"
 	@echo "make bench  - run the benchmarks under benchmarks/"
 	@echo "make rbac   - regenerate deploy/rbac/remediator.yaml from nodeheal/rbac.py"
+	@echo "make pin-image IMAGE=<repo>@sha256:<digest> - pin the exporter image of deploy/exporter-release"
 	@echo "make simulate SEED=n - replay one seeded schedule of the simulation with its trace"
 	@echo "make soak   - run 20,000 seeded schedules against the safety invariants"
 	@echo "make clean  - remove build outputs, caches and the virtualenv $(VENV)"
@@ -83,11 +87,18 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml | $(BIN
 		$(PIP) install --progress-bar off --no-deps -e .'
 	@touch $@
 
+$(SCAN_VENV)/.installed: requirements-scan.txt | $(BIN)/python
+	@$(STEP) "set-up: security scanner" $(SETUP_LOGS)/security-scanner.log $(SHELL) -ec '\
+		$(BIN)/python -m venv $(SCAN_VENV); \
+		$(SCAN_VENV)/bin/python -m pip --disable-pip-version-check install --progress-bar off --upgrade pip; \
+		$(SCAN_VENV)/bin/python -m pip --disable-pip-version-check install --progress-bar off -r requirements-scan.txt'
+	@touch $@
+
 node_modules/.installed: package.json package-lock.json
 	@$(STEP) "set-up: npm packages" $(SETUP_LOGS)/npm-packages.log npm ci --no-audit --no-fund
 	@touch $@
 
-bootstrap: $(VENV)/.installed node_modules/.installed
+bootstrap: $(VENV)/.installed $(SCAN_VENV)/.installed node_modules/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
@@ -142,6 +153,10 @@ demo: $(VENV)/.installed
 rbac: $(VENV)/.installed
 	$(BIN)/python -m nodeheal.rbac --group-prefix "$${NODEHEAL_GROUP_PREFIX:-nodeheal}" > deploy/rbac/remediator.yaml
 
+# The release step: pin the exporter image of deploy/exporter-release by the digest the push reported.
+pin-image: $(VENV)/.installed
+	$(BIN)/python -m nodeheal.image_pin "$(IMAGE)"
+
 # The seeded simulation (nodeheal/sim/seeded): SEED=n replays one schedule, PLAN=... exact faults.
 simulate: $(VENV)/.installed
 	@$(BIN)/nodeheal simulate $(if $(SEED),--seed $(SEED),--schedules $${SCHEDULES:-500}) $(if $(PLAN),--plan '$(PLAN)')
@@ -153,7 +168,7 @@ soak: $(VENV)/.installed
 	@$(BIN)/nodeheal simulate --schedules $${SCHEDULES:-20000} --first-seed $${FIRST_SEED:-1000000}
 	@$(BIN)/nodeheal simulate --schedules $${MOTO_SCHEDULES:-50} --first-seed 2000000 --ledger dynamodb
 
-# Everything make created but npm's packages (node_modules): the virtualenv too, so the next target
+# Everything make created but npm's packages (node_modules): the virtualenvs too, so the next target
 # rebuilds it with the interpreter PYTHON names.
 clean:
-	rm -rf $(CDK_OUT) build .mypy_cache .ruff_cache .pytest_cache $(VENV)
+	rm -rf $(CDK_OUT) build .mypy_cache .ruff_cache .pytest_cache $(VENV) $(SCAN_VENV)

@@ -25,6 +25,7 @@ CHECKOUT_FILES = (
     "Makefile",
     "requirements.txt",
     "requirements-dev.txt",
+    "requirements-scan.txt",
     "pyproject.toml",
     "package.json",
     "package-lock.json",
@@ -55,6 +56,7 @@ case "$*" in
     fi
     echo "Collecting boto3==1.44.0"; echo "Successfully installed boto3-1.44.0" ;;
   "-m pip "*) echo "pip $*" >> "$here/../pip.log"; echo "Requirement already satisfied: pip" ;;
+  "-m venv "*) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" ;;
   "-m stacks.lambda_asset download")
     mkdir -p build/wheelhouse && cp lambdas/requirements.txt build/wheelhouse/requirements.txt
     echo "downloaded" >> "$here/../wheels.log"; echo "12 wheels in build/wheelhouse" ;;
@@ -230,8 +232,14 @@ def test_each_set_up_step_prints_one_timed_line_and_none_of_its_output(checkout:
     python = interpreter(checkout / "py311", "3.11.9")
     result = make(checkout, "bootstrap", "lambda-deps", f"PYTHON={python}")
     assert result.returncode == 0, result.stderr
-    assert set_up_steps(result.stdout) == ["virtualenv", "Python packages", "npm packages", "Lambda wheels"]
-    assert result.stdout.count("\n") == 4, result.stdout
+    assert set_up_steps(result.stdout) == [
+        "virtualenv",
+        "Python packages",
+        "security scanner",
+        "npm packages",
+        "Lambda wheels",
+    ]
+    assert result.stdout.count("\n") == 5, result.stdout
     assert result.stderr == ""
     # What pip, npm and the wheel download printed is in the logs, not on the terminal.
     logs = checkout / "build" / "set-up"
@@ -323,3 +331,28 @@ def test_run_step_needs_a_label_a_log_and_a_command(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "usage:" in result.stderr
+
+
+def test_bootstrap_installs_the_scanner_in_its_own_virtualenv(checkout: Path) -> None:
+    """checkov's boto3 pin conflicts with NodeHeal's, so ``make test``'s bootstrap gives it
+    ``.venv-checkov``, made from the project's interpreter; ``make clean`` removes it too."""
+    python = interpreter(checkout / "py311", "3.11.9")
+    result = make(checkout, ".venv-checkov/.installed", f"PYTHON={python}")
+    assert result.returncode == 0, result.stderr
+    assert set_up_steps(result.stdout) == ["virtualenv", "security scanner"]
+    installs = (checkout / ".venv-checkov" / "pip.log").read_text()
+    assert f"pip {PIP} -r requirements-scan.txt" in installs
+    assert "requirements-dev.txt" not in installs
+    # The project's own virtualenv only provided the interpreter: nothing was installed into it.
+    assert not (checkout / ".venv" / "pip.log").exists()
+    assert make(checkout, "clean", f"PYTHON={python}").returncode == 0
+    assert not (checkout / ".venv-checkov").exists()
+
+
+def test_pin_image_runs_the_release_step_with_the_image(checkout: Path) -> None:
+    image = f"registry.example.com/nodeheal-exporter@sha256:{'0' * 64}"
+    result = make(
+        checkout, "-n", "pin-image", f"IMAGE={image}", f"PYTHON={interpreter(checkout / 'py311', '3.11.9')}"
+    )
+    assert result.returncode == 0, result.stderr
+    assert f'.venv/bin/python -m nodeheal.image_pin "{image}"' in result.stdout.splitlines()
