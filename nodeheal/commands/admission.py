@@ -33,6 +33,7 @@ from nodeheal.commands.kube_access import add_kube_arguments, kube_transport
 from nodeheal.commands.output import confirm, print_json, print_table
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError, DuplicateExecutionError, LedgerContentionError, NodeHealError
+from nodeheal.events import NodeConditionEvent
 from nodeheal.timeutil import format_timestamp, utc_now
 from nodeheal.workflow import budget
 from nodeheal.workflow.budget import ClusterAdmissionState
@@ -273,7 +274,7 @@ class _Reevaluation:
 
 
 @dataclass(frozen=True, slots=True)
-class _Workflow:
+class DeployedWorkflow:
     """The deployed remediation workflow: where re-evaluations start and the settings they run with."""
 
     client: Any
@@ -310,7 +311,7 @@ def run_reset(args: argparse.Namespace) -> int:
             "each through EKS, or --no-reevaluate to only close the breakers"
         )
     ledger, _, table = open_ledger(args)
-    workflow = _workflow(args)
+    workflow = deployed_workflow(args)
     now = utc_now()
     views = [_read_cluster(args, ledger, table, workflow.settings, cluster, now) for cluster in clusters]
     if not args.json:
@@ -333,7 +334,7 @@ def run_reset(args: argparse.Namespace) -> int:
         print("cancelled; nothing changed", file=sys.stderr)
         return 1
     closed: set[str] = set()
-    started: dict[str, list[_Started]] = {}
+    started: dict[str, list[Started]] = {}
     for view in views:
         with aws_errors(f"update ledger table {table}"):
             written = _update(ledger, view.cluster, budget.closed_breaker).written
@@ -348,16 +349,39 @@ def run_reset(args: argparse.Namespace) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Started:
-    """A re-evaluation the reset asked Step Functions for: its name, and whether it was new."""
+class Started:
+    """A re-evaluation a person asked Step Functions for."""
 
     execution: str
     #: False when an execution of that name existed already (nothing was started).
     new: bool
+    #: The new execution's ARN; empty when nothing was started.
+    arn: str
+    #: The input it was started with (what ingest would have given it).
+    input: Mapping[str, Any]
+
+
+def start_reevaluation(
+    ledger: Ledger, workflow: DeployedWorkflow, event: NodeConditionEvent, *, started_by: str, now: datetime
+) -> Started:
+    """Start one person's re-evaluation of ``event``'s transition (DESIGN D3), for ``breaker reset``
+    and ``retry`` alike: named ``<base name>-r<N>``, N from the cluster's counter in the ledger (never
+    reused), with the input ingest gives an execution; its ``eventId`` ``<started_by>-r<N>`` says
+    in the execution's input who asked."""
+    from nodeheal.runtime import SfnExecutionStarter
+
+    number = ledger.next_reevaluation(event.cluster)
+    name = reevaluation_name(execution_name(event), number)
+    payload = execution_input(event, event_id=f"{started_by}-r{number}", received_at=now)
+    try:
+        arn = SfnExecutionStarter(workflow.client, workflow.arn).start(name, payload)
+    except DuplicateExecutionError:
+        return Started(name, new=False, arn="", input=payload)
+    return Started(name, new=True, arn=arn, input=payload)
 
 
 def _print_reset(
-    views: Sequence[_Reevaluation], *, closed: set[str], started: Mapping[str, Sequence[_Started]]
+    views: Sequence[_Reevaluation], *, closed: set[str], started: Mapping[str, Sequence[Started]]
 ) -> None:
     """``breaker reset --json``: each cluster's breaker as read, whether this reset closed it, and
     every node still bad with the deployed policy's decision, what the reset does about it and the
@@ -386,7 +410,7 @@ def _reset_json(
     }
 
 
-def _nodes_json(view: _Reevaluation, started: Mapping[str, Sequence[_Started]]) -> list[dict[str, Any]]:
+def _nodes_json(view: _Reevaluation, started: Mapping[str, Sequence[Started]]) -> list[dict[str, Any]]:
     outcomes = list(started.get(view.cluster, ()))
     plan_ = view.plan
     nodes = [
@@ -398,7 +422,7 @@ def _nodes_json(view: _Reevaluation, started: Mapping[str, Sequence[_Started]]) 
     return nodes
 
 
-def _candidate_json(candidate: Candidate, planned: str, started: _Started | None) -> dict[str, Any]:
+def _candidate_json(candidate: Candidate, planned: str, started: Started | None) -> dict[str, Any]:
     """``planned``: re-evaluate (now), later (no budget room), paused, or held (an execution has the node)."""
     condition = candidate.event.condition
     return {
@@ -412,7 +436,9 @@ def _candidate_json(candidate: Candidate, planned: str, started: _Started | None
     }
 
 
-def _workflow(args: argparse.Namespace) -> _Workflow:
+def deployed_workflow(args: argparse.Namespace) -> DeployedWorkflow:
+    """The state machine (``--state-machine``, else the stack's output) and the settings it hands
+    every execution; a ConfigurationError when it is not NodeHeal's remediation workflow."""
     boto_session = session(args)
     arn = args.state_machine or stack_output(boto_session, args.stack, STATE_MACHINE_OUTPUT)
     from nodeheal.aws.executions import deployed_settings
@@ -420,7 +446,7 @@ def _workflow(args: argparse.Namespace) -> _Workflow:
     with aws_errors(f"read state machine {arn}"):
         client = boto_session.client("stepfunctions")
         settings = deployed_settings(client, arn)
-    return _Workflow(client, arn, settings)
+    return DeployedWorkflow(client, arn, settings)
 
 
 def _read_cluster(
@@ -499,28 +525,23 @@ def _what_now(candidate: Candidate, reevaluation: Plan, later: str) -> str:
 
 
 def _start(
-    ledger: Ledger, workflow: _Workflow, view: _Reevaluation, now: datetime, *, quiet: bool
-) -> list[_Started]:
+    ledger: Ledger, workflow: DeployedWorkflow, view: _Reevaluation, now: datetime, *, quiet: bool
+) -> list[Started]:
     """Start the plan's re-evaluations, one result per ``plan.start`` in its order; ``quiet``
     prints nothing (the caller reports as JSON)."""
-    from nodeheal.runtime import SfnExecutionStarter
-
     say = (lambda _: None) if quiet else print
-    starter = SfnExecutionStarter(workflow.client, workflow.arn)
-    results: list[_Started] = []
+    results: list[Started] = []
     for candidate in view.plan.start:
         with aws_errors(f"start a re-evaluation of {candidate.node}"):
-            number = ledger.next_reevaluation(view.cluster)
-            name = reevaluation_name(execution_name(candidate.event), number)
-            payload = execution_input(candidate.event, event_id=f"breaker-reset-r{number}", received_at=now)
-            try:
-                starter.start(name, payload)
-            except DuplicateExecutionError:
-                say(f"  {name} exists already; not started again")
-                results.append(_Started(name, new=False))
-                continue
-        say(f"  started {name}")
-        results.append(_Started(name, new=True))
+            started = start_reevaluation(
+                ledger, workflow, candidate.event, started_by="breaker-reset", now=now
+            )
+        results.append(started)
+        say(
+            f"  started {started.execution}"
+            if started.new
+            else f"  {started.execution} exists already; not started again"
+        )
     deferred = sorted({c.node for c in view.plan.deferred})
     if deferred:
         say(
