@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
+import nodeheal
 from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
 
 #: Subcommand modules, in the order ``--help`` lists them. Each defines
@@ -32,11 +35,45 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
+#: The distribution whose metadata names the version (pyproject.toml's ``[project] name``).
+DISTRIBUTION = "nodeheal"
+
+
+def package_version() -> str:
+    """The installed distribution's version, what ``pip show nodeheal`` reports.
+
+    Code run from a source tree that was never installed (``PYTHONPATH=.``, the Lambda asset) has
+    no distribution metadata; then the package's own ``__version__`` answers, which a test holds
+    equal to pyproject.toml, marked so nobody mistakes it for an installed release.
+    """
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return f"{nodeheal.__version__} (not installed: run from a source tree)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, reading the metadata only when asked (every other command skips the lookup)."""
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str = argparse.SUPPRESS,
+        help: str = "print the version and exit",
+    ) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> NoReturn:
+        print(f"{parser.prog} {package_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nodeheal",
         description="NodeHeal: auto-remediation of unhealthy GPU nodes on Amazon EKS.",
     )
+    parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for module_name in COMMAND_MODULES:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,6 +33,7 @@ from nodeheal.commands.kube_access import add_kube_arguments, kube_transport
 from nodeheal.commands.output import confirm, print_json, print_table
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError, DuplicateExecutionError, LedgerContentionError, NodeHealError
+from nodeheal.events import NodeConditionEvent
 from nodeheal.timeutil import format_timestamp, utc_now
 from nodeheal.workflow import budget
 from nodeheal.workflow.budget import ClusterAdmissionState
@@ -91,6 +92,11 @@ def register(subparsers: Any) -> None:
         help=f"remediation state machine (default: the stack's {STATE_MACHINE_OUTPUT} output)",
     )
     add_kube_arguments(reset)
+    reset.add_argument(
+        "--json",
+        action="store_true",
+        help="print the list and what was done as one JSON document (instead of the tables)",
+    )
     reset.set_defaults(func=run_reset)
 
     pause = subparsers.add_parser(
@@ -106,6 +112,7 @@ def register(subparsers: Any) -> None:
     pause.add_argument("--reason", required=True, help="why (shown in every refusal and notification)")
     pause.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     add_aws_arguments(pause)
+    pause.add_argument("--json", action="store_true", help="print each cluster's new state as JSON")
     pause.set_defaults(func=run_pause)
 
     resume = subparsers.add_parser(
@@ -116,6 +123,7 @@ def register(subparsers: Any) -> None:
     _cluster_argument(resume, required=True)
     resume.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     add_aws_arguments(resume)
+    resume.add_argument("--json", action="store_true", help="print each cluster's new state as JSON")
     resume.set_defaults(func=run_resume)
 
 
@@ -198,19 +206,29 @@ def run_status(args: argparse.Namespace) -> int:
     return EXIT_BREAKER_OPEN if any(state.breaker.open for state in states) else 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """One cluster's admission state as a person's command found it and left it."""
+
+    before: ClusterAdmissionState
+    after: ClusterAdmissionState
+    #: False when the change was already in place (nothing was written).
+    written: bool
+
+
 def _update(
     ledger: Ledger,
     cluster: str,
     change: Callable[[ClusterAdmissionState], ClusterAdmissionState | None],
-) -> tuple[ClusterAdmissionState, bool]:
-    """Apply ``change`` to the cluster's state with optimistic concurrency; (state, written)."""
+) -> _Change:
+    """Apply ``change`` to the cluster's state with optimistic concurrency."""
     for _ in range(WRITE_ATTEMPTS):
         current = ledger.read_admission_state(cluster)
         updated = change(current)
         if updated is None:
-            return current, False
+            return _Change(current, current, written=False)
         try:
-            return ledger.write_admission_state(updated), True
+            return _Change(current, ledger.write_admission_state(updated), written=True)
         except LedgerContentionError:
             continue
     raise LedgerContentionError(
@@ -225,17 +243,25 @@ def _mutate_clusters(
     change: Callable[[ClusterAdmissionState], ClusterAdmissionState | None],
     done: str,
     unchanged: str,
-) -> int:
+) -> list[_Change] | None:
+    """Confirm, then apply ``change`` to each cluster; None when the person said no."""
     ledger, _, table = open_ledger(args)
     clusters = list(dict.fromkeys(args.cluster))
     if not confirm(question(clusters), assume_yes=args.yes):
         print("cancelled; nothing changed", file=sys.stderr)
-        return 1
+        return None
+    changes = []
     with aws_errors(f"update ledger table {table}"):
         for cluster in clusters:
-            _, written = _update(ledger, cluster, change)
-            print(f"{cluster}: {done if written else unchanged}")
-    return 0
+            changes.append(_update(ledger, cluster, change))
+            if not args.json:
+                print(f"{cluster}: {done if changes[-1].written else unchanged}")
+    return changes
+
+
+def _changes_json(changes: Sequence[_Change]) -> list[dict[str, Any]]:
+    """``pause`` / ``resume --json``: per cluster, whether this command changed it and its state now."""
+    return [{"cluster": c.after.cluster, "changed": c.written, "state": state_json(c.after)} for c in changes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +274,7 @@ class _Reevaluation:
 
 
 @dataclass(frozen=True, slots=True)
-class _Workflow:
+class DeployedWorkflow:
     """The deployed remediation workflow: where re-evaluations start and the settings they run with."""
 
     client: Any
@@ -258,7 +284,7 @@ class _Workflow:
 
 def run_reset(args: argparse.Namespace) -> int:
     if args.no_reevaluate:
-        return _mutate_clusters(
+        changes = _mutate_clusters(
             args,
             question=lambda clusters: (
                 f"Close the circuit breaker of {', '.join(clusters)}? Remediations start again; the nodes "
@@ -268,6 +294,16 @@ def run_reset(args: argparse.Namespace) -> int:
             done="breaker closed; remediations are admitted again",
             unchanged="breaker was already closed",
         )
+        if changes is None:
+            return 1
+        if args.json:
+            print_json(
+                {
+                    "reevaluated": False,
+                    "clusters": [_reset_json(c.before, closed=c.written, nodes=[]) for c in changes],
+                }
+            )
+        return 0
     clusters = list(dict.fromkeys(args.cluster))
     if len(clusters) > 1 and not args.eks:
         raise ConfigurationError(
@@ -275,15 +311,19 @@ def run_reset(args: argparse.Namespace) -> int:
             "each through EKS, or --no-reevaluate to only close the breakers"
         )
     ledger, _, table = open_ledger(args)
-    workflow = _workflow(args)
+    workflow = deployed_workflow(args)
     now = utc_now()
     views = [_read_cluster(args, ledger, table, workflow.settings, cluster, now) for cluster in clusters]
-    for view in views:
-        _show(view, workflow.settings)
+    if not args.json:
+        for view in views:
+            _show(view, workflow.settings)
     starting = sum(len(view.plan.start) for view in views)
     opened = [view.cluster for view in views if view.state.breaker.open]
     if not opened and not starting:
-        print("nothing to do: no breaker is open and no node needs re-evaluating")
+        if args.json:
+            _print_reset(views, closed=set(), started={})
+        else:
+            print("nothing to do: no breaker is open and no node needs re-evaluating")
         return 0
     steps = [f"close the circuit breaker of {', '.join(opened)}"] if opened else []
     if starting:
@@ -293,15 +333,112 @@ def run_reset(args: argparse.Namespace) -> int:
     if not confirm(question, assume_yes=args.yes):
         print("cancelled; nothing changed", file=sys.stderr)
         return 1
+    closed: set[str] = set()
+    started: dict[str, list[Started]] = {}
     for view in views:
         with aws_errors(f"update ledger table {table}"):
-            _, written = _update(ledger, view.cluster, budget.closed_breaker)
-        print(f"{view.cluster}: {'breaker closed' if written else 'breaker was already closed'}")
-        _start(ledger, workflow, view, now)
+            written = _update(ledger, view.cluster, budget.closed_breaker).written
+        if written:
+            closed.add(view.cluster)
+        if not args.json:
+            print(f"{view.cluster}: {'breaker closed' if written else 'breaker was already closed'}")
+        started[view.cluster] = _start(ledger, workflow, view, now, quiet=args.json)
+    if args.json:
+        _print_reset(views, closed=closed, started=started)
     return 0
 
 
-def _workflow(args: argparse.Namespace) -> _Workflow:
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A re-evaluation a person asked Step Functions for."""
+
+    execution: str
+    #: False when an execution of that name existed already (nothing was started).
+    new: bool
+    #: The new execution's ARN; empty when nothing was started.
+    arn: str
+    #: The input it was started with (what ingest would have given it).
+    input: Mapping[str, Any]
+
+
+def start_reevaluation(
+    ledger: Ledger, workflow: DeployedWorkflow, event: NodeConditionEvent, *, started_by: str, now: datetime
+) -> Started:
+    """Start one person's re-evaluation of ``event``'s transition (DESIGN D3), for ``breaker reset``
+    and ``retry`` alike: named ``<base name>-r<N>``, N from the cluster's counter in the ledger (never
+    reused), with the input ingest gives an execution; its ``eventId`` ``<started_by>-r<N>`` says
+    in the execution's input who asked."""
+    from nodeheal.runtime import SfnExecutionStarter
+
+    number = ledger.next_reevaluation(event.cluster)
+    name = reevaluation_name(execution_name(event), number)
+    payload = execution_input(event, event_id=f"{started_by}-r{number}", received_at=now)
+    try:
+        arn = SfnExecutionStarter(workflow.client, workflow.arn).start(name, payload)
+    except DuplicateExecutionError:
+        return Started(name, new=False, arn="", input=payload)
+    return Started(name, new=True, arn=arn, input=payload)
+
+
+def _print_reset(
+    views: Sequence[_Reevaluation], *, closed: set[str], started: Mapping[str, Sequence[Started]]
+) -> None:
+    """``breaker reset --json``: each cluster's breaker as read, whether this reset closed it, and
+    every node still bad with the deployed policy's decision, what the reset does about it and the
+    execution it started. ``started[cluster]`` follows the order of that cluster's ``plan.start``."""
+    print_json(
+        {
+            "reevaluated": True,
+            "clusters": [
+                _reset_json(view.state, closed=view.cluster in closed, nodes=_nodes_json(view, started))
+                for view in views
+            ],
+        }
+    )
+
+
+def _reset_json(
+    before: ClusterAdmissionState, *, closed: bool, nodes: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "cluster": before.cluster,
+        # As read before the reset: a script sees why it was open and since when.
+        "breaker": state_json(before)["breaker"],
+        "closed": closed,
+        "paused": before.paused,
+        "nodes": nodes,
+    }
+
+
+def _nodes_json(view: _Reevaluation, started: Mapping[str, Sequence[Started]]) -> list[dict[str, Any]]:
+    outcomes = list(started.get(view.cluster, ()))
+    plan_ = view.plan
+    nodes = [
+        _candidate_json(c, "re-evaluate", outcomes[i] if i < len(outcomes) else None)
+        for i, c in enumerate(plan_.start)
+    ]
+    nodes += [_candidate_json(c, "paused" if plan_.paused else "later", None) for c in plan_.deferred]
+    nodes += [_candidate_json(c, "held", None) for c in plan_.busy]
+    return nodes
+
+
+def _candidate_json(candidate: Candidate, planned: str, started: Started | None) -> dict[str, Any]:
+    """``planned``: re-evaluate (now), later (no budget room), paused, or held (an execution has the node)."""
+    condition = candidate.event.condition
+    return {
+        "node": candidate.node,
+        "condition": {"type": condition.type, "status": condition.status, "reason": condition.reason},
+        "decision": candidate.decision.to_json(),
+        "plan": planned,
+        "heldBy": candidate.held_by or None,
+        "execution": started.execution if started else None,
+        "started": bool(started and started.new),
+    }
+
+
+def deployed_workflow(args: argparse.Namespace) -> DeployedWorkflow:
+    """The state machine (``--state-machine``, else the stack's output) and the settings it hands
+    every execution; a ConfigurationError when it is not NodeHeal's remediation workflow."""
     boto_session = session(args)
     arn = args.state_machine or stack_output(boto_session, args.stack, STATE_MACHINE_OUTPUT)
     from nodeheal.aws.executions import deployed_settings
@@ -309,7 +446,7 @@ def _workflow(args: argparse.Namespace) -> _Workflow:
     with aws_errors(f"read state machine {arn}"):
         client = boto_session.client("stepfunctions")
         settings = deployed_settings(client, arn)
-    return _Workflow(client, arn, settings)
+    return DeployedWorkflow(client, arn, settings)
 
 
 def _read_cluster(
@@ -387,29 +524,33 @@ def _what_now(candidate: Candidate, reevaluation: Plan, later: str) -> str:
     return later
 
 
-def _start(ledger: Ledger, workflow: _Workflow, view: _Reevaluation, now: datetime) -> None:
-    from nodeheal.runtime import SfnExecutionStarter
-
-    starter = SfnExecutionStarter(workflow.client, workflow.arn)
+def _start(
+    ledger: Ledger, workflow: DeployedWorkflow, view: _Reevaluation, now: datetime, *, quiet: bool
+) -> list[Started]:
+    """Start the plan's re-evaluations, one result per ``plan.start`` in its order; ``quiet``
+    prints nothing (the caller reports as JSON)."""
+    say = (lambda _: None) if quiet else print
+    results: list[Started] = []
     for candidate in view.plan.start:
         with aws_errors(f"start a re-evaluation of {candidate.node}"):
-            number = ledger.next_reevaluation(view.cluster)
-            name = reevaluation_name(execution_name(candidate.event), number)
-            payload = execution_input(candidate.event, event_id=f"breaker-reset-r{number}", received_at=now)
-            try:
-                starter.start(name, payload)
-            except DuplicateExecutionError:
-                print(f"  {name} exists already; not started again")
-                continue
-        print(f"  started {name}")
+            started = start_reevaluation(
+                ledger, workflow, candidate.event, started_by="breaker-reset", now=now
+            )
+        results.append(started)
+        say(
+            f"  started {started.execution}"
+            if started.new
+            else f"  {started.execution} exists already; not started again"
+        )
     deferred = sorted({c.node for c in view.plan.deferred})
     if deferred:
-        print(
+        say(
             f"  not started: {', '.join(deferred)} ({len(deferred)} node(s)); once the running remediations "
             f"end, run `nodeheal breaker reset --cluster {view.cluster}` again to re-evaluate them"
         )
     if view.plan.start:
-        print(f"  follow them with: nodeheal history --cluster {view.cluster} --since 1h")
+        say(f"  follow them with: nodeheal history --cluster {view.cluster} --since 1h")
+    return results
 
 
 def run_pause(args: argparse.Namespace) -> int:
@@ -417,7 +558,7 @@ def run_pause(args: argparse.Namespace) -> int:
     if not reason:
         raise ConfigurationError("--reason must say why")
 
-    return _mutate_clusters(
+    changes = _mutate_clusters(
         args,
         question=lambda clusters: (
             f"Pause NodeHeal in {', '.join(clusters)} ({reason})? No new remediation will start."
@@ -426,13 +567,23 @@ def run_pause(args: argparse.Namespace) -> int:
         done=f"paused ({reason}); resume with `nodeheal resume`",
         unchanged="already paused for this reason",
     )
+    return _report_changes(args, changes)
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    return _mutate_clusters(
+    changes = _mutate_clusters(
         args,
         question=lambda clusters: f"Resume NodeHeal in {', '.join(clusters)}? Remediations start again.",
         change=budget.resumed,
         done="resumed; remediations are admitted again",
         unchanged="was not paused",
     )
+    return _report_changes(args, changes)
+
+
+def _report_changes(args: argparse.Namespace, changes: list[_Change] | None) -> int:
+    if changes is None:
+        return 1
+    if args.json:
+        print_json(_changes_json(changes))
+    return 0

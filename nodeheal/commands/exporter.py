@@ -13,9 +13,10 @@ def register(subparsers: Any) -> None:
         "exporter",
         help="watch Node conditions and ship transitions to EventBridge (runs until stopped)",
         description=(
-            "Watch Node conditions and ship their transitions to EventBridge. Every flag can also be "
-            "set through the environment variable named in its help; flags win. Each flag's help "
-            "gives its type, range and default."
+            "Watch Node conditions and ship their transitions to EventBridge. It runs until stopped "
+            "and logs JSON lines: one JSON object per line on stdout, so it has no --json. Every flag "
+            "can also be set through the environment variable named in its help; flags win. Each "
+            "flag's help gives its type, range and default."
         ),
     )
     add_arguments(parser)

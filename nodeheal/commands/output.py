@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,11 +25,25 @@ def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, 
         print("  ".join([*padded, line[-1]]).rstrip())
 
 
-def print_fields(fields: Sequence[tuple[str, Any]]) -> None:
-    """``label: value`` lines with the values aligned."""
+def print_fields(fields: Sequence[tuple[str, Any]], *, wrap: int | None = None, indent: str = "") -> None:
+    """``label: value`` lines with the values aligned; ``wrap`` folds long values at that width,
+    continuing under the value (a reason of several hundred characters stays readable)."""
     width = max((len(label) for label, _ in fields), default=0) + 1
+    hanging = indent + " " * (width + 1)
     for label, value in fields:
-        print(f"{label + ':':<{width}} {_cell(value)}")
+        line = f"{indent}{label + ':':<{width}} {_cell(value)}"
+        if wrap is None or len(line) <= wrap:
+            print(line)
+            continue
+        print(
+            textwrap.fill(
+                _cell(value),
+                width=wrap,
+                initial_indent=f"{indent}{label + ':':<{width}} ",
+                subsequent_indent=hanging,
+                break_on_hyphens=False,
+            )
+        )
 
 
 def _cell(value: Any) -> str:

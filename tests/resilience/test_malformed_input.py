@@ -215,21 +215,25 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("explain")
 
 
-def _explain(workdir: Path, document: Any) -> tuple[int, str, str]:
+def _explain(workdir: Path, document: Any, *flags: str) -> tuple[int, str, str]:
     path = workdir / "event.json"
     path.write_text(json.dumps(document) if not isinstance(document, str) else document)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli_main(["explain", str(path)])
+        code = cli_main(["explain", str(path), *flags])
     return code, out.getvalue(), err.getvalue()
 
 
 @FUZZ
 @given(json_value | corrupted_envelopes())
 def test_explain_rejects_bad_input_with_a_message(workdir: Path, document: Any) -> None:
-    code, out, err = _explain(workdir, document)
+    code, out, err = _explain(workdir, document, "--json")
     if code == 0:
         json.loads(out)  # an explanation, as JSON
+        # The summary for a person is rendered from that same document: whatever it accepts, it shows.
+        summary_code, summary, summary_err = _explain(workdir, document)
+        assert (summary_code, summary_err) == (0, "")
+        assert summary.strip()
     else:
         assert code == 2, err
         assert err.startswith("nodeheal explain: ") and "Traceback" not in err

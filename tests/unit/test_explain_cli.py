@@ -120,10 +120,33 @@ def write(tmp_path: Path, payload: Any, name: str = "event.json") -> str:
 
 
 def explain(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
-    assert main(["explain", *argv]) == 0
+    """The JSON document (``--json``)."""
+    assert main(["explain", *argv, "--json"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
     return json.loads(captured.out)
+
+
+def summary(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The default view, for a person."""
+    assert main(["explain", *argv]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    return captured.out
+
+
+def field(text: str, label: str) -> str:
+    """One ``label: value`` field of the summary, its wrapped lines joined back into one."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(f"{label}:"))
+    value = [lines[start].split(":", 1)[1].strip()]
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    for line in lines[start + 1 :]:
+        # Continuation lines are indented past the labels; the next field starts at the label column.
+        if not line.strip() or len(line) - len(line.lstrip()) <= indent:
+            break
+        value.append(line.strip())
+    return " ".join(value)
 
 
 def fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -436,3 +459,168 @@ def test_an_event_ingest_accepts_but_the_contract_refuses_is_named(
         write(tmp_path, {**detail(), "resync": False, "condition": {**detail()["condition"], "type": " "}}),
     )
     assert "though ingest would accept it: detail.condition.type: ' ' must not be empty" in message
+
+
+# -- the default view: a summary for a person, rendered from the same document as --json ----------
+
+
+def test_the_summary_of_an_event_says_decision_reason_timing_and_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    event = write(tmp_path, detail())
+    document = explain(capsys, event)
+    text = summary(capsys, event)
+    assert text.splitlines()[0] == (
+        "GPUProblem=True on ip-10-0-158-235.us-west-2.compute.internal (cluster training-on-eks)"
+    )
+    assert field(text, "decision") == "replace, mode full"
+    # Wrapped for the terminal, but every word of the policy's reason is there.
+    assert field(text, "reason") == document["reason"]
+    assert field(text, "signal") == "xid:79 (Xid 79)"
+    assert field(text, "timing").startswith("acts at once (this signal has no confirmation time)")
+    assert "7 h 46 min 52 s in the worst case" in field(text, "timing")
+    steps = field(text, "next")
+    assert steps.startswith("once Admit has re-read the live node")
+    assert "up to 15 min (drain.timeoutSeconds), then force-delete what is left (30 s grace)" in steps
+    assert steps.endswith(
+        "terminate the EC2 instance, and Karpenter (or the node group) provisions a new node"
+    )
+    assert "`nodeheal history --node ip-10-0-158-235.us-west-2.compute.internal`" in field(text, "history")
+    assert not text.lstrip().startswith("{")
+
+
+def test_the_summary_of_a_confirmed_condition_says_how_long_it_waits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = detail("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+    text = summary(capsys, write(tmp_path, body))
+    assert field(text, "timing").startswith(
+        "waits until the condition has been bad for 2 min (confirmSeconds 120, from its "
+        "lastTransitionTime), then acts only if it still is"
+    )
+    assert field(text, "signal") == "condition:GPUProblem"
+
+
+def test_the_summary_in_dry_run_says_nothing_changes_and_what_full_would_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = summary(capsys, write(tmp_path, detail()), "--mode", "dry-run")
+    assert field(text, "decision") == "none (planned: replace), mode dry-run"
+    assert field(text, "timing") == "nothing to wait for"
+    steps = field(text, "next")
+    assert steps.startswith("touch nothing: the decision is recorded as dry-run and notified (info); ")
+    assert "in full mode it would cordon the node, evict its pods" in steps
+
+
+def test_the_summary_in_cordon_only_names_what_full_would_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = summary(capsys, write(tmp_path, detail()), "--mode", "cordon-only")
+    assert field(text, "decision") == "cordon (planned: replace), mode cordon-only"
+    steps = field(text, "next")
+    assert "cordon the node (no new pods land on it; running ones stay)" in steps
+    assert steps.endswith("(cordon-only; full mode would replace)")
+    assert "evict" not in steps
+
+
+def test_the_summary_follows_the_configured_drain_and_reboot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = cdk_json(
+        tmp_path,
+        {
+            "drain": {"timeoutSeconds": 1800, "onTimeout": "abort"},
+            "reboot": {"recoveryTimeoutSeconds": 1200},
+            "policy": {"xidActions": {"79": "reboot"}},
+        },
+    )
+    text = summary(capsys, write(tmp_path, detail()), "--config", config)
+    steps = field(text, "next")
+    assert (
+        "for up to 30 min (drain.timeoutSeconds), then stop there, cordoned and tainted, and alert" in steps
+    )
+    assert "reboot the EC2 instance and wait up to 20 min (reboot.recoveryTimeoutSeconds)" in steps
+
+
+def test_the_summary_of_an_opted_out_node_says_why_the_plan_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = summary(capsys, write(tmp_path, node_object({"nodeheal.io/disabled": "true"}), "node.json"))
+    words = " ".join(text.split())
+    for planned in ("reboot", "replace"):  # the Xid 48 and the Xid 79 conditions
+        assert f"decision: alert (planned: {planned}), mode full" in words
+        assert (
+            "next: once Admit has re-read the live node (still bad): touch nothing: notify the SNS topic "
+            f"(severity action-required) for a person to look ({planned} was planned; the reason says why not)"
+        ) in words
+
+
+def test_the_summary_of_a_node_lists_every_condition_and_details_the_bad_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = write(tmp_path, node_object(), "node.json")
+    document = explain(capsys, node)
+    text = summary(capsys, node)
+    lines = text.splitlines()
+    assert (
+        lines[0]
+        == "ip-10-0-158-235.us-west-2.compute.internal: 4 condition(s), mode full, history assumed empty"
+    )
+    assert lines[1].split() == ["CONDITION", "DECISION", "PLANNED", "CONFIRM", "SIGNAL"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:6]}
+    for item in document:
+        key = f"{item['condition']['type']}={item['condition']['status']}"
+        assert rows[key] == [item["action"], item["plannedAction"], "-", item["signal"]]
+    # A block for each condition that calls for something, none for the healthy ones.
+    blocks = [line for line in lines if line.endswith(":") and not line.startswith(" ")]
+    assert blocks == ["AcceleratedHardwareReady=False:", "GPUProblem=True:"]
+    assert text.count("decision: ") == 2
+    words = " ".join(text.split())
+    assert "reboot the EC2 instance" in words and "terminate the EC2 instance" in words
+    assert field(text, "together").startswith("each bad condition is its own execution")
+    assert text.count("history:") == 1
+
+
+def test_the_summary_of_a_healthy_node_says_it_is_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = node_object()
+    node["status"]["conditions"] = [c for c in node["status"]["conditions"] if c["type"] in ("Ready",)]
+    text = summary(capsys, write(tmp_path, node, "node.json"))
+    assert "no condition calls for anything: NodeHeal leaves this node alone" in text
+    assert "decision:" not in text
+
+
+def test_the_timing_summary_shows_each_breakdown_and_what_it_requires(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    document = explain(capsys, "--config", SHIPPED)
+    text = summary(capsys, "--config", SHIPPED)
+    assert "Holding a node's lock: 7 h 46 min 52 s (28012 s)" in text
+    assert "lockTtlSeconds 32400 (at least 30814: the worst case + a margin of 2802 s)" in text
+    assert "workflow.timeoutMinutes must be at least 1165 (the worst case + a margin of 6352 s)" in text
+    assert "Invariant I2: 8 h 2 min 52 s (28972 s)" in text
+    rows = text.splitlines()
+    for section in ("holding", "execution", "i2Bound"):
+        for term in document[section]["terms"]:
+            assert any(
+                line.startswith(term["name"] + " ")
+                and f" {term['seconds']} " in line
+                and line.endswith(term["detail"])
+                for line in rows
+            ), term
+
+
+def test_the_operations_guide_shows_the_summary_explain_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    start = guide.index("$ nodeheal explain examples/events/xid79-fallen-off-the-bus.json --mode full\n")
+    shown = guide[start : guide.index("```", start)].splitlines()[1:]
+    example = str(ROOT / "examples" / "events" / "xid79-fallen-off-the-bus.json")
+    printed = summary(capsys, example, "--mode", "full").splitlines()
+    # The guide shortens the reason; every other line is printed as shown.
+    reason = shown.index(next(line for line in shown if line.startswith("reason:")))
+    after = shown.index(next(line for line in shown if line.startswith("signal:")))
+    assert printed[:reason] == shown[:reason]
+    assert printed[printed.index(shown[after]) :] == shown[after:]

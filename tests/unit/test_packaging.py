@@ -175,7 +175,12 @@ def test_without_the_extras_every_operator_command_works_and_demo_names_its_extr
     commands = [module.rsplit(".", 1)[1].replace("_", "-") for module in COMMAND_MODULES]
     helps = [["--help"]] + [[command, "--help"] for command in commands if command != "admission"]
     helps += [["breaker", "--help"], ["breaker", "reset", "--help"], ["pause", "--help"]]
-    runs = [*helps, ["explain", str(event), "--config", str(ROOT / "cdk.json")], ["demo"], ["simulate"]]
+    runs = [
+        *helps,
+        ["explain", str(event), "--config", str(ROOT / "cdk.json"), "--json"],
+        ["demo"],
+        ["simulate"],
+    ]
     completed = subprocess.run(
         [sys.executable, "-c", PROBE.format(blocked=blocked, runs=runs)],
         cwd=tmp_path,
@@ -191,7 +196,7 @@ def test_without_the_extras_every_operator_command_works_and_demo_names_its_extr
         code, out, err = results[" ".join(argv)]
         assert (code, err) == (0, ""), argv
         assert out.startswith("usage: nodeheal"), argv
-    code, out, err = results[f"explain {event} --config {ROOT / 'cdk.json'}"]
+    code, out, err = results[f"explain {event} --config {ROOT / 'cdk.json'} --json"]
     assert code == 0, err
     assert json.loads(out)["plannedAction"] == "replace"
     for command in ("demo", "simulate"):

@@ -104,7 +104,7 @@ def test_the_cli_bullet_names_every_command_and_which_print_json() -> None:
     assert set(commands) <= named(listed), "a command the README does not list"
     assert named(json_part) == {path for path, has_json in commands.items() if has_json}
     assert "Each has `--help`" in bullet
-    assert "`explain` always prints JSON" in bullet
+    assert "Without it `explain` prints a summary" in bullet
 
 
 def test_the_readme_names_the_state_machine_as_the_stack_does() -> None:

@@ -118,6 +118,63 @@ def test_pause_refuses_admissions_until_resume(cli: Cli, aws: Aws) -> None:
     assert "was not paused" in cli("resume", "--cluster", CLUSTER, "--yes").out
 
 
+def test_pause_and_resume_json_say_what_changed_and_the_state_now(cli: Cli, aws: Aws) -> None:
+    paused = cli(
+        "pause", "--cluster", CLUSTER, "--cluster", "inference", "--reason", "driver 570", "--yes", "--json"
+    )
+    assert paused.code == 0, paused.err
+    documents = paused.json()
+    assert [(d["cluster"], d["changed"]) for d in documents] == [(CLUSTER, True), ("inference", True)]
+    for document in documents:
+        # The state as the ledger now holds it, in breaker status --json's shape.
+        assert (
+            document["state"]
+            == cli("breaker", "status", "--cluster", document["cluster"], "--json").json()[0]
+        )
+        assert (document["state"]["paused"], document["state"]["pausedReason"]) == (True, "driver 570")
+    (again,) = cli("pause", "--cluster", CLUSTER, "--reason", "driver 570", "--yes", "--json").json()
+    assert again["changed"] is False and again["state"]["paused"] is True
+    resumed = cli("resume", "--cluster", CLUSTER, "--yes", "--json")
+    assert resumed.code == 0 and resumed.err == ""
+    (document,) = resumed.json()
+    assert (document["changed"], document["state"]["paused"], document["state"]["pausedReason"]) == (
+        True,
+        False,
+        "",
+    )
+    assert [d["changed"] for d in cli("resume", "--cluster", CLUSTER, "--yes", "--json").json()] == [False]
+    assert _admits(aws).admitted
+
+
+def test_json_still_needs_the_confirmation(cli: Cli, aws: Aws) -> None:
+    result = cli("pause", "--cluster", CLUSTER, "--reason", "driver 570", "--json")
+    assert (result.code, result.out) == (2, "")
+    assert "pass --yes" in result.err
+    assert not aws.ledger.read_admission_state(CLUSTER).paused
+
+
+def test_reset_without_reevaluation_json(cli: Cli, aws: Aws, tripped: None) -> None:
+    result = cli("breaker", "reset", "--cluster", CLUSTER, "--no-reevaluate", "--yes", "--json")
+    assert result.code == 0, result.err
+    document = result.json()
+    assert document["reevaluated"] is False
+    (cluster,) = document["clusters"]
+    # The breaker as the reset found it, and that this reset closed it; no node was read.
+    assert cluster["breaker"]["open"] is True
+    assert cluster["breaker"]["reason"] == "3 nodes refused by the budget within 30 min"
+    assert (cluster["cluster"], cluster["closed"], cluster["paused"], cluster["nodes"]) == (
+        CLUSTER,
+        True,
+        False,
+        [],
+    )
+    assert not aws.ledger.read_admission_state(CLUSTER).breaker.open
+    (again,) = cli("breaker", "reset", "--cluster", CLUSTER, "--no-reevaluate", "--yes", "--json").json()[
+        "clusters"
+    ]
+    assert (again["breaker"]["open"], again["closed"]) == (False, False)
+
+
 def test_pause_needs_a_cluster_and_a_reason(cli: Cli, aws: Aws) -> None:
     assert cli("pause", "--reason", "x", "--yes").code == 2
     assert cli("pause", "--cluster", CLUSTER, "--yes").code == 2

@@ -169,6 +169,61 @@ def test_reset_lists_the_nodes_still_bad_then_re_evaluates_them(
     assert sorted(name.rsplit("-r", 1)[1] for name in started) == ["1", "2"]
 
 
+def test_reset_json_has_the_list_the_decisions_and_what_was_started(
+    cli: Cli, aws: Aws, workflow: Any, storm: None, config: str
+) -> None:
+    result = cli("breaker", "reset", "--cluster", CLUSTER, "--kubeconfig", config, "--yes", "--json")
+    assert result.code == 0, result.err
+    document = result.json()  # one document, no table around it
+    assert document["reevaluated"] is True
+    (cluster,) = document["clusters"]
+    assert (cluster["cluster"], cluster["closed"], cluster["paused"]) == (CLUSTER, True, False)
+    assert cluster["breaker"]["open"] is True and "3 nodes refused" in cluster["breaker"]["reason"]
+    nodes = {node["node"]: node for node in cluster["nodes"]}
+    assert set(nodes) == {"gpu-a", "gpu-b", "gpu-c", "gpu-d"}
+    assert nodes["gpu-a"]["condition"] == {"type": "GPUProblem", "status": "True", "reason": "GPUFellOffBus"}
+    assert nodes["gpu-a"]["decision"]["action"] == "replace"
+    assert nodes["gpu-d"]["decision"]["action"] == "alert"
+    assert {name: node["plan"] for name, node in nodes.items()} == {
+        "gpu-a": "re-evaluate",
+        "gpu-b": "later",
+        "gpu-c": "held",
+        "gpu-d": "re-evaluate",
+    }
+    assert nodes["gpu-c"]["heldBy"] == "exec-c"
+    started = executions(workflow)
+    # The names the document gives are the executions Step Functions has, with their node's event.
+    for name in ("gpu-a", "gpu-d"):
+        assert nodes[name]["started"] is True
+        assert started[nodes[name]["execution"]]["event"]["node"]["name"] == name
+    assert len(started) == 2
+    for name in ("gpu-b", "gpu-c"):
+        assert (nodes[name]["execution"], nodes[name]["started"]) == (None, False)
+    assert not aws.ledger.read_admission_state(CLUSTER).breaker.open
+
+
+def test_reset_json_with_nothing_to_do_lists_what_it_found(
+    cli: Cli, aws: Aws, workflow: Any, storm: None, config: str
+) -> None:
+    # Paused, breaker closed: nothing to close and nothing may start, so nothing is asked either.
+    state = aws.ledger.read_admission_state(CLUSTER)
+    aws.ledger.write_admission_state(
+        replace(state, breaker=BreakerState(), paused=True, paused_reason="driver rollout")
+    )
+    result = cli("breaker", "reset", "--cluster", CLUSTER, "--kubeconfig", config, "--json")
+    assert result.code == 0, result.err
+    (cluster,) = result.json()["clusters"]
+    assert (cluster["breaker"]["open"], cluster["closed"], cluster["paused"]) == (False, False, True)
+    assert {node["node"]: node["plan"] for node in cluster["nodes"]} == {
+        "gpu-a": "paused",
+        "gpu-b": "paused",
+        "gpu-d": "paused",
+        "gpu-c": "held",
+    }
+    assert all(node["started"] is False for node in cluster["nodes"])
+    assert executions(workflow) == {}
+
+
 def test_the_next_reset_re_evaluates_again_with_new_numbers(
     cli: Cli, aws: Aws, workflow: Any, storm: None, config: str
 ) -> None:
