@@ -108,7 +108,12 @@ def test_a_node_event_has_the_shape_client_gos_recorder_gives_it(kube: FakeKubeA
     assert raw["regarding"] == {"kind": "Node", "name": NODE, "uid": node.uid, "apiVersion": "v1"}
     assert raw["metadata"]["annotations"] == {"nodeheal.io/execution": EXECUTION}
     # None of the deprecated core/v1 fields: an Event created through events.k8s.io/v1 may not set them.
-    deprecated = ("deprecatedSource", "deprecatedCount", "deprecatedFirstTimestamp", "deprecatedLastTimestamp")
+    deprecated = (
+        "deprecatedSource",
+        "deprecatedCount",
+        "deprecatedFirstTimestamp",
+        "deprecatedLastTimestamp",
+    )
     assert not any(raw.get(field) for field in deprecated)
 
 
@@ -141,7 +146,11 @@ def test_the_field_selectors_people_use_to_list_a_nodes_events(kube: FakeKubeApi
     transport = _transport(kube)
 
     core = request_json(
-        transport, "GET", "/api/v1/events", action="core", query=[("fieldSelector", f"involvedObject.name={NODE}")]
+        transport,
+        "GET",
+        "/api/v1/events",
+        action="core",
+        query=[("fieldSelector", f"involvedObject.name={NODE}")],
     )
     v1 = request_json(
         transport,
@@ -151,7 +160,11 @@ def test_the_field_selectors_people_use_to_list_a_nodes_events(kube: FakeKubeApi
         query=[("fieldSelector", f"regarding.name={NODE}")],
     )
     wrong = request_json(
-        transport, "GET", "/api/v1/events", action="wrong", query=[("fieldSelector", f"regarding.name={NODE}")]
+        transport,
+        "GET",
+        "/api/v1/events",
+        action="wrong",
+        query=[("fieldSelector", f"regarding.name={NODE}")],
     )
 
     assert [e["reason"] for e in core.object("core")["items"]] == ["Cordoned"]
@@ -159,7 +172,9 @@ def test_the_field_selectors_people_use_to_list_a_nodes_events(kube: FakeKubeApi
     assert wrong.status == 400 and "regarding.name" in wrong.api_status.message
 
 
-def test_a_pod_event_goes_to_the_pods_namespace_and_names_the_node_as_related(kube: FakeKubeApiServer) -> None:
+def test_a_pod_event_goes_to_the_pods_namespace_and_names_the_node_as_related(
+    kube: FakeKubeApiServer,
+) -> None:
     node = _node(kube)
     pod = _pod(kube)
 
@@ -229,7 +244,13 @@ def test_a_failing_endpoint_is_logged_counted_and_stops_this_invocations_events(
     tally = EventTally()
     events = EventOperations(_transport(kube), tally=tally)
 
-    events.record([_event(node), _event(node, "Drained", action="Drain"), _event(node, "Terminating", action="Terminate")])
+    events.record(
+        [
+            _event(node),
+            _event(node, "Drained", action="Drain"),
+            _event(node, "Terminating", action="Terminate"),
+        ]
+    )
 
     assert (tally.written, tally.failed, tally.skipped) == (0, 1, 2)
     assert kube.faults.count("POST", EVENTS_PATH) == 1
@@ -240,7 +261,9 @@ def test_a_failing_endpoint_is_logged_counted_and_stops_this_invocations_events(
 
 
 @pytest.mark.parametrize("status", [401, 403, 429, 503])
-def test_answers_that_say_no_event_will_be_taken_stop_the_writes(kube: FakeKubeApiServer, status: int) -> None:
+def test_answers_that_say_no_event_will_be_taken_stop_the_writes(
+    kube: FakeKubeApiServer, status: int
+) -> None:
     node = _node(kube)
     kube.faults.fail_next(1, status=status, method="POST", path=EVENTS_PATH)
     events = EventOperations(_transport(kube))
@@ -268,7 +291,13 @@ def test_an_endpoint_that_never_answers_costs_one_read_timeout_then_nothing(kube
     events = EventOperations(_transport(kube))
     started = time.monotonic()
 
-    events.record([_event(node), _event(node, "Drained", action="Drain"), _event(node, "Terminating", action="Terminate")])
+    events.record(
+        [
+            _event(node),
+            _event(node, "Drained", action="Drain"),
+            _event(node, "Terminating", action="Terminate"),
+        ]
+    )
 
     took = time.monotonic() - started
     connect, read = EVENT_REQUEST_TIMEOUT
