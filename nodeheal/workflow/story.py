@@ -206,7 +206,10 @@ def admitted(state: WorkflowState, admission: Admission) -> list[ObjectEvent]:
     if admission.refused:
         return [event("RemediationRefused", "Admit", f"{planned} not done: {decision.reason}", warning=True)]
     took_over = f" (took the node over from execution {admission.preempted})" if admission.preempted else ""
-    note = f"Decided {decision.action.value}{took_over}: {decision.reason}"
+    status = admission.condition.status if admission.condition is not None else state.event.condition.status
+    read = f"Xid {decision.xid}" if decision.xid is not None else decision.signal
+    fault = f"{state.condition_type}={status} ({read})"
+    note = f"Decided {decision.action.value} for {fault}{took_over}: {decision.reason}"
     return [event("RemediationDecided", "Decide", note, warning=decision.planned_action is not Action.NONE)]
 
 

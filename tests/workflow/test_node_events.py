@@ -68,7 +68,7 @@ def test_a_replacement_tells_each_step_on_the_node_and_each_eviction_on_its_pod(
     ]
     assert {e["metadata"]["namespace"] for e in on_node} == {"default"}
     assert {e["involvedObject"]["uid"] for e in on_node} == {node_uid}
-    assert "Decided replace: Xid 79" in on_node[0]["message"]
+    assert on_node[0]["message"].startswith("Decided replace for GPUProblem=True (Xid 79): ")
     assert "Eviction round 1: drain of gpu-a: 2 pods evicted" in on_node[2]["message"]
     assert f"Terminating EC2 instance {pipeline.instances['gpu-a']}" in on_node[4]["message"]
     for pod in ("trainer-gpu-a-0", "trainer-gpu-a-1"):

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +31,12 @@ from nodeheal.kube.event_model import (
     ObjectRef,
     event_name,
 )
-from nodeheal.kube.events import EVENT_REQUEST_TIMEOUT, EventOperations
+from nodeheal.kube.events import (
+    EVENT_BUDGET_SECONDS,
+    EVENT_REQUEST_TIMEOUT,
+    EVENT_RESERVE_SECONDS,
+    EventOperations,
+)
 from nodeheal.kube.model import PodView
 from nodeheal.kube.transport import HttpTransport
 from nodeheal.sim.apiserver.objects import make_node, make_pod
@@ -351,3 +357,21 @@ def test_an_event_must_have_camel_case_reason_and_action_and_an_execution() -> N
         _event(node, "A" * 129)
     with pytest.raises(ValueError, match="names its execution"):
         _event(node, execution="")
+
+
+def test_the_readme_and_the_operations_guide_state_the_bounds_the_adapter_keeps() -> None:
+    root = Path(__file__).resolve().parents[3]
+
+    def text(path: Path) -> str:
+        return " ".join(path.read_text(encoding="utf-8").split())
+
+    connect, read = EVENT_REQUEST_TIMEOUT
+    budget, reserve = f"{EVENT_BUDGET_SECONDS:g}", f"{EVENT_RESERVE_SECONDS:g}"
+    assert (
+        f"connect {connect:g} s, read {read:g} s; all of one invocation's Events at most {budget} s, "
+        f"and none started unless {reserve} s of the deadline"
+    ) in text(root / "README.md")
+    assert (
+        f"{connect:g} s connect and {read:g} s read timeout, all writes of one invocation together at "
+        f"most {budget} s, and none starts unless {reserve} s"
+    ) in text(root / "docs" / "operations.md")

@@ -93,7 +93,7 @@ def test_a_decision_to_replace_is_a_warning_on_the_node_naming_the_execution() -
         "apiVersion": "v1",
     }
     assert body["reportingInstance"] == "nodeheal-admit" and body["metadata"]["namespace"] == "default"
-    assert body["note"].startswith("Decided replace: Xid 79")
+    assert body["note"].startswith("Decided replace for GPUProblem=True (Xid 79): Xid 79 in the message")
     assert body["note"].endswith("(execution exec-1)")
 
 
@@ -104,7 +104,8 @@ def test_dry_run_tells_what_would_have_been_done() -> None:
 
     (decided,) = events.told
     assert decided.reason == "RemediationDecided" and decided.type is EventType.WARNING
-    assert "Decided none" in decided.note and "would have done replace" in decided.note
+    assert decided.note.startswith("Decided none for GPUProblem=True (Xid 79)")
+    assert "would have done replace" in decided.note
 
 
 def test_nothing_to_do_is_a_normal_decision() -> None:
@@ -118,7 +119,9 @@ def test_nothing_to_do_is_a_normal_decision() -> None:
     )
 
     (decided,) = events.told
-    assert decided.type is EventType.NORMAL and decided.note.startswith("Decided none")
+    assert decided.type is EventType.NORMAL and decided.note.startswith(
+        "Decided none for GPUProblem=True (Xid 13)"
+    )
 
 
 def test_a_confirmation_is_told_when_it_starts_not_at_each_admission_during_it() -> None:
