@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from nodeheal.deadline import Deadline, applied
@@ -30,6 +31,16 @@ Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
 WorkflowStep = Callable[[WorkflowState, Runtime, Deadline], dict[str, Any]]
 
 
+def _count_events(rt: Runtime) -> None:
+    """The Kubernetes Events this invocation could not write (nodeheal.kube.events): a step
+    never fails for them, so these metrics are where a broken Events path shows."""
+    tally = rt.event_tally.take()
+    if tally.failed:
+        metrics.add_metric(name="KubernetesEventsFailed", unit=MetricUnit.Count, value=tally.failed)
+    if tally.skipped:
+        metrics.add_metric(name="KubernetesEventsSkipped", unit=MetricUnit.Count, value=tally.skipped)
+
+
 def workflow_handler(step_name: str, step: WorkflowStep) -> Handler:
     @metrics.log_metrics
     @logger.inject_lambda_context(clear_state=True)
@@ -37,8 +48,12 @@ def workflow_handler(step_name: str, step: WorkflowStep) -> Handler:
         state = WorkflowState.parse(event)
         logger.append_keys(execution=state.execution.name, cluster=state.cluster, node=state.node_name)
         deadline = Deadline.from_lambda_context(context)
-        with applied(deadline):
-            result = step(state, runtime(), deadline)
+        rt = runtime()
+        try:
+            with applied(deadline):
+                result = step(state, rt, deadline)
+        finally:
+            _count_events(rt)
         logger.info(f"{step_name} finished", extra={"result": result})
         return result
 

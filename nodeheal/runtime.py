@@ -25,6 +25,7 @@ from nodeheal.deadline import Deadline
 from nodeheal.deadline import current as current_deadline
 from nodeheal.errors import ConfigurationError, DeadlineExceededError, DuplicateExecutionError
 from nodeheal.events import DEFAULT_SOURCE
+from nodeheal.kube.event_model import EventTally
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.ports import KubeAccess
 
@@ -129,6 +130,9 @@ class Runtime:
         self._kube_provider_factory = kube_provider_factory
         self._clock = clock
         self._lock = threading.Lock()
+        #: What became of the Kubernetes Events this container's invocations wrote; the handler
+        #: takes it after each invocation for its metrics (nodeheal.lambda_support).
+        self.event_tally = EventTally()
 
     def now(self) -> datetime:
         return self._clock()
@@ -184,7 +188,9 @@ class Runtime:
 
     def kube(self, cluster: str, deadline: Deadline) -> KubeAccess:
         """Kubernetes adapters for one invocation: the container's connection pool to ``cluster``
-        (kept across invocations), every request bounded by this invocation's ``deadline``."""
+        (kept across invocations), every request bounded by this invocation's ``deadline``. Events
+        go over the same pool, so the function that acted is the identity that tells it (D8)."""
+        from nodeheal.kube.events import EventOperations
         from nodeheal.kube.nodes import NodeOperations
         from nodeheal.kube.pods import PodOperations
 
@@ -194,6 +200,7 @@ class Runtime:
         return KubeAccess(
             nodes=NodeOperations(transport, deadline=deadline),
             pods=PodOperations(transport, deadline=deadline),
+            events=EventOperations(transport, deadline=deadline, tally=self.event_tally),
         )
 
     @cached_property

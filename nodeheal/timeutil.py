@@ -33,3 +33,10 @@ def format_timestamp(value: datetime, *, millis: bool = False) -> str:
     if millis:
         return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
     return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(value: datetime) -> str:
+    """A ``metav1.MicroTime`` as the API server reads it: UTC with exactly six fractional digits
+    (``RFC3339Micro`` in k8s.io/apimachinery pkg/apis/meta/v1/micro_time.go), the form an Event's
+    ``eventTime`` must take."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -14,6 +14,10 @@ a new occurrence, shipped once; a watch replay after a reconnect, or a series he
 raises neither, is not. On the first list after start the existing Events are remembered without
 shipping them (history is not news); on later relists (after 410 Gone) the ones not seen yet are
 shipped.
+
+NodeHeal's own Events (``reportingComponent`` ``nodeheal.io/remediation``, what
+:mod:`nodeheal.workflow.story` writes) are never shipped back (DESIGN D10): the story of a
+remediation is not a signal that the node degraded. They are counted as ``outcome="nodeheal"``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from nodeheal.events import DETAIL_TYPE_NODE_EVENT, SCHEMA_VERSION
 from nodeheal.exporter.metrics import Metrics
 from nodeheal.exporter.publisher import fit_detail
 from nodeheal.exporter.queue import QueuedEvent
+from nodeheal.kube.event_model import is_nodeheal_event
 from nodeheal.timeutil import format_timestamp, utc_now
 
 NODE_EVENTS_PATH = "/api/v1/events"
@@ -122,6 +127,10 @@ class NodeEventShipper:
         items: list[QueuedEvent] = []
         now = self._clock()
         for event in events:
+            if is_nodeheal_event(event):
+                # NodeHeal's own story of a remediation is never a degradation signal (D10).
+                self._metrics.inc("node_events_seen_total", outcome="nodeheal")
+                continue
             if not self._wanted(event):
                 self._metrics.inc("node_events_seen_total", outcome="filtered")
                 continue

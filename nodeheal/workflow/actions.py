@@ -18,7 +18,7 @@ from nodeheal.kube.model import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
 from nodeheal.timeutil import format_timestamp, parse_timestamp
-from nodeheal.workflow import guard
+from nodeheal.workflow import guard, story
 from nodeheal.workflow.episode import remembered_worst
 from nodeheal.workflow.ports import InstancePort, KubeAccess, LedgerPort, PodOutcomeView
 from nodeheal.workflow.state import WorkflowState
@@ -48,6 +48,7 @@ def _fail_on_permanent_errors(failed: Sequence[PodOutcomeView], what: str) -> No
 # -- cordon ------------------------------------------------------------------------------------
 
 
+@story.told("cordon", story.cordoned)
 def cordon(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -87,6 +88,7 @@ def cordon(
 # -- drain -------------------------------------------------------------------------------------
 
 
+@story.told("drain")
 def drain_round(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -131,7 +133,7 @@ def drain_round(
     # A worse fault read in any round still decides at the reboot (severity only rises, D2): the
     # detector may overwrite the message again before the reboot step reads the node.
     worsened = str(previous.get("worsened", "")) or _worsened_to_replacement(state, node, now)
-    return {
+    result = {
         **({"worsened": worsened} if worsened else {}),
         "startedAt": _stamp(started_at),
         "rounds": int(previous.get("rounds", 0)) + 1,
@@ -149,6 +151,8 @@ def drain_round(
         "summary": summary,
         "at": _stamp(now),
     }
+    story.tell(kube, lambda: story.drain_round(state, result, to_evict, report, now))
+    return result
 
 
 def _listed_on_admitted_node(state: WorkflowState, kube: KubeAccess) -> list[PodView]:
@@ -165,6 +169,7 @@ def _listed_on_admitted_node(state: WorkflowState, kube: KubeAccess) -> list[Pod
     return pods
 
 
+@story.told("force-drain")
 def force_drain(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -200,7 +205,7 @@ def force_drain(
         f"drain of {state.node_name} timed out; force-deleted {forced} pods with a {grace}s grace period "
         f"({len(report.gone)} already gone, {len(report.failed)} failed)"
     )
-    return {
+    result = {
         **previous,
         "forced": int(previous.get("forced", 0)) + forced,
         "forceFailed": [_pod_line(r) for r in report.failed][:10],
@@ -209,6 +214,8 @@ def force_drain(
         "summary": summary,
         "at": _stamp(now),
     }
+    story.tell(kube, lambda: story.drain_forced(state, result, leftovers, report, now))
+    return result
 
 
 # -- terminate / reboot ------------------------------------------------------------------------
@@ -224,6 +231,7 @@ def _verified_instance(state: WorkflowState, node: LiveNode, ec2: InstancePort) 
     return instance
 
 
+@story.told("terminate", story.terminating)
 def terminate(
     state: WorkflowState,
     kube: KubeAccess,
@@ -266,6 +274,7 @@ def terminate(
     }
 
 
+@story.told("reboot", story.rebooting)
 def reboot(
     state: WorkflowState,
     kube: KubeAccess,
@@ -332,6 +341,7 @@ def _remembered_replacement(state: WorkflowState, ledger: LedgerPort, node: Live
     return f"{worst.reason}, which calls for {worst.planned_action.value}: replacing instead of rebooting"
 
 
+@story.told("check-recovery", story.recovery_checked)
 def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dict[str, Any]:
     """recovered: new boot ID, Ready, condition not bad (or bad only from before the reboot and
     since cleared); failed: timed out or faulted again after the reboot; pending: keep waiting."""
@@ -377,6 +387,7 @@ def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dic
     return {**base, "status": "pending", "detail": "waiting for the node to come back"}
 
 
+@story.told("uncordon", story.uncordoned)
 def uncordon(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:

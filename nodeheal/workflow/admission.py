@@ -26,7 +26,7 @@ from nodeheal.config import RemediationSettings
 from nodeheal.kube.model import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timeutil import format_timestamp, parse_timestamp
-from nodeheal.workflow import budget
+from nodeheal.workflow import budget, story
 from nodeheal.workflow.episode import Sighting, remembered_worst, sighting_of, sightings_on
 from nodeheal.workflow.locks import LockClaim, LockView, may_preempt
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
@@ -88,7 +88,16 @@ def admit(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode | None = None
 ) -> Admission:
     """Admit the event's node, or say why not. ``mode`` is the live mode (the function's
-    environment, D4); None falls back to the mode the execution started with."""
+    environment, D4); None falls back to the mode the execution started with. The verdict is
+    told on the Node as an Event (nodeheal.workflow.story)."""
+    admission = _admit(state, kube, ledger, now, mode=mode)
+    story.tell(kube, lambda: story.admitted(state, admission))
+    return admission
+
+
+def _admit(
+    state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode | None
+) -> Admission:
     settings = state.settings
     previous = _previous_admission(state)
     node = kube.nodes.get(state.node_name)

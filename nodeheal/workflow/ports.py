@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from nodeheal.kube.event_model import ObjectEvent
 from nodeheal.kube.model import LiveNode, PodView
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
@@ -75,10 +76,37 @@ class PodPort(Protocol):
     def delete(self, pods: Sequence[PodView], *, grace_seconds: int, parallelism: int) -> DeletionOutcome: ...
 
 
+class EventPort(Protocol):
+    """Where a step tells the cluster what it did (``events.k8s.io/v1`` Events, DESIGN D8).
+
+    Best effort by contract: neither method raises. A write that fails or finds no time left is
+    logged and counted by the adapter, and the step goes on as if it had been written.
+    """
+
+    def record(self, events: Sequence[ObjectEvent]) -> None: ...
+    def lost(self, count: int, why: str) -> None: ...
+
+
+class UntoldEvents:
+    """An EventPort that tells nobody: for step tests and tools that have no cluster to tell."""
+
+    def record(self, events: Sequence[ObjectEvent]) -> None:
+        return None
+
+    def lost(self, count: int, why: str) -> None:
+        return None
+
+
+#: The EventPort of a KubeAccess built without one.
+UNTOLD: EventPort = UntoldEvents()
+
+
 @dataclass(frozen=True, slots=True)
 class KubeAccess:
     nodes: NodePort
     pods: PodPort
+    #: The Lambdas and the simulations pass theirs (nodeheal.runtime); left out, nothing is told.
+    events: EventPort = UNTOLD
 
 
 class InstanceViewLike(Protocol):

@@ -37,5 +37,7 @@ I12    no remediation admitted while the breaker is open; only a person closes  
        it
 R1     a single injected transient fault (5xx, throttle, deadline, Lambda         D6
        timeout) never ends a remediation in Record failure
+E1     every Kubernetes Event a step tells names its execution and the function   D8
+       that wrote it, fits the API server's limits, and none fails to be built
 =====  =======================================================================  ===============
 """

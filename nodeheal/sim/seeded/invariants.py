@@ -15,6 +15,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from nodeheal.conditions import is_bad_status
+from nodeheal.kube.event_model import NOTE_MAX_BYTES, REPORTING_INSTANCE_PREFIX
+from nodeheal.kube.model import ANNOTATION_EXECUTION
 from nodeheal.sim.seeded.faults import FAULT_KINDS
 from nodeheal.sim.seeded.world import Mutation
 from nodeheal.timeutil import parse_timestamp
@@ -117,6 +119,8 @@ class Invariants:
         self._node_scans: dict[str, tuple[str, str, list[tuple[tuple[str, str, str], Any, Episode]]]] = {}
         #: (start, duration) of outages: nothing of NodeHeal runs then, so I2's clock stops.
         self.outages: list[tuple[datetime, timedelta]] = []
+        #: How many of the world's told Events E1 has checked.
+        self._told_checked = 0
 
     # -- reporting ---------------------------------------------------------------------------------
 
@@ -258,13 +262,59 @@ class Invariants:
         self._track_conditions()
         self.check_i12_breaker_closed_only_by_a_person()
         self.check_i2_decided(final=False)
+        self.check_e1_events()
 
     def at_end(self) -> None:
         self._track_conditions()
         self.check_i4_accounted()
         self.check_i2_decided(final=True)
+        self.check_e1_events()
 
     # -- the checks ----------------------------------------------------------------------------------
+
+    def check_e1_events(self) -> None:
+        """E1: every Event a step tells names its execution (note and annotation), is written by
+        the function that ran (reportingInstance), fits the API server's limits and sits in the
+        namespace the API server requires; and no step's Events failed to be built."""
+        world = self.sim.world
+        if world.untold:
+            self.fail("E1 every step's Events are told", world.untold[0])
+        for invocation, body in world.told[self._told_checked :]:
+            note = str(body.get("note", ""))
+            regarding = body.get("regarding") or {}
+            execution = getattr(invocation, "execution", "")
+            function = str(getattr(invocation, "function", "")).replace("_", "-")
+            problems = [
+                f"{label}: {value!r}"
+                for label, ok, value in (
+                    ("told outside a workflow invocation", bool(execution), invocation),
+                    (
+                        "note does not end with the execution",
+                        note.endswith(f"(execution {execution})"),
+                        note[-120:],
+                    ),
+                    (
+                        "annotation names another execution",
+                        body["metadata"].get("annotations", {}).get(ANNOTATION_EXECUTION) == execution,
+                        body["metadata"].get("annotations"),
+                    ),
+                    (
+                        "reportingInstance is not the invoked function",
+                        body.get("reportingInstance") == REPORTING_INSTANCE_PREFIX + function,
+                        body.get("reportingInstance"),
+                    ),
+                    ("note longer than 1 KiB", len(note.encode()) <= NOTE_MAX_BYTES, len(note.encode())),
+                    (
+                        "namespace is not the object's (default for a Node)",
+                        body["metadata"]["namespace"] == (regarding.get("namespace") or "default"),
+                        body["metadata"]["namespace"],
+                    ),
+                )
+                if not ok
+            ]
+            if problems:
+                self.fail("E1 every Event names its execution and its writer", f"{body['reason']} {problems}")
+        self._told_checked = len(world.told)
 
     def check_i1_identity(self, mutation: Mutation, invocation: Invocation) -> None:
         admitted = invocation.admitted

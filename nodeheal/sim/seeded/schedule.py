@@ -44,6 +44,7 @@ from nodeheal.sim.seeded.ledger import MemoryLedger
 from nodeheal.sim.seeded.template import REGION, STATE_MACHINE_ARN, SimFunction, SimTemplate
 from nodeheal.sim.seeded.world import (
     Budget,
+    MemoryEvents,
     MemoryInstances,
     MemoryNodes,
     MemoryPods,
@@ -181,7 +182,8 @@ class SimRuntime(Runtime):
         )
 
     def kube(self, cluster: str, deadline: Any = None) -> KubeAccess:
-        return KubeAccess(nodes=MemoryNodes(self._sim.world), pods=MemoryPods(self._sim.world))
+        world = self._sim.world
+        return KubeAccess(nodes=MemoryNodes(world), pods=MemoryPods(world), events=MemoryEvents(world))
 
 
 def _no_clients(service: str) -> Any:

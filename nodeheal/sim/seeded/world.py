@@ -33,6 +33,7 @@ from nodeheal.errors import (
     InstanceNotFoundError,
     NodeGoneError,
 )
+from nodeheal.kube.event_model import ObjectEvent, event_body
 from nodeheal.kube.model import (
     ANNOTATION_CORDONED_AT,
     ANNOTATION_CORDONED_BY_NODEHEAL,
@@ -137,6 +138,12 @@ class World:
         self.instances: dict[str, Instance] = {}
         #: Nodes whose kubelet is dead: their terminating pods never finish.
         self.dead_kubelets: set[str] = set()
+        #: Events the steps told, by (namespace, name), as the API server would have stored them.
+        self.events: dict[tuple[str, str], JSON] = {}
+        #: Each Event stored, with the invocation that told it (the observer's caller), in order.
+        self.told: list[tuple[Any, JSON]] = []
+        #: Why Events could not even be built (a bug in nodeheal.workflow.story).
+        self.untold: list[str] = []
         self.observer: Observer = _Quiet()
         #: Called after every change of a Node object (the exporter's watch).
         self.on_node_change: Callable[[JSON, bool], None] = lambda node, deleted: None
@@ -643,6 +650,31 @@ class MemoryPods:
             self._world._begin_delete(stored, grace_seconds)
             results.append(PodResult(pod.key, pod.uid, PodOutcome.DELETED, 200))
         return DeletionReport(tuple(results))
+
+
+class MemoryEvents:
+    """EventPort over the world, with nodeheal.kube.events.EventOperations' semantics: the same
+    body is stored (``World.events``) and a second write of the same name is already there.
+
+    The one adapter that calls no ``observer.point``: an Event changes nothing a step or an
+    invariant reads, and a scheduling point per Event would move every fault of every seeded
+    schedule (and the seeds that found the defects). How a failing or slow Events endpoint leaves
+    the steps alone is tested against the fake API server instead."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+
+    def record(self, events: Sequence[ObjectEvent]) -> None:
+        for event in events:
+            body = event_body(event)
+            key = (body["metadata"]["namespace"], body["metadata"]["name"])
+            if key not in self._world.events:
+                self._world.events[key] = body
+                self._world.told.append((self._world.observer.caller(), body))
+
+    def lost(self, count: int, why: str) -> None:
+        # Production logs and counts these; the simulation keeps them for a test to fail on.
+        self._world.untold.append(f"{count} Event(s): {why}")
 
 
 class MemoryInstances:

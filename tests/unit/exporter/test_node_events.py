@@ -12,6 +12,7 @@ fake API server, which serves both views of one store.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,9 @@ from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.metrics import Metrics
 from nodeheal.exporter.node_events import NODE_EVENTS_PATH, NodeEventShipper
 from nodeheal.exporter.queue import QueuedEvent
+from nodeheal.kube.client import StaticClientProvider
+from nodeheal.kube.event_model import EventType, ObjectEvent, ObjectRef
+from nodeheal.kube.events import EventOperations
 from nodeheal.sim.apiserver import FakeKubeApiServer, make_event
 from tests.unit.exporter.conftest import RecordingEvents, wait_for
 from tests.unit.exporter.helpers import node
@@ -172,3 +176,64 @@ def test_either_counter_rising_is_a_new_occurrence() -> None:
         shipper.on_event("MODIFIED", obj)
         outcomes.append(len(shipped_items) > before)
     assert outcomes == [fresh for _, fresh in steps]
+
+
+def _node_event(uid: str, controller: str) -> dict[str, Any]:
+    """A core/v1 Event about a Node as an events.k8s.io/v1 write shows there."""
+    return {
+        "metadata": {"uid": uid, "name": f"gpu-a.{uid}", "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": "gpu-a"},
+        "type": "Warning",
+        "reason": "RemediationDecided",
+        "reportingComponent": controller,
+    }
+
+
+def test_nodeheals_own_events_are_never_shipped_other_controllers_are() -> None:
+    """D10: NodeHeal's story of a remediation is no degradation signal. Only its remediation's
+    controller is dropped, not every controller under the nodeheal.io prefix."""
+    shipped_items: list[QueuedEvent] = []
+    metrics = Metrics()
+    shipper = NodeEventShipper("training-on-eks", shipped_items.extend, metrics)
+    shipper.begin_list()
+    shipper.end_list()
+
+    shipper.on_event("ADDED", _node_event("u-1", "nodeheal.io/remediation"))
+    shipper.on_event("ADDED", _node_event("u-2", "nodeheal.io/gpu-checker"))
+
+    assert [json.loads(item.detail)["event"]["uid"] for item in shipped_items] == ["u-2"]
+    assert metrics.value("node_events_seen_total", outcome="nodeheal") == 1
+
+
+def test_the_events_a_remediation_writes_are_watched_and_dropped(
+    server: FakeKubeApiServer, running: Start
+) -> None:
+    """Through the real path: the workflow's adapter writes through events.k8s.io/v1, the exporter's
+    core/v1 watch sees each write, drops NodeHeal's and ships the detector's that follows it."""
+    exporter, events = start_watching(server, running)
+    gpu_a = server.store.get("nodes", "gpu-a")
+    node = ObjectRef.node("gpu-a", str(gpu_a["metadata"]["uid"]))
+    at = datetime(2026, 11, 21, 10, 0, 1, tzinfo=UTC)
+    adapter = EventOperations(StaticClientProvider(server.url).transport("sim"))
+    adapter.record(
+        [
+            ObjectEvent(
+                node, EventType.WARNING, "RemediationDecided", "Decide", "replace", "exec-1", "admit", at
+            ),
+            ObjectEvent(
+                node, EventType.WARNING, "DrainTimedOut", "Drain", "timed out", "exec-1", "drain", at
+            ),
+        ]
+    )
+    assert adapter.tally.written == 2
+    core = client.CoreV1Api(server.api_client())
+    core.create_namespaced_event(
+        "default", make_event("gpu-a.xid", "default", involved=gpu_a, reason="XidError", message="Xid 79")
+    )
+
+    assert [e["reason"] for e in shipped(events, 1)] == ["XidError"]
+    wait_for(
+        lambda: exporter.metrics.value("node_events_seen_total", outcome="nodeheal") == 2,
+        what="both of NodeHeal's Events seen and dropped",
+    )
+    assert [e["reason"] for e in shipped(events, 1)] == ["XidError"]

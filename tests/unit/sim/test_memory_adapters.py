@@ -29,7 +29,9 @@ from moto import mock_aws
 
 from nodeheal.aws.ec2 import Ec2Instances
 from nodeheal.errors import InstanceNotFoundError, NodeGoneError
-from nodeheal.kube.client import StaticClientProvider
+from nodeheal.kube.client import StaticClientProvider, request_json
+from nodeheal.kube.event_model import EventType, ObjectEvent, ObjectRef, event_body
+from nodeheal.kube.events import EventOperations
 from nodeheal.kube.model import (
     ANNOTATION_CORDONED_AT,
     ANNOTATION_CORDONED_BY_NODEHEAL,
@@ -44,8 +46,8 @@ from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.status import ApiError
 from nodeheal.sim.apiserver.store import ClusterStore
-from nodeheal.sim.seeded.world import Budget, MemoryInstances, MemoryNodes, MemoryPods, World
-from nodeheal.workflow.ports import InstancePort, NodePort, PodPort
+from nodeheal.sim.seeded.world import Budget, MemoryEvents, MemoryInstances, MemoryNodes, MemoryPods, World
+from nodeheal.workflow.ports import EventPort, InstancePort, NodePort, PodPort
 
 JSON = dict[str, Any]
 
@@ -89,6 +91,7 @@ class Cluster(abc.ABC):
 
     nodes: NodeOperations | MemoryNodes
     pods: PodOperations | MemoryPods
+    events: EventOperations | MemoryEvents
 
     @abc.abstractmethod
     def add_node(self, name: str, *, pool: str = "gpu", pool_kind: str = "karpenter") -> str:
@@ -127,6 +130,10 @@ class Cluster(abc.ABC):
     def stored_pod(self, name: str) -> JSON | None: ...
 
     @abc.abstractmethod
+    def stored_events(self) -> list[JSON]:
+        """Every Event stored, in the events.k8s.io/v1 shape, as the API server returns it."""
+
+    @abc.abstractmethod
     def eventually(self, check: Callable[[], bool], *, within: float) -> bool:
         """Let up to ``within`` simulated seconds of the cluster's own work happen (containers
         stopping) until ``check`` holds; return whether it did."""
@@ -138,6 +145,8 @@ class ApiCluster(Cluster):
         transport = StaticClientProvider(server.url, token="sim").transport("sim")
         self.nodes = NodeOperations(transport)
         self.pods = PodOperations(transport)
+        self.events = EventOperations(transport)
+        self._transport = transport
         self._instances = 0
         self._pods = 0
         self._pools: dict[str, tuple[str, str]] = {}
@@ -211,6 +220,10 @@ class ApiCluster(Cluster):
             assert exc.code == 404
             return None
 
+    def stored_events(self) -> list[JSON]:
+        listed = request_json(self._transport, "GET", "/apis/events.k8s.io/v1/events", action="list events")
+        return list(listed.object("list events")["items"])
+
     def eventually(self, check: Callable[[], bool], *, within: float) -> bool:
         deadline = time.monotonic() + within * self.store.time_scale + 5.0
         while not check():
@@ -226,6 +239,7 @@ class WorldCluster(Cluster):
         self.world = World(random.Random(0), self.clock)
         self.nodes = MemoryNodes(self.world)
         self.pods = MemoryPods(self.world)
+        self.events = MemoryEvents(self.world)
 
     def add_node(self, name: str, *, pool: str = "gpu", pool_kind: str = "karpenter") -> str:
         return str(self.world.add_node(name, pool_kind=pool_kind, pool=pool)["metadata"]["uid"])
@@ -270,6 +284,9 @@ class WorldCluster(Cluster):
 
     def stored_pod(self, name: str) -> JSON | None:
         return copy.deepcopy(self.world.pods.get((NAMESPACE, name)))
+
+    def stored_events(self) -> list[JSON]:
+        return copy.deepcopy(list(self.world.events.values()))
 
     def _run_due_timers(self) -> None:
         while timer := self.world.pop_due_timer():
@@ -371,6 +388,7 @@ def _call_shape(method: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
         (NodePort, NodeOperations, MemoryNodes),
         (PodPort, PodOperations, MemoryPods),
         (InstancePort, Ec2Instances, MemoryInstances),
+        (EventPort, EventOperations, MemoryEvents),
     ],
 )
 def test_both_adapters_take_the_ports_calls_alike(
@@ -753,6 +771,56 @@ def test_delete_or_evict_of_a_gone_pod_answers_gone(cluster: Cluster) -> None:
     assert [r.outcome for r in evicted.results] == [PodOutcome.GONE]
     assert deleted.results[0].status == evicted.results[0].status == 404
     assert deleted.deleted == () and evicted.evicted == ()
+
+
+# -- events -----------------------------------------------------------------------------------------
+
+#: The fields NodeHeal sends; the API server adds its own (uid, resourceVersion, creationTimestamp).
+_SENT = (
+    "eventTime",
+    "reportingController",
+    "reportingInstance",
+    "action",
+    "reason",
+    "note",
+    "type",
+    "regarding",
+)
+
+
+def _as_sent(event: JSON) -> JSON:
+    metadata = event["metadata"]
+    kept = {key: event[key] for key in _SENT}
+    kept["related"] = event.get("related")
+    kept["metadata"] = {k: metadata.get(k) for k in ("name", "namespace", "annotations")}
+    return kept
+
+
+def test_events_are_stored_as_sent_and_a_second_write_is_the_same_event(cluster: Cluster) -> None:
+    node = ObjectRef.node(NODE, cluster.add_node(NODE))
+    pod = cluster.add_pod(NODE, "web")
+    told = [
+        ObjectEvent(node, EventType.NORMAL, "Cordoned", "Cordon", "Cordoned", "exec-1", "cordon", NOW),
+        ObjectEvent(
+            ObjectRef.pod(pod),
+            EventType.NORMAL,
+            "Evicted",
+            "Evict",
+            "Evicted",
+            "exec-1",
+            "drain",
+            NOW,
+            related=node,
+        ),
+    ]
+
+    cluster.events.record(told)
+    cluster.events.record(told)
+
+    sent = [{**event_body(e), "related": event_body(e).get("related")} for e in told]
+    for body in sent:
+        del body["apiVersion"], body["kind"]
+    assert sorted(map(_as_sent, cluster.stored_events()), key=lambda e: e["reason"]) == sent
 
 
 # -- instances --------------------------------------------------------------------------------------
