@@ -38,12 +38,15 @@ def test_xid_79_travels_the_whole_pipeline_and_the_node_is_replaced(play) -> Non
         "cordoned",
         "drained",
         "terminated",
-        "recorded",
-        "node-ready",
-        "workload-running",
     ]
     positions = [kinds.index(kind) for kind in path]
     assert positions == sorted(positions), kinds
+    # After the terminate call two things run at once: the workflow records the outcome, and
+    # Karpenter brings up a replacement for the pods. Each follows the terminate; neither waits for
+    # the other, so on a busy machine the new node can be Ready before the record is written.
+    terminated = kinds.index("terminated")
+    assert terminated < kinds.index("recorded"), kinds
+    assert terminated < kinds.index("node-ready") < kinds.index("workload-running"), kinds
     record = run.pipeline.records(run.subject)[0]
     assert record.execution.startswith(f"training-on-eks-{short_node(run.subject)}-GPUProblem-")
     for stage in ("published", "ingested", "started", "admitted", "cordoned", "drained", "instanceAction"):
