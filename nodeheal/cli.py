@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "nodeheal.commands.history",
     "nodeheal.commands.inject",
     "nodeheal.commands.admission",
+    "nodeheal.commands.retry",
     "nodeheal.commands.doctor",
     "nodeheal.commands.exporter",
     "nodeheal.commands.simulate",

@@ -71,6 +71,15 @@ def test_the_quick_start_says_where_the_cli_is() -> None:
     assert ".venv/bin/nodeheal" in operating
 
 
+def cli_bullet() -> str:
+    """The README's list item about the CLI alone (up to the next item), words as a reader sees
+    them wherever the lines wrap."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.rfind("\n- ", 0, readme.index("**The `nodeheal` CLI**")) + 1
+    ends = [end for end in (readme.find("\n- ", start), readme.find("\n\n", start)) if end != -1]
+    return " ".join(readme[start : min(ends)].split())
+
+
 def cli_commands() -> dict[str, bool]:
     """Every runnable ``nodeheal`` command path (``breaker status``...) -> whether it takes --json."""
     found: dict[str, bool] = {}
@@ -98,13 +107,30 @@ def named(text: str) -> set[str]:
 
 
 def test_the_cli_bullet_names_every_command_and_which_print_json() -> None:
-    bullet = paragraph_with((ROOT / "README.md").read_text(), "**The `nodeheal` CLI**")
+    bullet = cli_bullet()
     commands = cli_commands()
-    listed, json_part = bullet.split("these print JSON with `--json`:")
-    assert set(commands) <= named(listed), "a command the README does not list"
+    listed, rest = bullet.split("these print JSON with `--json`:")
+    match = re.match(r"(.*?)\.(\s|$)", rest, flags=re.DOTALL)
+    assert match, "the list of commands that take --json ends with a full stop"
+    json_part = match.group(1)
+    # Both ways, from the real parsers: every command is listed and nothing else is, and the JSON
+    # list is exactly the commands whose parser has --json.
+    # The list runs from after "(where it is):" to "Each has `--help`".
+    commands_part = listed.split("):", 1)[1].split("Each has `--help`")[0]
+    assert "`nodeheal --version`" in commands_part
+    assert named(commands_part) - {"nodeheal --version"} == set(commands)
     assert named(json_part) == {path for path, has_json in commands.items() if has_json}
     assert "Each has `--help`" in bullet
     assert "Without it `explain` prints a summary" in bullet
+    assert any("--version" in action.option_strings for action in build_parser()._actions)
+
+
+def test_the_exporter_logs_json_lines_instead_of_taking_json() -> None:
+    bullet = cli_bullet()
+    assert cli_commands()["exporter"] is False
+    assert "the exporter logs JSON lines" in bullet
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert "logs JSON lines" in (subparsers.choices["exporter"].description or "")
 
 
 def test_the_readme_names_the_state_machine_as_the_stack_does() -> None:
