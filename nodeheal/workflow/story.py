@@ -355,7 +355,12 @@ def terminating(state: WorkflowState, result: Mapping[str, Any], now: datetime) 
         gone = result.get("previousState")
         note = f"EC2 instance {instance} was already gone ({gone}); nothing to terminate"
     else:
-        why = "the reboot did not heal the node (escalation)" if result.get("escalation") else _fault(state)
+        if (state.step("recovery") or {}).get("status") == "failed":
+            why = "the reboot did not heal the node (escalation)"
+        elif (state.step("instance") or {}).get("escalateTo"):
+            why = f"{_fault(state)}, which now calls for new hardware rather than a reboot (escalation)"
+        else:
+            why = _fault(state)
         note = (
             f"Terminating EC2 instance {instance} for {why}; the node's pool (Karpenter, the node group) "
             "launches a replacement for the evicted pods"

@@ -344,10 +344,20 @@ def test_the_instance_and_recovery_steps_tell_their_result() -> None:
         uncordoned[0] == "Uncordoned"
         and "GPUProblem cleared (drain.onConditionCleared=uncordon)" in uncordoned[1]
     )
-    (terminating,) = told(
-        story.terminating, {"instanceId": INSTANCE, "previousState": "running", "escalation": True}
+    (terminating,) = told(story.terminating, {"instanceId": INSTANCE, "previousState": "running"})
+    assert terminating[0] == "Terminating"
+    assert f"Terminating EC2 instance {INSTANCE} for GPUProblem=True (Xid 79);" in terminating[1]
+    admission = state.raw["admission"]
+    after_reboot = workflow_state(
+        nodes.nodes["gpu-a"], extra={"admission": admission, "recovery": {"status": "failed"}}
     )
-    assert terminating[0] == "Terminating" and "the reboot did not heal the node" in terminating[1]
+    (escalated,) = story.terminating(after_reboot, {"instanceId": INSTANCE, "escalation": True}, NOW)
+    assert "for the reboot did not heal the node (escalation)" in escalated.note
+    worsened = workflow_state(
+        nodes.nodes["gpu-a"], extra={"admission": admission, "instance": {"escalateTo": "replace"}}
+    )
+    (instead,) = story.terminating(worsened, {"instanceId": INSTANCE, "escalation": True}, NOW)
+    assert "which now calls for new hardware rather than a reboot (escalation)" in instead.note
     (gone,) = told(
         story.terminating, {"instanceId": INSTANCE, "previousState": "not-found", "alreadyGone": True}
     )
