@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nodeheal.commands.extras import require_extra
+from nodeheal.commands.output import print_json
 from nodeheal.deploy_config import read_cdk_json
 from nodeheal.errors import ConfigurationError
 from nodeheal.sim.template import quiet_jsii
@@ -77,6 +78,14 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--verbose", action="store_true", help="also print the handlers' and exporter's logs")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=(
+            "print the outcome as one JSON document on stdout (scenario, changed settings, executions, "
+            "ledger records, notifications, problems); the live timeline goes to stderr"
+        ),
+    )
     parser.set_defaults(func=run)
 
 
@@ -84,8 +93,14 @@ def run(args: argparse.Namespace) -> int:
     require_extra("demo", "demo")
     from nodeheal.sim.scenarios import SCENARIOS
 
-    out: TextIO = sys.stdout
+    # With --json the story a person watches goes to stderr, so stdout carries one JSON document.
+    out: TextIO = sys.stderr if args.json else sys.stdout
+    # Held before the handlers' stdout is silenced below.
+    document_out: TextIO | None = sys.stdout if args.json else None
     if args.list:
+        if args.json:
+            print_json([{"name": name, "title": scenario.title} for name, scenario in SCENARIOS.items()])
+            return 0
         width = max(len(name) for name in SCENARIOS)
         for name, scenario in SCENARIOS.items():
             out.write(f"  {name:<{width}}  {scenario.title}\n")
@@ -101,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     configured = read_cdk_json(config_path)
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        return _play(args.scenario, args.speed, config_path, configured, out)
+        return _play(args.scenario, args.speed, config_path, configured, out, document_out=document_out)
     # The handlers print their EMF metrics and logs to stdout (CloudWatch collects them when
     # deployed), and moto and the exporter log every injected failure; here they would bury the
     # timeline, which writes to the saved stream instead.
@@ -110,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         contextlib.redirect_stdout(sink),
         _quiet_logging(),
     ):
-        return _play(args.scenario, args.speed, config_path, configured, out)
+        return _play(args.scenario, args.speed, config_path, configured, out, document_out=document_out)
 
 
 @contextlib.contextmanager
@@ -157,7 +172,15 @@ def make_sources_importable() -> None:
     )
 
 
-def _play(name: str, speed: float, config_path: Path, configured: dict[str, Any], out: TextIO) -> int:
+def _play(
+    name: str,
+    speed: float,
+    config_path: Path,
+    configured: dict[str, Any],
+    out: TextIO,
+    *,
+    document_out: TextIO | None = None,
+) -> int:
     from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, demo_context
     from nodeheal.sim.scenarios import SCENARIOS
     from nodeheal.sim.timeline import TimelinePrinter, history_table
@@ -188,12 +211,65 @@ def _play(name: str, speed: float, config_path: Path, configured: dict[str, Any]
         out.write(_indent(history_table(records)) + "\n\n")
         out.write(notification_section(pipeline, run.subject) + "\n\n")
         out.write(_summary(pipeline, run.subject, records, time.monotonic() - started) + "\n")
+        if document_out is not None:
+            # The stream run() held before it silenced the handlers' stdout.
+            document = demo_document(
+                name, speed, config_path, overrides, pipeline, run, records, time.monotonic() - started
+            )
+            document_out.write(json.dumps(document, indent=2, default=str) + "\n")
+            document_out.flush()
     if run.problems:
         sys.stderr.write(f"nodeheal demo: scenario {name} did not end as expected:\n")
         for problem in run.problems:
             sys.stderr.write(f"  - {problem}\n")
         return 1
     return 0
+
+
+def demo_document(
+    name: str,
+    speed: float,
+    config_path: Path,
+    overrides: list[Any],
+    pipeline: Any,
+    run: Any,
+    records: list[Any],
+    wall_seconds: float,
+) -> dict[str, Any]:
+    """What ``--json`` prints: the run as data, with the same facts the human summary gives."""
+    from nodeheal.commands.history import record_json
+    from nodeheal.sim.scenarios import SCENARIOS
+
+    region = pipeline.aws.region
+    timeline = pipeline.timeline
+    healed = timeline.events("workload-running")
+    mine = [record for record in records if record.node == run.subject]
+    return {
+        "scenario": name,
+        "title": SCENARIOS[name].title,
+        "ok": not run.problems,
+        "problems": list(run.problems),
+        "speed": speed,
+        "config": str(config_path),
+        "settingsChanged": [
+            {"path": o.path, "configured": o.configured, "used": o.used, "why": o.why} for o in overrides
+        ],
+        "cluster": pipeline.cluster_name,
+        "subject": run.subject,
+        "outcome": mine[-1].outcome.value if mine else None,
+        "stageSeconds": {k: round(v, 3) for k, v in mine[-1].stage_seconds.items()} if mine else {},
+        "workloadRunningAfterSeconds": round(timeline.elapsed(healed[-1]), 3) if healed else None,
+        "executions": [
+            {"name": e.get("name"), "status": e.get("status"), "executionArn": e.get("executionArn")}
+            for e in pipeline.executions()
+        ],
+        "records": [record_json(record, region) for record in records],
+        "notifications": [
+            {"subject": n.subject, "attributes": dict(n.attributes), "message": n.message}
+            for n in pipeline.notifications
+        ],
+        "wallSeconds": round(wall_seconds, 1),
+    }
 
 
 def _overrides_table(overrides: list[Any]) -> str:

@@ -147,3 +147,50 @@ def test_demo_exits_1_with_the_reason_when_the_outcome_did_not_happen(
     err = capsys.readouterr().err
     assert "scenario xid13 did not end as expected" in err
     assert "outcome recorded, expected replaced" in err
+
+
+def test_json_prints_one_document_on_stdout_and_the_story_on_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--scenario", "xid13", "--json"]) == 0
+
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)  # nothing but the document: handler logs stay out of stdout
+    assert document["scenario"] == "xid13"
+    assert document["ok"] is True and document["problems"] == []
+    assert {"path": "mode", "configured": "dry-run", "used": "full"}.items() <= next(
+        change for change in document["settingsChanged"] if change["path"] == "mode"
+    ).items()
+    assert document["subject"].startswith("ip-")
+    record = next(r for r in document["records"] if r["node"] == document["subject"])
+    assert document["outcome"] == record["outcome"]
+    assert record["execution"] in {e["name"] for e in document["executions"]}
+    assert all(e["status"] != "RUNNING" for e in document["executions"])
+    assert record["consoleUrl"].startswith("https://")
+    # The story a person watches still runs, on stderr.
+    assert "\ntimeline (" in captured.err and "summary: " in captured.err
+
+
+def test_json_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [entry["name"] for entry in listed] == list(scenarios.SCENARIOS)
+    assert all(entry["title"] for entry in listed)
+
+
+def test_json_still_exits_1_and_says_why_when_the_outcome_did_not_happen(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def expect_replaced(run: scenarios.ScenarioRun) -> None:
+        run.expect_outcome(run.only_record(run.subject), Outcome.REPLACED)
+
+    wrong = dataclasses.replace(scenarios.SCENARIOS["xid13"], check=expect_replaced)
+    monkeypatch.setitem(scenarios.SCENARIOS, "xid13", wrong)
+
+    assert main(["demo", "--scenario", "xid13", "--json"]) == 1
+
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert document["ok"] is False
+    assert any("outcome recorded, expected replaced" in problem for problem in document["problems"])
+    assert "scenario xid13 did not end as expected" in captured.err
