@@ -18,6 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodeheal.actions import Mode
@@ -238,11 +239,23 @@ def _refuse_attempt_past_deadline(request: Any, **_: Any) -> None:
         )
 
 
-def _boto3_client_factory(region: str) -> Callable[[str], Any]:
+def boto3_client_factory(region: str, models: Path | None = None) -> Callable[[str], Any]:
+    """Clients with NodeHeal's timeouts, retries and deadline hook. ``models``: a directory of
+    trimmed service models searched before botocore's own (nodeheal.aws.service_models); by
+    default the Lambda asset's, when this runs from one."""
     import boto3
+    import botocore.session
     from botocore.config import Config
 
-    session = boto3.session.Session(region_name=region)
+    from nodeheal.aws.service_models import bundled_models_directory
+
+    models = models or bundled_models_directory(Path(__file__).resolve().parents[1])
+    core = botocore.session.get_session()
+    if models is not None:
+        # Before the first client: the session builds its model loader from this on first use.
+        searched = [str(models), core.get_config_variable("data_path")]
+        core.set_config_variable("data_path", os.pathsep.join(path for path in searched if path))
+    session = boto3.session.Session(botocore_session=core, region_name=region)
     config = Config(
         connect_timeout=AWS_CONNECT_TIMEOUT_SECONDS,
         read_timeout=AWS_READ_TIMEOUT_SECONDS,
@@ -273,7 +286,7 @@ def runtime() -> Runtime:
     with _install_lock:
         if _installed is None:
             environment = LambdaEnvironment.from_environ(os.environ)
-            _installed = Runtime(environment, client_factory=_boto3_client_factory(environment.region))
+            _installed = Runtime(environment, client_factory=boto3_client_factory(environment.region))
         return _installed
 
 
