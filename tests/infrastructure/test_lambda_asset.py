@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stacks.lambda_asset import (
+from nodeheal.cdk.lambda_asset import (
     WHEELHOUSE_STAMP,
     LambdaAssetError,
     build,

@@ -2,7 +2,7 @@
 
 Packaging needs neither Docker nor, at synth time, the network:
 
-1. ``python -m stacks.lambda_asset download`` (``make lambda-deps``) fetches the wheels listed in
+1. ``python -m nodeheal.cdk.lambda_asset download`` (``make lambda-deps``) fetches the wheels listed in
    ``lambdas/requirements.txt`` for the Lambda platform into ``build/wheelhouse/`` once.
 2. ``cdk synth`` bundles locally (:class:`WheelhouseBundling`): ``pip install --no-index`` from that
    wheelhouse into the asset directory, then copies the source packages.
@@ -26,9 +26,9 @@ import jsii
 from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
-from stacks.synth_summary import directory_size
+from nodeheal.cdk.synth_summary import directory_size
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "lambdas" / "requirements.txt"
 #: ``NODEHEAL_WHEELHOUSE`` moves it (a CI cache, a shared download directory).
 WHEELHOUSE = Path(os.environ.get("NODEHEAL_WHEELHOUSE") or ROOT / "build" / "wheelhouse")
@@ -57,6 +57,16 @@ BUNDLING_IMAGE = "public.ecr.aws/sam/build-python3.12"
 PRUNED_PATHS: tuple[str, ...] = ("bin",)
 
 _IGNORED_SOURCE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "requirements.txt")
+#: This package: the CDK code that builds the asset, never imported by a function (nor importable
+#: there: the asset has no aws_cdk).
+CDK_PACKAGE = Path(__file__).resolve().parent
+
+
+def _ignored_in_asset(directory: str, names: list[str]) -> set[str]:
+    ignored = set(_IGNORED_SOURCE(directory, names))
+    if Path(directory).resolve() == CDK_PACKAGE.parent:
+        ignored.add(CDK_PACKAGE.name)
+    return ignored
 
 
 class LambdaAssetError(RuntimeError):
@@ -121,7 +131,7 @@ def build(output_dir: Path, wheelhouse: Path = WHEELHOUSE, requirements: Path = 
     for pruned in PRUNED_PATHS:
         shutil.rmtree(output_dir / pruned, ignore_errors=True)
     for package in SOURCE_PACKAGES:
-        shutil.copytree(ROOT / package, output_dir / package, ignore=_IGNORED_SOURCE, dirs_exist_ok=True)
+        shutil.copytree(ROOT / package, output_dir / package, ignore=_ignored_in_asset, dirs_exist_ok=True)
 
 
 @jsii.implements(ILocalBundling)
@@ -139,7 +149,7 @@ class WheelhouseBundling:
         return True
 
 
-def lambda_code(wheelhouse: Path = WHEELHOUSE) -> lambda_.AssetCode:
+def lambda_code(wheelhouse: Path | None = None) -> lambda_.AssetCode:
     """The shared asset; binding it to several functions of one stack uploads it once."""
     return lambda_.Code.from_asset(
         # The source directory only anchors the asset: the bundler reads the packages itself, and the
@@ -148,7 +158,7 @@ def lambda_code(wheelhouse: Path = WHEELHOUSE) -> lambda_.AssetCode:
         asset_hash_type=AssetHashType.OUTPUT,
         bundling=BundlingOptions(
             image=DockerImage.from_registry(BUNDLING_IMAGE),
-            local=WheelhouseBundling(wheelhouse),
+            local=WheelhouseBundling(wheelhouse or WHEELHOUSE),
         ),
     )
 
@@ -161,7 +171,9 @@ def _pip(*args: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stacks.lambda_asset", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m nodeheal.cdk.lambda_asset", description=__doc__.split("\n")[0]
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     download_parser = commands.add_parser("download", help=f"fetch the Lambda wheels into {WHEELHOUSE}/")
     download_parser.add_argument("--force", action="store_true", help="download even if up to date")
