@@ -102,7 +102,7 @@ bootstrap: $(VENV)/.installed $(SCAN_VENV)/.installed node_modules/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check nodeheal lambdas stacks app.py benchmarks
+	$(BIN)/ruff format --check nodeheal lambdas stacks app.py setup.py benchmarks
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy
