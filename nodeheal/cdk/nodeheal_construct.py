@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import Tags
+from aws_cdk import CfnOutput, Stack, Tags
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
@@ -38,6 +38,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from nodeheal import stack_outputs
 from nodeheal.cdk.constructs.access import AccessConstruct
 from nodeheal.cdk.constructs.contracts import EventSchemasConstruct
 from nodeheal.cdk.constructs.encryption import EncryptionConstruct
@@ -51,6 +52,7 @@ from nodeheal.cdk.constructs.observability import ObservabilityConstruct
 from nodeheal.cdk.constructs.workflow import WorkflowConstruct
 from nodeheal.cdk.lambda_asset import lambda_code
 from nodeheal.deploy_config import CONTEXT_KEY, NodeHealConfig
+from nodeheal.events import cluster_source
 
 
 class NodeHeal(Construct):
@@ -168,6 +170,74 @@ class NodeHeal(Construct):
             heartbeat_missing_minutes=config.heartbeat_missing_minutes,
             dashboard_name=config.stack_name,
         )
+
+    def add_stack_outputs(self) -> None:
+        """Declare the outputs the operator commands look a deployment up by (``nodeheal doctor
+        --stack``, ``history``, ``breaker``, ...; :mod:`nodeheal.stack_outputs` names them) on this
+        construct's stack. One NodeHeal per stack can: the output names are fixed."""
+        stack = Stack.of(self)
+        CfnOutput(
+            stack,
+            stack_outputs.EVENT_BUS_NAME,
+            value=self.ingest.bus.event_bus_name,
+            description="Bus the exporter publishes to (exporter --event-bus)",
+        )
+        CfnOutput(
+            stack,
+            stack_outputs.EVENT_BUS_ARN,
+            value=self.ingest.bus.event_bus_arn,
+            description="Bus the exporters put events on (only their roles may)",
+        )
+        for cluster, role in self.exporter_access.roles.items():
+            CfnOutput(
+                stack,
+                stack_outputs.exporter_role_output(cluster),
+                value=role.role_arn,
+                description=f"Role the exporter of {cluster} assumes through EKS Pod Identity "
+                f"(events:PutEvents on the bus as {cluster_source(self.config.event_source, cluster)})",
+            )
+        CfnOutput(
+            stack,
+            stack_outputs.STATE_MACHINE_ARN,
+            value=self.workflow.state_machine.state_machine_arn,
+            description="Remediation workflow; each execution is one remediation",
+        )
+        CfnOutput(
+            stack,
+            stack_outputs.LEDGER_TABLE_NAME,
+            value=self.ledger.table.table_name,
+            description="Locks, remediation records, budgets and circuit breaker",
+        )
+        CfnOutput(
+            stack,
+            stack_outputs.SCHEMA_REGISTRY_NAME,
+            value=self.event_schemas.registry.attr_registry_name,
+            description="EventBridge schema registry with the event contract (code bindings for consumers)",
+        )
+        CfnOutput(
+            stack,
+            stack_outputs.NOTIFICATIONS_TOPIC_ARN,
+            value=self.notifications.topic.topic_arn,
+            description="Subscribe people or chat integrations here",
+        )
+        CfnOutput(
+            stack,
+            stack_outputs.DASHBOARD_URL,
+            value=(
+                f"https://{stack.region}.console.aws.amazon.com/cloudwatch/home?region={stack.region}"
+                f"#dashboards:name={self.config.stack_name}"
+            ),
+            description="CloudWatch dashboard: remediations, timings, PDB-blocked drains, breaker, exporter",
+        )
+        for name, function in self.workflow.functions.items():
+            if function.spec.kubernetes:
+                CfnOutput(
+                    stack,
+                    stack_outputs.remediator_role_output(name),
+                    value=function.role.role_arn,
+                    description=f"IAM role of the {name} task, mapped to the Kubernetes group(s) "
+                    f"{', '.join(self.config.kubernetes_groups(name))} by an EKS access entry",
+                )
 
     @property
     def state_machine(self) -> sfn.StateMachine:

@@ -18,6 +18,7 @@ from aws_cdk import aws_sns as sns
 from nodeheal.cdk import NodeHeal
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.errors import ConfigurationError
+from nodeheal.stack_outputs import EVENT_BUS_NAME, required_outputs
 
 SHARED_BUS = "platform-events"
 TOPIC_ARN = "arn:aws:sns:us-west-2:111122223333:platform-alerts"
@@ -150,3 +151,19 @@ def test_a_dict_config_is_checked_like_cdk_json(tmp_path: Path) -> None:
 def test_subnets_without_a_vpc_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="need vpc"):
         synthesize(tmp_path, config={"clusters": ["gpu-a"]}, vpc_subnets=ec2.SubnetSelection())
+
+
+def test_stack_outputs_are_the_ones_the_operator_commands_read(tmp_path: Path) -> None:
+    app = App(outdir=str(tmp_path), context={"aws:cdk:bundling-stacks": []})
+    stack = Stack(app, "Platform", env=ENVIRONMENT)
+    nodeheal = NodeHeal(stack, "NodeHeal", config={"clusters": ["gpu-a"]}, event_bus=shared_bus(stack))
+    _, without_outputs = synthesize(tmp_path / "none", config={"clusters": ["gpu-a"]})
+    assert "Outputs" not in without_outputs
+    nodeheal.add_stack_outputs()
+    template = app.synth().get_stack_by_name("Platform").template
+    config = nodeheal.config
+    kubernetes_tasks = [
+        name for name, function in nodeheal.workflow.functions.items() if function.spec.kubernetes
+    ]
+    assert set(template["Outputs"]) == set(required_outputs(config.clusters, kubernetes_tasks))
+    assert template["Outputs"][EVENT_BUS_NAME]["Value"] == SHARED_BUS
