@@ -111,7 +111,7 @@ bootstrap:
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check nodeheal lambdas stacks app.py benchmarks
+	$(BIN)/ruff format --check nodeheal lambdas stacks app.py setup.py benchmarks
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy
@@ -133,20 +133,20 @@ test: bootstrap lambda-deps lint
 
 # Wheels for the Lambda asset, fetched once for the Lambda platform (manylinux x86_64, Python 3.12);
 # after this `cdk synth` needs no network and no Docker. The wheelhouse's copy of the requirements
-# it was downloaded for (stacks/lambda_asset.py) says whether it is current.
+# it was downloaded for (nodeheal/cdk/lambda_asset.py) says whether it is current.
 lambda-deps: $(WHEELHOUSE)/requirements.txt
 
 $(WHEELHOUSE)/requirements.txt: lambdas/requirements.txt | $(VENV)/.installed
-	@$(STEP) "set-up: Lambda wheels" $(SETUP_LOGS)/lambda-wheels.log $(BIN)/python -m stacks.lambda_asset download
+	@$(STEP) "set-up: Lambda wheels" $(SETUP_LOGS)/lambda-wheels.log $(BIN)/python -m nodeheal.cdk.lambda_asset download
 	@touch $@
 
 # The template and the Lambda asset go to CDK_OUT only (cdk synth would otherwise print the whole
 # template as YAML), cdk's own messages to SYNTH_LOG, and a summary of what was made to the
-# terminal (stacks/synth_summary.py). CDK's notices, fetched from the network, are left to deploy.
+# terminal (nodeheal/cdk/synth_summary.py). CDK's notices, fetched from the network, are left to deploy.
 synth: bootstrap lambda-deps
 	@$(STEP) "synth: cdk synth --output $(CDK_OUT)" $(SYNTH_LOG) \
 		env PATH="$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet --no-notices --output $(CDK_OUT)
-	@$(BIN)/python -m stacks.synth_summary $(CDK_OUT) --log $(SYNTH_LOG)
+	@$(BIN)/python -m nodeheal.cdk.synth_summary $(CDK_OUT) --log $(SYNTH_LOG)
 
 # Benchmarks drive the local pipeline (moto + fake API server); results land in benchmarks/results/.
 bench: $(VENV)/.installed

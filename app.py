@@ -15,9 +15,9 @@ from typing import Any
 from aws_cdk import App, Validations
 from cdk_nag import AwsSolutionsChecks
 
+from nodeheal.cdk.lambda_asset import LambdaAssetError, check_wheelhouse
 from nodeheal.deploy_config import CONTEXT_KEY, NodeHealConfig
 from nodeheal.errors import ConfigurationError
-from stacks.lambda_asset import LambdaAssetError, check_wheelhouse
 from stacks.nodeheal_stack import NodeHealStack
 
 NAG_CONTEXT_KEY = "nag"

@@ -1,1 +1,1 @@
-"""Lambda entry points: one thin handler per task (see stacks/workflow_tasks.py)."""
+"""Lambda entry points: one thin handler per task (see nodeheal/cdk/workflow_tasks.py)."""

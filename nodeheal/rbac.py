@@ -126,7 +126,7 @@ _PROVE_NODE = PolicyRule(
     "Prove the node is still the admitted object, tainted and bad, before each round.",
 )
 
-#: Function name (``stacks/workflow_tasks.py``) -> its ClusterRole's rules.
+#: Function name (``nodeheal/cdk/workflow_tasks.py``) -> its ClusterRole's rules.
 KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
     "admit": (
         PolicyRule(

@@ -1,10 +1,10 @@
 """The outputs of the NodeHeal CloudFormation stack: one list for the stack that declares them and
 the commands that read them.
 
-``stacks/nodeheal_stack.py`` names its outputs with these, the operator commands find the ledger,
-the bus and the state machine through them, and ``nodeheal doctor`` checks a deployed stack has every
-one :func:`required_outputs` lists. A renamed output therefore fails a test instead of leaving the
-CLI unable to find a deployment.
+``NodeHeal.add_stack_outputs`` (:mod:`nodeheal.cdk`) names its outputs with these, the operator
+commands find the ledger, the bus and the state machine through them, and ``nodeheal doctor`` checks
+a deployed stack has every one :func:`required_outputs` lists. A renamed output therefore fails a
+test instead of leaving the CLI unable to find a deployment.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def lambda_timeout(*, kube_requests: int, aws_calls: int) -> int:
 
 
 #: Each workflow task's Lambda timeout, from its longest sequence of calls (counted in its code):
-#: ``stacks/workflow_tasks.py`` deploys these and the worst case below counts them.
+#: ``nodeheal/cdk/workflow_tasks.py`` deploys these and the worst case below counts them.
 TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
     {
         # Node get + pool list; lock read/put (+ preempt), pause/budget read+write, history query.
@@ -159,7 +159,7 @@ class RetryClause:
 def task_retry_clauses(retry: RetrySettings, *, idempotent: bool = True) -> tuple[RetryClause, ...]:
     """The Retry clauses of every workflow task, in the order the state machine lists them.
 
-    The definition (``stacks/workflow_definition.py``) renders exactly these, so the worst case
+    The definition (``nodeheal/cdk/workflow_definition.py``) renders exactly these, so the worst case
     computed here is the one the deployed state machine allows. A clause with no attempts is left out.
     """
     clauses = (

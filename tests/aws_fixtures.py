@@ -6,7 +6,7 @@ from typing import Any
 
 
 def create_ledger_table(client: Any, name: str) -> None:
-    """The key schema of stacks/constructs/ledger.py."""
+    """The key schema of nodeheal/cdk/constructs/ledger.py."""
     client.create_table(
         TableName=name,
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],

@@ -11,7 +11,7 @@ from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError
 from nodeheal.workflow.finalizer import UNCAUGHT_END_STATUSES, EndedExecution
 
-#: The state that hands every execution the deployed settings (stacks/workflow_definition.py).
+#: The state that hands every execution the deployed settings (nodeheal/cdk/workflow_definition.py).
 LOAD_SETTINGS_STATE = "Load settings"
 #: History events per page when reading an execution backwards (the API's maximum is 1000).
 HISTORY_PAGE = 100

@@ -212,7 +212,7 @@ def explain_node(
 # -- the summary for a person ---------------------------------------------------------------------
 # Rendered from the JSON documents above (never from a second computation), so the summary and
 # ``--json`` cannot disagree; what the workflow does next is the state machine's shape
-# (stacks/workflow_definition.py) with this configuration's numbers.
+# (nodeheal/cdk/workflow_definition.py) with this configuration's numbers.
 
 #: Width the reason and the next steps are wrapped to.
 _WRAP = 100

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from stacks.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, LedgerItem, TaskSpec
+from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, LedgerItem, TaskSpec
 from tests.infrastructure.conftest import (
     ROOT,
     Synthesized,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from stacks.lambda_asset import SOURCE_PACKAGES, WHEELHOUSE, directory_size
+from nodeheal.cdk.lambda_asset import SOURCE_PACKAGES, WHEELHOUSE, directory_size
 from tests.infrastructure.conftest import ROOT
 
 CDK = ROOT / "node_modules" / ".bin" / "cdk"

@@ -1,4 +1,4 @@
-"""Which key protects what (stacks/constructs/encryption.py), and ingest's reserved concurrency."""
+"""Which key protects what (nodeheal/cdk/constructs/encryption.py), and ingest's reserved concurrency."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from stacks.constructs.access import LEDGER_KEY_ACTIONS
-from stacks.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS
+from nodeheal.cdk.constructs.access import LEDGER_KEY_ACTIONS
+from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS
 from tests.infrastructure.conftest import (
     CUSTOMER_KEY_ARN,
     Synthesized,

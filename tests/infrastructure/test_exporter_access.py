@@ -10,7 +10,7 @@ import pytest
 from aws_cdk import aws_events as events
 from aws_cdk.assertions import Template
 
-from stacks.constructs.exporter_access import ExporterAccess
+from nodeheal.cdk.constructs.exporter_access import ExporterAccess
 
 
 def synth(clusters: list[str]) -> Template:

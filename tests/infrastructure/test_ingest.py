@@ -6,9 +6,9 @@ from typing import Any
 
 from aws_cdk.assertions import Match
 
+from nodeheal.cdk.rule_pattern import build_event_pattern
 from nodeheal.deploy_config import DEFAULT_RULE_CONDITIONS, NodeHealConfig
 from nodeheal.events import DEFAULT_SOURCE, DETAIL_TYPE_CONDITION_CHANGED
-from stacks.rule_pattern import build_event_pattern
 from tests.infrastructure.conftest import Synthesized, function_resource
 
 

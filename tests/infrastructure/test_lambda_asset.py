@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from stacks.lambda_asset import (
+from nodeheal.cdk import lambda_asset
+from nodeheal.cdk.lambda_asset import (
+    REQUIREMENTS,
     WHEELHOUSE_STAMP,
     LambdaAssetError,
     build,
     check_wheelhouse,
     directory_size,
     download,
+    main,
 )
 
 
@@ -22,7 +26,11 @@ def requirements(tmp_path: Path, text: str = "kubernetes==37.0.1\n") -> Path:
     return path
 
 
-def test_missing_wheelhouse_says_which_command_fixes_it(tmp_path: Path) -> None:
+def test_missing_wheelhouse_says_which_command_fixes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The checkout's wheelhouse (build/wheelhouse or NODEHEAL_WHEELHOUSE) is the Makefile's.
+    monkeypatch.setattr(lambda_asset, "WHEELHOUSE", tmp_path / "wheelhouse")
     with pytest.raises(LambdaAssetError, match=r"missing; run `make lambda-deps`"):
         check_wheelhouse(tmp_path / "wheelhouse", requirements(tmp_path))
 
@@ -74,3 +82,37 @@ def test_download_skips_the_index_when_the_wheelhouse_is_current(tmp_path: Path)
     (wheelhouse / "kubernetes-37.0.1-py3-none-any.whl").write_bytes(b"")
     (wheelhouse / WHEELHOUSE_STAMP).write_text("kubernetes==37.0.1\n")
     assert download(wheelhouse, requirements(tmp_path)) is False
+
+
+def test_a_reworded_comment_does_not_make_the_wheelhouse_stale(tmp_path: Path) -> None:
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "urllib3-2.8.0-py3-none-any.whl").write_bytes(b"")
+    (wheelhouse / WHEELHOUSE_STAMP).write_text("# made by make lambda-deps\nurllib3==2.8.0\n")
+    check_wheelhouse(
+        wheelhouse,
+        requirements(
+            tmp_path, "# made by `python -m nodeheal.cdk.lambda_asset`\n\nurllib3==2.8.0  # pinned\n"
+        ),
+    )
+    with pytest.raises(LambdaAssetError, match="changed since the wheelhouse"):
+        check_wheelhouse(wheelhouse, requirements(tmp_path, "urllib3==2.8.1\n"))
+
+
+def test_a_named_wheelhouse_names_the_download_command_for_it(tmp_path: Path) -> None:
+    wheelhouse = tmp_path / "wheelhouse"
+    with pytest.raises(
+        LambdaAssetError, match=rf"python -m nodeheal\.cdk\.lambda_asset download --wheelhouse {wheelhouse}"
+    ):
+        check_wheelhouse(wheelhouse, requirements(tmp_path))
+
+
+def test_download_into_a_named_wheelhouse_goes_no_further(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "urllib3-2.8.0-py3-none-any.whl").write_bytes(b"")
+    shutil.copyfile(REQUIREMENTS, wheelhouse / WHEELHOUSE_STAMP)
+    assert main(["download", "--wheelhouse", str(wheelhouse)]) == 0
+    assert capsys.readouterr().out == f"1 wheels in {wheelhouse} (up to date)\n"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from nodeheal.cdk.workflow_tasks import WORKFLOW_TASKS, TaskSpec
 from nodeheal.errors import DeadlineExceededError
-from stacks.workflow_tasks import WORKFLOW_TASKS, TaskSpec
 from tests.infrastructure.conftest import Synthesized
 
 LAMBDA_TIMEOUTS = {"Sandbox.Timedout", "Lambda.Unknown"}

@@ -10,6 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from nodeheal.cdk.workflow_tasks import WORKFLOW_TASKS
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.rbac import (
     EXPORTER_ROLES,
@@ -20,7 +21,6 @@ from nodeheal.rbac import (
     markdown_table,
     render_manifest,
 )
-from stacks.workflow_tasks import WORKFLOW_TASKS
 from tests.infrastructure.conftest import CDK_JSON, ROOT
 
 MANIFEST = ROOT / "deploy" / "rbac" / "remediator.yaml"

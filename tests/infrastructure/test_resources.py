@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from nodeheal.cdk.constructs.lambda_function import CLOUDWATCH_RETENTION_DAYS, retention_in_days
+from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.stack_outputs import required_outputs
 from nodeheal.timing import (
@@ -16,8 +18,6 @@ from nodeheal.timing import (
     task_retry_clauses,
     task_worst_case_seconds,
 )
-from stacks.constructs.lambda_function import CLOUDWATCH_RETENTION_DAYS, retention_in_days
-from stacks.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 from tests.infrastructure.conftest import Synthesized, function_resource
 
 ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)

@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from stacks.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS
+from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS
 from tests.infrastructure.conftest import Synthesized
 
 #: The DeletionPolicy values under which a resource outlives its stack.

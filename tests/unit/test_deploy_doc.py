@@ -15,10 +15,10 @@ import yaml
 
 from benchmarks.cost_scenarios import PATHS
 from benchmarks.run_all import PRICES
+from nodeheal.cdk.constructs.finalizer import SWEEP_INTERVAL
+from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.exporter.settings import ExporterSettings
-from stacks.constructs.finalizer import SWEEP_INTERVAL
-from stacks.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "docs" / "deploy.md").read_text()

@@ -17,6 +17,7 @@ from kubernetes import client
 
 from nodeheal import contracts
 from nodeheal.actions import Mode
+from nodeheal.cdk.rule_pattern import build_event_pattern
 from nodeheal.commands.explain import explain_event, explain_node
 from nodeheal.config import RemediationSettings
 from nodeheal.deploy_config import load_cdk_json
@@ -24,7 +25,6 @@ from nodeheal.events import unwrap_eventbridge_envelope
 from nodeheal.exporter.transitions import TransitionTracker, node_identity
 from nodeheal.patterns import match
 from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer
-from stacks.rule_pattern import build_event_pattern
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -38,7 +38,7 @@ FAILING_PIP_LINES = 60
 
 #: A virtualenv's python: answers the probes for its version, logs pip calls (printing what pip
 #: would, or failing with FAKE_PIP_FAILS set), makes the nodeheal script ``pip install -e .``
-#: would make, and fills the Lambda wheelhouse as ``stacks.lambda_asset download`` does.
+#: would make, and fills the Lambda wheelhouse as ``nodeheal.cdk.lambda_asset download`` does.
 VENV_PYTHON = """#!/bin/sh
 here="$(cd "$(dirname "$0")" && pwd)"
 case "$*" in
@@ -57,7 +57,7 @@ case "$*" in
     echo "Collecting boto3==1.44.0"; echo "Successfully installed boto3-1.44.0" ;;
   "-m pip "*) echo "pip $*" >> "$here/../pip.log"; echo "Requirement already satisfied: pip" ;;
   "-m venv "*) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" ;;
-  "-m stacks.lambda_asset download")
+  "-m nodeheal.cdk.lambda_asset download")
     mkdir -p build/wheelhouse && cp lambdas/requirements.txt build/wheelhouse/requirements.txt
     echo "downloaded" >> "$here/../wheels.log"; echo "12 wheels in build/wheelhouse" ;;
   *) echo "unexpected: $*" >&2; exit 1 ;;

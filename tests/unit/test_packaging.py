@@ -29,8 +29,9 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 #: The repository's own top-level packages: never a third-party import.
 FIRST_PARTY = {"nodeheal", "stacks", "lambdas", "tests", "benchmarks", "app"}
 #: Parts of the package the operator's CLI never imports: the local simulation (demo, simulate,
-#: run from the checkout with the demo extra) and the Lambda handlers' runtime support.
-NOT_THE_CLI = ("nodeheal/sim/", "nodeheal/lambda_support.py")
+#: run from the checkout with the demo extra), the Lambda handlers' runtime support and the CDK
+#: construct (the cdk extra).
+NOT_THE_CLI = ("nodeheal/sim/", "nodeheal/lambda_support.py", "nodeheal/cdk/")
 REQUIREMENT_FILES = ("requirements.txt", "requirements-dev.txt", "lambdas/requirements.txt")
 
 
@@ -95,7 +96,7 @@ def test_the_extras_cover_the_cdk_app_the_handlers_and_the_simulation() -> None:
     imports = third_party_imports(sources("nodeheal/**/*.py", "stacks/**/*.py", "lambdas/**/*.py", "app.py"))
     assert {"aws_cdk", "moto", "aws_lambda_powertools"} <= set(imports)
     assert uncovered(imports, declared("cdk", "demo")) == {}
-    cdk_app = third_party_imports(sources("stacks/**/*.py", "app.py"))
+    cdk_app = third_party_imports(sources("nodeheal/cdk/**/*.py", "stacks/**/*.py", "app.py"))
     assert uncovered(cdk_app, declared("cdk")) == {}
 
 
@@ -225,7 +226,7 @@ def test_prometheus_client_is_an_exporter_dependency_and_not_in_the_lambda_asset
     # The image's pins are the versions the tests ran.
     assert {name: repository.get(name) for name in image} == image
     assert "prometheus-client" in declared()
-    # The Lambda asset is built from lambdas/requirements.txt alone (stacks/lambda_asset.py).
+    # The Lambda asset is built from lambdas/requirements.txt alone (nodeheal/cdk/lambda_asset.py).
     assert "prometheus-client" not in pinned_versions(ROOT / "lambdas" / "requirements.txt")
 
 

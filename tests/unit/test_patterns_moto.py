@@ -22,9 +22,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from nodeheal.cdk.rule_pattern import build_event_pattern
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.patterns import match
-from stacks.rule_pattern import build_event_pattern
 
 ROOT = Path(__file__).resolve().parents[2]
 BUS = "pattern-parity"

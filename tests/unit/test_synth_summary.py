@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stacks.synth_summary import (
+from nodeheal.cdk.synth_summary import (
     MAX_SUMMARY_LINES,
     WIDTH,
     AssemblyError,

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from nodeheal import timing
+from nodeheal.cdk.workflow_tasks import WORKFLOW_TASKS
 from nodeheal.config import DrainSettings, RemediationSettings, RetrySettings
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.errors import ConfigurationError
 from nodeheal.timing import RetryClause
 from nodeheal.workflow.state import WorkflowState
-from stacks.workflow_tasks import WORKFLOW_TASKS
 
 CDK_JSON = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())
 SHIPPED: dict[str, Any] = CDK_JSON["context"]["nodeheal"]

@@ -1,7 +1,7 @@
 """Human notifications: one SNS topic, encrypted, with the configured e-mail subscriptions and,
 optionally, a Slack channel through AWS Chatbot.
 
-The topic's key comes from :mod:`stacks.constructs.encryption`: a customer managed key, never
+The topic's key comes from :mod:`nodeheal.cdk.constructs.encryption`: a customer managed key, never
 alias/aws/sns, because CloudWatch alarms cannot publish to a topic encrypted with the AWS managed
 key, whose policy cannot grant cloudwatch.amazonaws.com."""
 
@@ -29,10 +29,14 @@ class NotificationsConstruct(Construct):
         key: kms.IKey,
         slack: SlackChannel | None = None,
         name_prefix: str = "NodeHeal",
+        topic: sns.ITopic | None = None,
     ) -> None:
+        """``topic``: an existing topic to publish to instead of a new one encrypted with ``key``; the
+        e-mail subscriptions and the Slack channel are added to it all the same."""
         super().__init__(scope, id_)
         self.key = key
-        self.topic = self._build_topic(key)
+        self.topic_is_owned = topic is None
+        self.topic: sns.ITopic = self._build_topic(key) if topic is None else topic
         self._build_email_subscriptions(self.topic, emails)
         self.slack = self._build_slack(slack, name_prefix) if slack else None
 
@@ -46,7 +50,7 @@ class NotificationsConstruct(Construct):
         )
 
     @staticmethod
-    def _build_email_subscriptions(topic: sns.Topic, emails: Sequence[str]) -> None:
+    def _build_email_subscriptions(topic: sns.ITopic, emails: Sequence[str]) -> None:
         for email in emails:
             topic.add_subscription(subscriptions.EmailSubscription(email))
 

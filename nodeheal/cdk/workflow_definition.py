@@ -34,10 +34,10 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from nodeheal.aws.executions import LOAD_SETTINGS_STATE
+from nodeheal.cdk.workflow_tasks import task as task_spec
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS, ConditionClearedError
 from nodeheal.timing import RetryClause, task_retry_clauses
-from stacks.workflow_tasks import task as task_spec
 
 # Keys under which each task writes its result; the handlers read the same keys.
 ADMISSION = "$.admission"

@@ -26,9 +26,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from nodeheal.actions import Action
+from nodeheal.cdk.constructs.lambda_function import METRICS_NAMESPACE, SERVICE_NAME
 from nodeheal.events import EXPORTER_HEARTBEATS_METRIC
 from nodeheal.workflow.records import Outcome
-from stacks.constructs.lambda_function import METRICS_NAMESPACE, SERVICE_NAME
 
 #: Evaluation period of the event alarms; Step Functions and SQS publish these metrics every minute.
 PERIOD = Duration.minutes(5)

@@ -208,7 +208,7 @@ def summary_lines(stacks: Sequence[StackSummary], *, log: Path | None = None) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m stacks.synth_summary",
+        prog="python -m nodeheal.cdk.synth_summary",
         description="Summarize the cloud assembly `cdk synth` wrote (what `make synth` prints).",
     )
     parser.add_argument("assembly", type=Path, help="the cloud assembly directory (cdk.out)")

@@ -1,6 +1,6 @@
 """The remediation workflow: one Lambda per task of WORKFLOW_TASKS and the Standard state machine.
 
-The graph itself is :func:`stacks.workflow_definition.build_definition`; this construct provides
+The graph itself is :func:`nodeheal.cdk.workflow_definition.build_definition`; this construct provides
 the functions it invokes and the machine's operational settings (logs, tracing, timeout).
 """
 
@@ -16,15 +16,15 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from nodeheal.deploy_config import LambdaNetwork, NodeHealConfig
-from stacks.constructs.lambda_function import (
+from nodeheal.cdk.constructs.lambda_function import (
     LOG_GROUP_REMOVAL_POLICY,
     FunctionNetwork,
     NodeHealFunction,
     apply_retention,
 )
-from stacks.workflow_definition import build_definition
-from stacks.workflow_tasks import WORKFLOW_TASKS, TaskSpec
+from nodeheal.cdk.workflow_definition import build_definition
+from nodeheal.cdk.workflow_tasks import WORKFLOW_TASKS, TaskSpec
+from nodeheal.deploy_config import LambdaNetwork, NodeHealConfig
 
 
 class WorkflowConstruct(Construct):
@@ -38,12 +38,15 @@ class WorkflowConstruct(Construct):
         ledger_table_name: str,
         topic_arn: str,
         log_key: kms.IKey | None = None,
+        network: FunctionNetwork | None = None,
     ) -> None:
+        """``network`` places the Kubernetes-facing functions in a VPC given as constructs; without
+        it, ``lambdaNetwork`` of the config (IDs) does, and without either they run outside a VPC."""
         super().__init__(scope, id_)
         self._config = config
         self._log_key = log_key
         self.state_machine_name = config.state_machine_name
-        self.network = self._build_network(config.lambda_network)
+        self.network = network or self._build_network(config.lambda_network)
         self.functions = self._build_functions(code, ledger_table_name, topic_arn)
         self.log_group = self._build_log_group()
         self.state_machine = self._build_state_machine()
@@ -68,7 +71,9 @@ class WorkflowConstruct(Construct):
             ec2.SecurityGroup.from_security_group_id(self, f"SecurityGroup{index}", group_id, mutable=False)
             for index, group_id in enumerate(network.security_group_ids)
         ]
-        return FunctionNetwork(vpc=vpc, subnets=subnets, security_groups=security_groups)
+        return FunctionNetwork(
+            vpc=vpc, subnets=ec2.SubnetSelection(subnets=subnets), security_groups=security_groups
+        )
 
     def _build_functions(
         self, code: lambda_.Code, ledger_table_name: str, topic_arn: str

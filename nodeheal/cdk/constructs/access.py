@@ -27,8 +27,8 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from nodeheal.cdk.constructs.lambda_function import NodeHealFunction
 from nodeheal.deploy_config import NodeHealConfig
-from stacks.constructs.lambda_function import NodeHealFunction
 
 #: What a function needs on the ledger's customer managed key, through DynamoDB only.
 LEDGER_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey")

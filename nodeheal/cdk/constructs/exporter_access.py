@@ -59,8 +59,13 @@ class ExporterAccess(Construct):
         source_prefix: str,
         namespace: str,
         service_account: str,
+        exclusive_bus: bool = True,
     ) -> None:
+        """``exclusive_bus``: the bus is NodeHeal's alone, so its policy denies PutEvents to every
+        principal but the exporters. An existing bus shared with other producers keeps only the
+        per-exporter statements: the deny-all would cut every other producer off."""
         super().__init__(scope, construct_id)
+        self._exclusive_bus = exclusive_bus
         if not clusters:
             raise ValueError("ExporterAccess needs at least one cluster name")
         self._bus = bus
@@ -140,6 +145,8 @@ class ExporterAccess(Construct):
                 "Resource": bus_arn,
                 "Condition": {"ForAnyValue:StringNotEquals": {SOURCE_KEY: self.allowed_sources(cluster)}},
             }
+        if not self._exclusive_bus:
+            return statements
         statements["OnlyExportersPutEvents"] = {
             "Effect": "Deny",
             "Principal": "*",

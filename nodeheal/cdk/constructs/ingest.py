@@ -4,7 +4,7 @@ EventBridge invokes Lambda asynchronously, so two distinct failures need two dea
 the rule target's DLQ catches events EventBridge could not deliver (throttling, missing
 permission, expired retries); the function's on-failure destination catches events the handler
 failed on after Lambda's own retries (with the error in the record). Both queues are encrypted
-with a customer managed key (:mod:`stacks.constructs.encryption`) that lets EventBridge write to
+with a customer managed key (:mod:`nodeheal.cdk.constructs.encryption`) that lets EventBridge write to
 them.
 
 The function has reserved concurrency (``ingest.reservedConcurrency``): an event storm occupies at
@@ -30,10 +30,10 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from nodeheal.cdk.constructs.lambda_function import NodeHealFunction
+from nodeheal.cdk.rule_pattern import build_event_pattern, build_heartbeat_pattern
+from nodeheal.cdk.workflow_tasks import INGEST_TASK
 from nodeheal.deploy_config import NodeHealConfig
-from stacks.constructs.lambda_function import NodeHealFunction
-from stacks.rule_pattern import build_event_pattern, build_heartbeat_pattern
-from stacks.workflow_tasks import INGEST_TASK
 
 #: EventBridge retries a failed delivery with backoff this many times (within the event age below).
 TARGET_RETRY_ATTEMPTS = 8
@@ -44,6 +44,7 @@ MIN_EVENT_AGE_SECONDS = 60
 MAX_EVENT_AGE_SECONDS = 21_600
 #: Dead letters wait this long for a person (the SQS maximum).
 DLQ_RETENTION = Duration.days(14)
+ARCHIVE_DESCRIPTION = "Every event the ingest rule matches, for replay and forensics"
 
 
 class IngestConstruct(Construct):
@@ -58,14 +59,24 @@ class IngestConstruct(Construct):
         state_machine: sfn.IStateMachine,
         queue_key: kms.IKey,
         log_key: kms.IKey | None = None,
+        bus: events.IEventBus | None = None,
     ) -> None:
+        """``bus``: an existing bus the exporters write to; without it the construct creates one
+        named ``eventBus.name``. Either way the archive and the rules are NodeHeal's own."""
         super().__init__(scope, id_)
         self._config = config
         self._queue_key = queue_key
         self._log_key = log_key
-        self.bus = self._build_bus()
         self.event_pattern = build_event_pattern(config)
-        self.archive = self._build_archive(self.bus)
+        self.bus_is_owned = bus is None
+        self.bus: events.IEventBus
+        if bus is None:
+            owned_bus = self._build_bus()
+            self.bus = owned_bus
+            self.archive = self._build_archive(owned_bus)
+        else:
+            self.bus = bus
+            self.archive = self._build_archive_of_existing_bus(bus)
         self.delivery_dlq = self._build_dead_letter_queue(
             "DeliveryDLQ", "events EventBridge could not deliver to the ingest function"
         )
@@ -89,14 +100,29 @@ class IngestConstruct(Construct):
     def _build_bus(self) -> events.EventBus:
         return events.EventBus(self, "Bus", event_bus_name=self._config.event_bus_name)
 
-    def _build_archive(self, bus: events.EventBus) -> events.Archive:
+    def _archive_retention(self) -> Duration | None:
         # Retention 0 means "keep forever" to EventBridge.
         retention = self._config.archive_retention_days
+        return Duration.days(retention) if retention else None
+
+    def _build_archive(self, bus: events.EventBus) -> events.Archive:
         return bus.archive(
             "Archive",
-            description="Every event the ingest rule matches, for replay and forensics",
+            description=ARCHIVE_DESCRIPTION,
             event_pattern=_to_event_pattern(self.event_pattern),
-            retention=Duration.days(retention) if retention else None,
+            retention=self._archive_retention(),
+        )
+
+    def _build_archive_of_existing_bus(self, bus: events.IEventBus) -> events.Archive:
+        # Created here, not with bus.archive(): that would place it under the bus's construct, which
+        # may live in another stack of the app.
+        return events.Archive(
+            self,
+            "Archive",
+            source_event_bus=bus,
+            description=ARCHIVE_DESCRIPTION,
+            event_pattern=_to_event_pattern(self.event_pattern),
+            retention=self._archive_retention(),
         )
 
     def _build_dead_letter_queue(self, id_: str, holds: str) -> sqs.Queue:
@@ -155,7 +181,7 @@ class IngestConstruct(Construct):
             )
         return node_heal_function
 
-    def _build_rule(self, bus: events.EventBus, function: lambda_.IFunction) -> events.Rule:
+    def _build_rule(self, bus: events.IEventBus, function: lambda_.IFunction) -> events.Rule:
         return events.Rule(
             self,
             "Rule",
@@ -172,7 +198,7 @@ class IngestConstruct(Construct):
             ],
         )
 
-    def _build_heartbeat_rule(self, bus: events.EventBus, function: lambda_.IFunction) -> events.Rule:
+    def _build_heartbeat_rule(self, bus: events.IEventBus, function: lambda_.IFunction) -> events.Rule:
         # Same function as the remediation rule: one place validates what the exporter sends, and
         # ingest turns each heartbeat into a per-cluster metric the "no heartbeat" alarm watches.
         return events.Rule(

@@ -18,7 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.workflow_tasks import TaskSpec
+from nodeheal.cdk.workflow_tasks import TaskSpec
 
 #: Powertools reads these; one service name so every function's logs and metrics group together.
 SERVICE_NAME = "nodeheal"
@@ -38,11 +38,15 @@ LOG_GROUP_REMOVAL_POLICY = RemovalPolicy.DESTROY
 
 @dataclass(frozen=True, slots=True)
 class FunctionNetwork:
-    """Where VPC-attached functions run (private EKS API endpoints)."""
+    """Where VPC-attached functions run (private EKS API endpoints).
+
+    ``subnets`` None: CDK's default selection (the VPC's private subnets); ``security_groups`` empty:
+    Lambda gets a security group of its own per function, allowing all outbound traffic.
+    """
 
     vpc: ec2.IVpc
-    subnets: Sequence[ec2.ISubnet]
-    security_groups: Sequence[ec2.ISecurityGroup]
+    subnets: ec2.SubnetSelection | None = None
+    security_groups: Sequence[ec2.ISecurityGroup] = ()
 
 
 class NodeHealFunction(Construct):
@@ -140,8 +144,8 @@ class NodeHealFunction(Construct):
                 **environment,
             },
             vpc=network.vpc if network else None,
-            vpc_subnets=ec2.SubnetSelection(subnets=list(network.subnets)) if network else None,
-            security_groups=list(network.security_groups) if network else None,
+            vpc_subnets=network.subnets if network else None,
+            security_groups=list(network.security_groups) if network and network.security_groups else None,
             reserved_concurrent_executions=reserved_concurrency,
         )
 

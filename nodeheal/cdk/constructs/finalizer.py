@@ -23,10 +23,10 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from nodeheal.cdk.constructs.lambda_function import NodeHealFunction
+from nodeheal.cdk.workflow_tasks import FINALIZER_TASK
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.workflow.finalizer import UNCAUGHT_END_STATUSES
-from stacks.constructs.lambda_function import NodeHealFunction
-from stacks.workflow_tasks import FINALIZER_TASK
 
 #: How often the sweeper runs: the longest an end can go unrecorded when its event was lost.
 SWEEP_INTERVAL = Duration.minutes(5)
