@@ -34,16 +34,11 @@ class Context:
         return 30_000
 
 
-def _install_nodeheal_runtime(kube_url: str) -> None:
-    from nodeheal.runtime import LambdaEnvironment, Runtime, install_runtime
+def _install_nodeheal_runtime(kube_url: str, models: str) -> None:
+    """The deployed runtime's own AWS client factory, with the Lambda asset's trimmed models."""
+    from pathlib import Path
 
-    sessions: dict[str, Any] = {}
-
-    def client(service: str) -> Any:
-        import boto3
-
-        session = sessions.setdefault("session", boto3.session.Session(region_name=os.environ["AWS_REGION"]))
-        return session.client(service)
+    from nodeheal.runtime import LambdaEnvironment, Runtime, boto3_client_factory, install_runtime
 
     def kube_provider() -> Any:
         from nodeheal.kube.client import StaticClientProvider
@@ -53,7 +48,7 @@ def _install_nodeheal_runtime(kube_url: str) -> None:
     install_runtime(
         Runtime(
             LambdaEnvironment.from_environ(os.environ),
-            client_factory=client,
+            client_factory=boto3_client_factory(os.environ["AWS_REGION"], models=Path(models)),
             kube_provider_factory=kube_provider,
         )
     )
@@ -68,7 +63,7 @@ def main() -> int:
     handler = getattr(module, function_name)
     before_invoke = time.perf_counter()
     if job.get("nodeheal"):
-        _install_nodeheal_runtime(str(job["kubeUrl"]))
+        _install_nodeheal_runtime(str(job["kubeUrl"]), str(job["botocoreModels"]))
     error = ""
     result: Any = None
     try:

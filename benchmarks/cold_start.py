@@ -5,7 +5,8 @@ Each measurement is a fresh interpreter (``benchmarks/cold_child.py``) talking t
 process. The handlers run a real remediation, step by step in the order the state machine would
 run them, so each first invocation does its real work: admit re-reads the Node, takes the lock and
 the budget slot; cordon patches the Node; drain evicts; terminate/reboot call EC2; record writes
-the ledger and publishes to SNS.
+the ledger and publishes to SNS. The functions build their AWS clients with the deployed runtime's
+own factory, from the trimmed models the Lambda asset carries (nodeheal.aws.service_models).
 
     .venv/bin/python benchmarks/cold_start.py [--runs 3] [--json]
 """
@@ -18,6 +19,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import ROOT, XID_48, XID_79, Stack, deep_merge, median, open_stack
 from benchmarks.harness import production_context as cdk_context
+from nodeheal.aws.service_models import write_trimmed_models
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.timeutil import format_timestamp, utc_now
 
@@ -77,9 +80,11 @@ TRANSPORT_IMPORTS = {
 class ColdStartRig:
     """moto's HTTP server over the in-process stack, and the environment of each function."""
 
-    def __init__(self, stack: Stack, endpoint: str) -> None:
+    def __init__(self, stack: Stack, endpoint: str, models: Path) -> None:
         self.stack = stack
         self.endpoint = endpoint
+        #: The trimmed service models, written as the Lambda asset's build writes them.
+        self.models = models
         self.functions = stack.aws.app.functions()
         self.memory = {
             logical: int(resource.get("Properties", {}).get("MemorySize", 128))
@@ -132,6 +137,7 @@ class ColdStartRig:
             "memoryMb": self.memory.get(logical, 256),
             "nodeheal": nodeheal,
             "kubeUrl": self.stack.server.url,
+            "botocoreModels": str(self.models),
         }
         completed = subprocess.run(
             [sys.executable, str(CHILD)],
@@ -252,14 +258,18 @@ def measure(runs: int = 3) -> dict[str, Any]:
     with open_stack(context, time_scale=0.001) as stack:
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
+        models_directory = tempfile.TemporaryDirectory(prefix="nodeheal-botocore-models-")
+        models = Path(models_directory.name)
+        write_trimmed_models(models)
         try:
             host, port = server.get_host_and_port()
-            rig = ColdStartRig(stack, f"http://{host}:{port}")
+            rig = ColdStartRig(stack, f"http://{host}:{port}", models)
             for round_index in range(runs):
                 for handler, result in _one_round(rig, round_index, settings).items():
                     samples.setdefault(handler, []).append(result)
         finally:
             server.stop()
+            models_directory.cleanup()
         memory = {spec.handler: rig.memory.get(logical, 256) for logical, spec in rig.functions.items()}
 
     def summary(handler: str) -> dict[str, Any]:

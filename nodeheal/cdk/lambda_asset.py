@@ -38,6 +38,7 @@ from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
 from nodeheal import __version__ as nodeheal_version
+from nodeheal.aws.service_models import MODELS_DIRECTORY, write_trimmed_models
 from nodeheal.cdk.synth_summary import directory_size
 
 #: This package: the CDK code that builds the asset, never imported by a function (nor importable
@@ -179,6 +180,9 @@ def build(output_dir: Path, wheelhouse: Path = WHEELHOUSE, requirements: Path = 
         shutil.rmtree(output_dir / pruned, ignore_errors=True)
     for package, source in SOURCE_DIRECTORIES.items():
         shutil.copytree(source, output_dir / package, ignore=_ignored_in_asset, dirs_exist_ok=True)
+    # The EC2 client of terminate and reboot is built from a model of the three operations they
+    # call (nodeheal.aws.service_models), found next to the nodeheal package by the runtime.
+    write_trimmed_models(output_dir / MODELS_DIRECTORY)
 
 
 @jsii.implements(ILocalBundling)

@@ -128,6 +128,7 @@ def test_make_synth_bundles_offline_without_docker_and_prints_a_short_summary(tm
     for never_imported in ("kubernetes", "pydantic", "pydantic_core", "aiohttp", "yaml"):
         assert not (asset / never_imported).exists(), never_imported
     assert not list(asset.rglob("__pycache__"))
+    assert list((asset / "botocore-models" / "ec2").glob("*/service-2.json"))  # service_models
     assert directory_size(asset) < LAMBDA_UNZIPPED_LIMIT
 
 

@@ -169,6 +169,13 @@ def test_an_app_outside_the_checkout_synthesizes_nodeheal_from_the_wheel(tmp_pat
     for never_shipped in ("kubernetes", "pydantic", "yaml", "boto3", "botocore"):
         assert not (asset / never_shipped).exists(), never_shipped
     assert not list(asset.glob("kubernetes-*.dist-info"))
+    # terminate and reboot build their EC2 client from the asset's trimmed model.
+    (ec2_model,) = (asset / "botocore-models" / "ec2").glob("*/service-2.json")
+    assert sorted(json.loads(ec2_model.read_text())["operations"]) == [
+        "DescribeInstances",
+        "RebootInstances",
+        "TerminateInstances",
+    ]
     # The CDK code stays out of the functions' code (the asset has no aws_cdk to import it with).
     assert not (asset / "nodeheal" / "cdk").exists()
     assert not (asset / "aws_cdk").exists()
