@@ -38,9 +38,12 @@ XID_REASONS: Mapping[int, str] = {
     48: "GPUDoubleBitECCError",
     95: "GPUUncontainedECCError",
     64: "GPURowRemapFailure",
-    **dict.fromkeys((74, 144, 145, 146, 147, 148, 149, 150), "NVLinkError"),
+    74: "NVLinkError",
+    # The NVLink5 Xids with the driver's "Fatal" text (the Nonfatal ones are Events only).
+    **dict.fromkeys((144, 145, 146, 147, 148, 149, 150), "NVLinkFatalError"),
     **dict.fromkeys((46, 62, 109, 110, 119, 120, 136, 140, 143, 154, 155, 156, 158), "GPUResetRequired"),
-    **dict.fromkeys((54, 56, 57, 58), "GPUHardwareError"),
+    151: "GPUNodeRestartRequired",
+    **dict.fromkeys((54, 56, 57, 58, 61), "GPUHardwareError"),
 }
 #: What the driver appends after the Xid for the Xids whose decision reads the rest of the line.
 _XID_DETAILS: Mapping[int, str] = {
