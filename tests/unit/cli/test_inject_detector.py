@@ -1,0 +1,239 @@
+"""``nodeheal inject --via kmsg`` and the policy it explains with, against the fake API server and
+moto, with the real ``kubernetes`` client and the operator's own RBAC role. These tests prove the
+requests NodeHeal sends (the pod, its line, its cleanup; the deployed settings read), not what the
+detector on a real node does with them."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from nodeheal import injection
+from nodeheal.commands.inject import XID_REASONS, xid_message
+from nodeheal.config import RemediationSettings
+from nodeheal.rbac import FAULT_INJECTOR, Permission, function_roles, render_fault_injector_manifest
+from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node
+from nodeheal.sim.apiserver.authorizer import AUTHENTICATED_GROUP, RbacAuthorizer, RoleBinding, UserInfo
+from tests.unit.cli.conftest import REGION, STATE_MACHINE_ARN, Aws, Result
+
+Cli = Callable[..., Result]
+ROOT = Path(__file__).resolve().parents[3]
+NODE = "gpu-a"
+GPU_MONITOR = ROOT / "deploy" / "node-problem-detector" / "gpu-monitor.json"
+
+
+class ContainerRecorder:
+    """The simulated container runtime: records each pod it runs and answers its exit code."""
+
+    def __init__(self) -> None:
+        self.pods: list[dict[str, Any]] = []
+        self.exit_code = 0
+        self.message = ""
+        self._lock = threading.Lock()
+
+    def __call__(self, pod: dict[str, Any]) -> tuple[int, str]:
+        with self._lock:
+            self.pods.append(pod)
+        return self.exit_code, self.message
+
+
+@pytest.fixture
+def runtime() -> ContainerRecorder:
+    return ContainerRecorder()
+
+
+@pytest.fixture
+def authorizer() -> RbacAuthorizer:
+    role = FAULT_INJECTOR.name()
+    return RbacAuthorizer([RoleBinding(role, FAULT_INJECTOR.rules, groups=(role,))])
+
+
+@pytest.fixture
+def server(runtime: ContainerRecorder, authorizer: RbacAuthorizer) -> Iterator[FakeKubeApiServer]:
+    store = ClusterStore()
+    store.add(make_node(NODE, instance_id="i-0a"), make_node("gpu-b", instance_id="i-0b"))
+    store.run_pods(runtime)
+    with FakeKubeApiServer(store, authorizer=authorizer) as srv:
+        yield srv
+
+
+@pytest.fixture
+def config(server: FakeKubeApiServer, authorizer: RbacAuthorizer, tmp_path: Path) -> str:
+    """A kubeconfig for an operator in the fault-injector group, and in nothing else."""
+    operator = UserInfo("sre@example.com", (FAULT_INJECTOR.name(), AUTHENTICATED_GROUP))
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "sim", "cluster": {"server": server.url}}],
+                "users": [{"name": "sre", "user": {"token": authorizer.token_for(operator)}}],
+                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sre"}}],
+                "current-context": "sim",
+            }
+        )
+    )
+    return str(path)
+
+
+def inject(cli: Cli, config: str, *args: str) -> Result:
+    return cli("inject", "--cluster", "sim", "--node", NODE, "--kubeconfig", config, "--yes", *args)
+
+
+def npd_reason(line: str) -> str | None:
+    """The reason NPD's GPU monitor leaves on GPUProblem after ``line`` (every rule tried in order,
+    each compiled with ``\\z`` as NPD does; temporary rules only post Events)."""
+    reason = None
+    for rule in json.loads(GPU_MONITOR.read_text())["rules"]:
+        if rule["type"] == "permanent" and re.search(f"(?:{rule['pattern']})\\Z", line):
+            reason = rule["reason"]
+    return reason
+
+
+@pytest.mark.parametrize("xid", sorted(XID_REASONS))
+def test_the_kmsg_line_raises_the_reason_the_command_announces(xid: int) -> None:
+    pod = injection.kmsg_pod(node=NODE, namespace="kube-system", line=xid_message(xid))
+    assert npd_reason(injection.written_line(pod)) == XID_REASONS[xid]
+
+
+def test_kmsg_writes_the_driver_line_from_a_pod_on_the_node_and_deletes_it(
+    cli: Cli,
+    server: FakeKubeApiServer,
+    runtime: ContainerRecorder,
+    config: str,
+    aws: Aws,
+    authorizer: RbacAuthorizer,
+) -> None:
+    result = inject(cli, config, "--via", "kmsg", "--xid", "79", "--json")
+    assert result.code == 0, result.err
+    assert [pod["spec"]["nodeName"] for pod in runtime.pods] == [NODE]
+    pod = runtime.pods[0]
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    assert pod["metadata"]["namespace"] == "kube-system"
+    assert spec["restartPolicy"] == "Never" and spec["tolerations"] == [{"operator": "Exists"}]
+    assert container["securityContext"] == {"privileged": True}
+    assert container["volumeMounts"] == [{"name": "kmsg", "mountPath": "/dev/kmsg"}]
+    assert spec["volumes"] == [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}]
+    line = injection.written_line(pod)
+    assert line.startswith("NVRM: Xid (PCI:0000:3b:00): 79, ")
+    assert npd_reason(line) == "GPUFellOffBus"
+    assert server.store.list_objects("pods")[0] == [], "the injector pod is deleted once it has run"
+    body = result.json()
+    assert body["kmsg"] == {
+        "namespace": "kube-system",
+        "pod": pod["metadata"]["name"],
+        "phase": "Succeeded",
+        "line": line,
+        "deleted": True,
+    }
+    assert body["expected"]["reason"] == "GPUFellOffBus" and body["expected"]["message"] == line
+    assert body["decision"]["plannedAction"] == "replace"
+    assert body["policy"]["deployed"] is False
+    assert "deployed settings could not be read" in body["policy"]["origin"]
+    assert authorizer.denied == []
+    node = server.store.get("nodes", NODE)
+    assert not any(
+        c["type"] == "GPUProblem" and c["status"] == "True" for c in node["status"]["conditions"]
+    ), "kmsg leaves the condition to NPD"
+
+
+def test_a_failed_write_is_reported_and_the_pod_still_deleted(
+    cli: Cli, server: FakeKubeApiServer, runtime: ContainerRecorder, config: str, aws: Aws
+) -> None:
+    runtime.exit_code, runtime.message = 1, "sh: can't create /dev/kmsg: Operation not permitted"
+    result = inject(cli, config, "--via", "kmsg", "--xid", "48")
+    assert result.code == 1
+    assert "ended Failed (exit 1: sh: can't create /dev/kmsg: Operation not permitted)" in result.err
+    assert server.store.list_objects("pods")[0] == []
+
+
+def test_a_pod_that_never_runs_is_given_up_after_the_timeout_and_deleted(
+    cli: Cli, server: FakeKubeApiServer, runtime: ContainerRecorder, config: str, aws: Aws
+) -> None:
+    server.store.set_kubelet_alive(NODE, False)
+    result = inject(cli, config, "--via", "kmsg", "--xid", "48", "--timeout", "0.5")
+    assert result.code == 1
+    assert "still Pending after 0.5 s" in result.err
+    assert runtime.pods == []
+    (left,) = server.store.list_objects("pods")[0]
+    assert left["metadata"].get("deletionTimestamp"), "deleted (Terminating until the dead kubelet is back)"
+
+
+def test_kmsg_refuses_what_npd_would_not_turn_into_a_condition(cli: Cli, config: str, aws: Aws) -> None:
+    assert inject(cli, config, "--via", "kmsg", "--xid", "13").code == 2
+    assert inject(cli, config, "--via", "kmsg", "--condition", "GPUProblem").code == 2
+
+
+def test_condition_warns_about_npd_reverting_it(cli: Cli, config: str, aws: Aws) -> None:
+    result = inject(cli, config, "--xid", "79")
+    assert result.code == 0, result.err
+    assert injection.CONDITION_REVERT_WARNING in result.err
+    assert (
+        "built-in defaults: the deployed settings could not be read (read state machine "
+        f"{STATE_MACHINE_ARN}: StateMachineDoesNotExist"
+    ) in result.out
+
+
+def test_the_shipped_npd_heartbeat_is_the_one_the_warning_names() -> None:
+    values = (ROOT / "deploy" / "node-problem-detector" / "values.yaml").read_text()
+    assert f"heartBeatPeriod: {injection.NPD_HEARTBEAT_PERIOD}" in values
+
+
+def test_the_decision_is_the_deployed_policys(cli: Cli, config: str, aws: Aws) -> None:
+    deployed = RemediationSettings.from_json(
+        {**RemediationSettings().to_json(), "mode": "full"}, "test", check_timing=False
+    ).to_json()
+    deployed["policy"]["xidActions"] = {"79": "reboot"}
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    definition = {
+        "StartAt": "Load settings",
+        "States": {
+            "Load settings": {"Type": "Pass", "Parameters": {"settings": deployed}, "Next": "Done"},
+            "Done": {"Type": "Succeed"},
+        },
+    }
+    arn = sfn.create_state_machine(
+        name="NodeHeal-remediation",
+        definition=json.dumps(definition),
+        roleArn="arn:aws:iam::123456789012:role/NodeHeal-workflow",
+    )["stateMachineArn"]
+    assert arn == STATE_MACHINE_ARN
+    result = inject(cli, config, "--xid", "79", "--json")
+    assert result.code == 0, result.err
+    body = result.json()
+    assert body["policy"] == {
+        "deployed": True,
+        "origin": f"deployed settings of {STATE_MACHINE_ARN}, mode full",
+    }
+    assert (body["decision"]["action"], body["decision"]["plannedAction"]) == ("reboot", "reboot")
+    builtin = inject(cli, config, "--xid", "79", "--json", "--builtin-policy").json()
+    assert builtin["policy"]["deployed"] is False
+    assert builtin["decision"]["plannedAction"] == "replace"
+
+
+def test_only_the_operator_role_may_create_pods() -> None:
+    """The remediation functions evict and (force-drain) delete pods; none may create one."""
+    create = Permission("create", "", "pods")
+    for role in function_roles():
+        granted = {p for rule in role.rules for p in rule.permissions()}
+        assert create not in granted, role.name()
+        assert not any(p.resource == "pods/exec" for p in granted), role.name()
+    injector = {p for rule in FAULT_INJECTOR.rules for p in rule.permissions()}
+    assert {create, Permission("delete", "", "pods")} <= injector
+
+
+def test_the_fault_injector_manifest_is_rendered_from_the_table() -> None:
+    assert (
+        ROOT / "deploy" / "rbac" / "fault-injector.yaml"
+    ).read_text() == render_fault_injector_manifest(), (
+        "deploy/rbac/fault-injector.yaml is out of date with nodeheal/rbac.py: run `make rbac`"
+    )
