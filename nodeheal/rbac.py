@@ -228,6 +228,14 @@ FAULT_INJECTOR = FunctionRole(
             "--via kmsg: the short-lived privileged pod that writes the kernel log line, read until it "
             "has run, then deleted.",
         ),
+        PolicyRule(("",), ("pods",), ("list",), "--via dcgm: find the node's dcgm-exporter pod."),
+        PolicyRule(
+            ("",),
+            ("pods/exec",),
+            ("create", "get"),
+            "--via dcgm: dcgmi test --inject in it. The WebSocket upgrade is a GET: authorized as get, "
+            "and also as create where AuthorizePodWebsocketUpgradeCreatePermission is on (beta, 1.35).",
+        ),
     ),
 )
 

@@ -518,5 +518,91 @@ def _waiting(pod: Mapping[str, Any]) -> str:
 
 
 def inject_dcgm(api: KubeTransport, args: argparse.Namespace) -> dict[str, Any]:
-    """Find the node's dcgm-exporter pod and run ``dcgmi test --inject`` in it through pods/exec."""
-    raise InjectionFailedError("--via dcgm is not available in this version")
+    """Find the node's dcgm-exporter pod and run ``dcgmi test --inject`` in it through pods/exec
+    (a WebSocket upgrade, spoken by the ``kubernetes`` client's ``stream``)."""
+    from nodeheal.kube.client import expect_success, request_json
+
+    field, value = detector.dcgm_injection(args.xid, args.ecc_dbe)
+    argv = detector.dcgmi_command(args.gpu, field, value)
+    api_client = getattr(api, "api_client", None)
+    if api_client is None:
+        raise ConfigurationError(
+            "--via dcgm execs through the kubernetes client: reach the cluster with a kubeconfig "
+            "(aws eks update-kubeconfig), not --eks"
+        )
+    where = (
+        f"/api/v1/namespaces/{quote(args.dcgm_namespace, safe='')}/pods"
+        if args.dcgm_namespace
+        else "/api/v1/pods"
+    )
+    action = f"list the dcgm-exporter pods on node {args.node}"
+    query = [("labelSelector", args.dcgm_selector), ("fieldSelector", f"spec.nodeName={args.node}")]
+    listed = expect_success(request_json(api, "GET", where, query=query, action=action), action=action)
+    running = [
+        pod
+        for pod in listed.get("items") or []
+        if (pod.get("status") or {}).get("phase") == "Running"
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    if not running:
+        scope = f" in namespace {args.dcgm_namespace}" if args.dcgm_namespace else ""
+        raise InjectionFailedError(
+            f"no running pod matching {args.dcgm_selector} on node {args.node}{scope}: is dcgm-exporter "
+            "deployed there? (--dcgm-selector, --dcgm-namespace)"
+        )
+    pod = running[0]
+    name, namespace = str(pod["metadata"]["name"]), str(pod["metadata"]["namespace"])
+    stdout, stderr, code = _exec(api_client, name, namespace, args.dcgm_container, argv, args.timeout)
+    if code != 0:
+        said = (stderr or stdout).strip()
+        raise InjectionFailedError(
+            f"{' '.join(argv)} in pod {namespace}/{name} exited {code}" + (f": {said}" if said else "")
+        )
+    return {
+        "namespace": namespace,
+        "pod": name,
+        "command": argv,
+        "field": field.name,
+        "fieldId": field.field_id,
+        "value": value,
+        "status": "exit 0",
+        "stdout": stdout.strip(),
+    }
+
+
+def _exec(
+    api_client: Any, name: str, namespace: str, container: str | None, argv: list[str], timeout: float
+) -> tuple[str, str, int]:
+    """Run ``argv`` in the pod; its stdout, stderr and exit code (from the error channel's Status)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.stream import stream
+
+    options: dict[str, Any] = {"command": argv, "stdin": False, "stdout": True, "stderr": True, "tty": False}
+    if container:
+        options["container"] = container
+    try:
+        socket = stream(
+            client.CoreV1Api(api_client).connect_get_namespaced_pod_exec,
+            name,
+            namespace,
+            _preload_content=False,
+            **options,
+        )
+    except ApiException as exc:
+        # The handshake's refusal (403, 404, 400 naming the containers) is in the reason text.
+        raise InjectionFailedError(f"exec in pod {namespace}/{name} was refused: {exc.reason}") from None
+    try:
+        socket.run_forever(timeout=timeout)
+        if socket.is_open():
+            raise InjectionFailedError(f"{' '.join(argv)} did not finish within {timeout:g} s")
+        stdout, stderr = socket.read_channel(1), socket.read_channel(2)
+        try:
+            code = socket.returncode
+        except (TypeError, KeyError, IndexError, ValueError):
+            code = None
+    finally:
+        socket.close()
+    if code is None:
+        raise InjectionFailedError(f"exec in pod {namespace}/{name} ended without an exit status")
+    return str(stdout), str(stderr), int(code)

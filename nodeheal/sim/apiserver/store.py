@@ -28,6 +28,7 @@ from nodeheal.sim.apiserver.objectstore import (
     Page,
     WatchEvent,
 )
+from nodeheal.sim.apiserver.podexec import ExecHandler, ExecResult, not_found_result
 from nodeheal.sim.apiserver.resources import PDBS, PODS, ResourceType
 from nodeheal.sim.apiserver.status import (
     ApiError,
@@ -110,6 +111,8 @@ class ClusterStore(ObjectStore):
         self._disrupted: dict[str, dict[str, tuple[str, str, float]]] = {}
         #: The simulated container runtime (:meth:`run_pods`); None: created pods stay Pending.
         self._container_run: ContainerRun | None = None
+        #: What ``pods/exec`` runs (:meth:`run_exec`); None: every executable is missing.
+        self._exec_handler: ExecHandler | None = None
 
     # ---- PodDisruptionBudget status, as the disruption controller keeps it -----------------
 
@@ -349,6 +352,17 @@ class ClusterStore(ObjectStore):
         ``Running``; a pod deleted meanwhile is left alone; a dead kubelet never starts anything."""
         with self._lock:
             self._container_run = run
+
+    def run_exec(self, handler: ExecHandler) -> None:
+        """From now on, ``pods/exec`` runs its command through ``handler`` (pod, container, argv)."""
+        with self._lock:
+            self._exec_handler = handler
+
+    def exec_in(self, pod: JSON, container: str, argv: list[str]) -> ExecResult:
+        handler = self._exec_handler
+        if handler is None:
+            return not_found_result(argv)
+        return handler(copy.deepcopy(pod), container, list(argv))
 
     def create(
         self, resource: str | ResourceType, obj: JSON, namespace: str | None = None, *, dry_run: bool = False

@@ -19,8 +19,9 @@ from nodeheal import injection
 from nodeheal.commands.inject import XID_REASONS, xid_message
 from nodeheal.config import RemediationSettings
 from nodeheal.rbac import FAULT_INJECTOR, Permission, function_roles, render_fault_injector_manifest
-from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node
+from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node, make_pod
 from nodeheal.sim.apiserver.authorizer import AUTHENTICATED_GROUP, RbacAuthorizer, RoleBinding, UserInfo
+from nodeheal.sim.apiserver.podexec import ExecResult
 from tests.unit.cli.conftest import REGION, STATE_MACHINE_ARN, Aws, Result
 
 Cli = Callable[..., Result]
@@ -49,6 +50,26 @@ def runtime() -> ContainerRecorder:
     return ContainerRecorder()
 
 
+class DcgmiRecorder:
+    """The fake container runtime's exec: records each command and answers like dcgmi."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, list[str]]] = []
+        self.result = ExecResult(0, "Successfully injected field info.\n")
+
+    def __call__(self, pod: dict[str, Any], container: str, argv: Any) -> ExecResult:
+        self.calls.append((pod["metadata"]["name"], container, list(argv)))
+        return self.result
+
+
+@pytest.fixture
+def dcgmi() -> DcgmiRecorder:
+    return DcgmiRecorder()
+
+
+DCGM_LABELS = {"app.kubernetes.io/name": "dcgm-exporter"}
+
+
 @pytest.fixture
 def authorizer() -> RbacAuthorizer:
     role = FAULT_INJECTOR.name()
@@ -56,10 +77,18 @@ def authorizer() -> RbacAuthorizer:
 
 
 @pytest.fixture
-def server(runtime: ContainerRecorder, authorizer: RbacAuthorizer) -> Iterator[FakeKubeApiServer]:
+def server(
+    runtime: ContainerRecorder, dcgmi: DcgmiRecorder, authorizer: RbacAuthorizer
+) -> Iterator[FakeKubeApiServer]:
     store = ClusterStore()
-    store.add(make_node(NODE, instance_id="i-0a"), make_node("gpu-b", instance_id="i-0b"))
+    store.add(
+        make_node(NODE, instance_id="i-0a"),
+        make_node("gpu-b", instance_id="i-0b"),
+        make_pod("dcgm-exporter-b", "gpu-operator", "gpu-b", labels=DCGM_LABELS),
+        make_pod("dcgm-exporter-a", "gpu-operator", NODE, labels=DCGM_LABELS),
+    )
     store.run_pods(runtime)
+    store.run_exec(dcgmi)
     with FakeKubeApiServer(store, authorizer=authorizer) as srv:
         yield srv
 
@@ -86,6 +115,11 @@ def config(server: FakeKubeApiServer, authorizer: RbacAuthorizer, tmp_path: Path
 
 def inject(cli: Cli, config: str, *args: str) -> Result:
     return cli("inject", "--cluster", "sim", "--node", NODE, "--kubeconfig", config, "--yes", *args)
+
+
+def injector_pods(server: FakeKubeApiServer) -> list[dict[str, Any]]:
+    pods, _ = server.store.list_objects("pods")
+    return [pod for pod in pods if pod["metadata"]["namespace"] == "kube-system"]
 
 
 def npd_reason(line: str) -> str | None:
@@ -126,7 +160,7 @@ def test_kmsg_writes_the_driver_line_from_a_pod_on_the_node_and_deletes_it(
     line = injection.written_line(pod)
     assert line.startswith("NVRM: Xid (PCI:0000:3b:00): 79, ")
     assert npd_reason(line) == "GPUFellOffBus"
-    assert server.store.list_objects("pods")[0] == [], "the injector pod is deleted once it has run"
+    assert injector_pods(server) == [], "the injector pod is deleted once it has run"
     body = result.json()
     assert body["kmsg"] == {
         "namespace": "kube-system",
@@ -153,7 +187,7 @@ def test_a_failed_write_is_reported_and_the_pod_still_deleted(
     result = inject(cli, config, "--via", "kmsg", "--xid", "48")
     assert result.code == 1
     assert "ended Failed (exit 1: sh: can't create /dev/kmsg: Operation not permitted)" in result.err
-    assert server.store.list_objects("pods")[0] == []
+    assert injector_pods(server) == []
 
 
 def test_a_pod_that_never_runs_is_given_up_after_the_timeout_and_deleted(
@@ -164,7 +198,7 @@ def test_a_pod_that_never_runs_is_given_up_after_the_timeout_and_deleted(
     assert result.code == 1
     assert "still Pending after 0.5 s" in result.err
     assert runtime.pods == []
-    (left,) = server.store.list_objects("pods")[0]
+    (left,) = injector_pods(server)
     assert left["metadata"].get("deletionTimestamp"), "deleted (Terminating until the dead kubelet is back)"
 
 
@@ -237,3 +271,83 @@ def test_the_fault_injector_manifest_is_rendered_from_the_table() -> None:
     ).read_text() == render_fault_injector_manifest(), (
         "deploy/rbac/fault-injector.yaml is out of date with nodeheal/rbac.py: run `make rbac`"
     )
+
+
+def test_dcgm_execs_dcgmi_in_the_nodes_exporter_pod_with_the_xid_field(
+    cli: Cli, dcgmi: DcgmiRecorder, config: str, aws: Aws, authorizer: RbacAuthorizer
+) -> None:
+    result = inject(cli, config, "--via", "dcgm", "--xid", "79", "--json")
+    assert result.code == 0, result.err
+    assert dcgmi.calls == [
+        ("dcgm-exporter-a", "main", ["dcgmi", "test", "--inject", "--gpuid", "0", "-f", "230", "-v", "79"])
+    ]
+    body = result.json()
+    assert body["dcgm"] == {
+        "namespace": "gpu-operator",
+        "pod": "dcgm-exporter-a",
+        "command": ["dcgmi", "test", "--inject", "--gpuid", "0", "-f", "230", "-v", "79"],
+        "field": "DCGM_FI_DEV_XID_ERROR",
+        "fieldId": 230,
+        "value": 79,
+        "status": "exit 0",
+        "stdout": "Successfully injected field info.",
+    }
+    assert (body["expected"]["type"], body["expected"]["status"], body["expected"]["reason"]) == (
+        "AcceleratedHardwareReady",
+        "False",
+        "NvidiaXID79Error",
+    )
+    assert body["decision"]["plannedAction"] == "replace"
+    assert authorizer.denied == []
+
+
+def test_dcgm_double_bit_ecc_goes_to_field_319(cli: Cli, dcgmi: DcgmiRecorder, config: str, aws: Aws) -> None:
+    result = inject(cli, config, "--via", "dcgm", "--ecc-dbe", "4", "--gpu", "1", "--json")
+    assert result.code == 0, result.err
+    assert dcgmi.calls[0][2] == ["dcgmi", "test", "--inject", "--gpuid", "1", "-f", "319", "-v", "4"]
+    body = result.json()
+    assert body["dcgm"]["field"] == "DCGM_FI_DEV_ECC_DBE_VOL_DEV"
+    assert body["expected"]["reason"] == "NvidiaDoubleBitError"
+    assert body["decision"]["plannedAction"] == "reboot", "the agent's DBE reason is Xid 48's verdict"
+
+
+def test_a_failing_dcgmi_is_reported_with_its_words(
+    cli: Cli, dcgmi: DcgmiRecorder, config: str, aws: Aws
+) -> None:
+    dcgmi.result = ExecResult(
+        255, stderr="Error: unable to establish a connection to the specified host: localhost\n"
+    )
+    result = inject(cli, config, "--via", "dcgm", "--xid", "48")
+    assert result.code == 1
+    assert (
+        "exited 255: Error: unable to establish a connection to the specified host: localhost" in result.err
+    )
+
+
+def test_no_exporter_on_the_node_is_one_line(cli: Cli, dcgmi: DcgmiRecorder, config: str, aws: Aws) -> None:
+    result = inject(cli, config, "--via", "dcgm", "--xid", "48", "--dcgm-namespace", "monitoring")
+    assert result.code == 1
+    assert (
+        "no running pod matching app.kubernetes.io/name=dcgm-exporter on node gpu-a in namespace monitoring"
+        in (result.err)
+    )
+    assert dcgmi.calls == []
+
+
+def test_an_exec_the_role_does_not_allow_is_refused_before_anything_runs(
+    cli: Cli, dcgmi: DcgmiRecorder, config: str, aws: Aws, authorizer: RbacAuthorizer
+) -> None:
+    role = FAULT_INJECTOR.name()
+    authorizer.unbind(role)
+    without_exec = tuple(rule for rule in FAULT_INJECTOR.rules if "pods/exec" not in rule.resources)
+    authorizer.bind(RoleBinding(role, without_exec, groups=(role,)))
+    result = inject(cli, config, "--via", "dcgm", "--xid", "48")
+    assert result.code == 1
+    assert "exec in pod gpu-operator/dcgm-exporter-a was refused" in result.err and "403" in result.err
+    assert dcgmi.calls == []
+
+
+def test_dcgm_refuses_an_xid_the_agent_only_records_as_an_event(cli: Cli, config: str, aws: Aws) -> None:
+    result = inject(cli, config, "--via", "dcgm", "--xid", "13")
+    assert result.code == 2
+    assert "NvidiaXID13Warning Event only" in result.err
