@@ -132,6 +132,10 @@ def dcgm_injection(xid: int | None, ecc_dbe: int | None) -> tuple[DcgmField, int
     return DCGM_ECC_DBE_VOL_DEV, ecc_dbe
 
 
-def dcgmi_command(gpu: int, field: DcgmField, value: int) -> list[str]:
-    """``dcgmi test --inject`` as seed 000 runs it, as an argv (no shell in between)."""
-    return ["dcgmi", "test", "--inject", "--gpuid", str(gpu), "-f", str(field.field_id), "-v", str(value)]
+def dcgmi_command(gpu: int, field: DcgmField, value: int, host: str = "") -> list[str]:
+    """``dcgmi test --inject`` as seed 000 runs it, as an argv (no shell in between). The GPU is
+    always named: dcgmi's ``--gpuid`` defaults to 1, not 0. ``host`` is dcgmi's ``--host`` (its
+    default, ``localhost``, port 5555: the host engine listening in the pod's network namespace;
+    ``dcgmi/CommandLineParser.cpp`` in NVIDIA/DCGM)."""
+    argv = ["dcgmi", "test", "--inject", "--gpuid", str(gpu), "-f", str(field.field_id), "-v", str(value)]
+    return [*argv, "--host", host] if host else argv

@@ -249,7 +249,13 @@ def register(subparsers: Any) -> None:
         help=f"label selector of the dcgm-exporter pods (default: {DCGM_EXPORTER_SELECTOR})",
     )
     dcgm.add_argument("--dcgm-namespace", help="namespace of the dcgm-exporter pods (default: all)")
-    dcgm.add_argument("--dcgm-container", help="container to exec in (default: the pod's first)")
+    dcgm.add_argument("--dcgm-container", help="container to exec in (default: the pod's only one)")
+    dcgm.add_argument(
+        "--dcgm-host",
+        metavar="HOST[:PORT]",
+        default="",
+        help="host engine dcgmi injects into (its --host; default: localhost:5555 in the exporter pod)",
+    )
     add_kube_arguments(parser)
     access = parser.add_argument_group("AWS: --eks, and the deployed policy")
     access.add_argument("--region", help="AWS region (default: AWS_REGION / the profile's region)")
@@ -523,7 +529,7 @@ def inject_dcgm(api: KubeTransport, args: argparse.Namespace) -> dict[str, Any]:
     from nodeheal.kube.client import expect_success, request_json
 
     field, value = detector.dcgm_injection(args.xid, args.ecc_dbe)
-    argv = detector.dcgmi_command(args.gpu, field, value)
+    argv = detector.dcgmi_command(args.gpu, field, value, args.dcgm_host)
     api_client = getattr(api, "api_client", None)
     if api_client is None:
         raise ConfigurationError(

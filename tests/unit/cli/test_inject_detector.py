@@ -302,9 +302,23 @@ def test_dcgm_execs_dcgmi_in_the_nodes_exporter_pod_with_the_xid_field(
 
 
 def test_dcgm_double_bit_ecc_goes_to_field_319(cli: Cli, dcgmi: DcgmiRecorder, config: str, aws: Aws) -> None:
-    result = inject(cli, config, "--via", "dcgm", "--ecc-dbe", "4", "--gpu", "1", "--json")
+    result = inject(
+        cli, config, "--via", "dcgm", "--ecc-dbe", "4", "--gpu", "1", "--dcgm-host", "10.0.1.7:5555", "--json"
+    )
     assert result.code == 0, result.err
-    assert dcgmi.calls[0][2] == ["dcgmi", "test", "--inject", "--gpuid", "1", "-f", "319", "-v", "4"]
+    assert dcgmi.calls[0][2] == [
+        "dcgmi",
+        "test",
+        "--inject",
+        "--gpuid",
+        "1",
+        "-f",
+        "319",
+        "-v",
+        "4",
+        "--host",
+        "10.0.1.7:5555",
+    ]
     body = result.json()
     assert body["dcgm"]["field"] == "DCGM_FI_DEV_ECC_DBE_VOL_DEV"
     assert body["expected"]["reason"] == "NvidiaDoubleBitError"
