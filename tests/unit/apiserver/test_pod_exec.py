@@ -1,18 +1,17 @@
 """``pods/exec`` over WebSocket with the real ``kubernetes`` client (``kubernetes.stream``) and
-websocket-client: the container chosen before the upgrade, the subprotocol negotiated, output on
+its WebSocket client: the container chosen before the upgrade, the subprotocol negotiated, output on
 channels 1 and 2, and the end ``Status`` on channel 3 (see ``nodeheal.sim.apiserver.podexec``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-import websocket
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
+from kubernetes.stream.ws_client import WSClient
 
 from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node, make_pod
 from nodeheal.sim.apiserver.podexec import ExecResult
@@ -95,20 +94,15 @@ def test_an_unknown_pod_is_404(core: client.CoreV1Api) -> None:
 
 
 def test_a_v4_client_gets_v4_frames(server: FakeKubeApiServer) -> None:
+    """A client that offers only v4 (older kubernetes clients) is answered in v4."""
+    api = server.api_client()
     url = (
         server.url.replace("http://", "ws://")
         + f"/api/v1/namespaces/{NS}/pods/one/exec?command=echo&stdout=true"
     )
-    connection = websocket.create_connection(url, subprotocols=["v4.channel.k8s.io"], timeout=10)
-    try:
-        assert connection.getsubprotocol() == "v4.channel.k8s.io"
-        frames = []
-        while True:
-            opcode, data = connection.recv_data(control_frame=True)
-            if opcode == websocket.ABNF.OPCODE_CLOSE:
-                break
-            frames.append((data[0], data[1:]))
-    finally:
-        connection.close()
-    assert frames[0] == (1, b"one/main: echo\n")
-    assert frames[-1][0] == 3 and json.loads(frames[-1][1]) == {"metadata": {}, "status": "Success"}
+    socket = WSClient(api.configuration, url, {"sec-websocket-protocol": "v4.channel.k8s.io"}, True)
+    socket.run_forever(timeout=10)
+    assert not socket.is_open()
+    assert socket.subprotocol == "v4.channel.k8s.io"
+    assert socket.read_channel(1) == "one/main: echo\n"
+    assert socket.returncode == 0
