@@ -62,9 +62,14 @@ def kmsg_pod(*, node: str, namespace: str, line: str, image: str = DEFAULT_KMSG_
     Bound to the node by ``spec.nodeName`` (no scheduler, so a cordoned node still runs it), it
     tolerates every taint (NodeHeal's ``nodeheal.io/unhealthy``, the GPU pool's ``nvidia.com/gpu``,
     the kubelet's ``unschedulable`` and NoExecute taints of a failing node), and mounts the host's
-    ``/dev/kmsg`` character device. ``privileged`` because writing ``/dev/kmsg`` needs
-    ``CAP_SYSLOG``-level access to the host's kernel log and a device the default runtime profile
-    does not expose; the namespace must allow privileged pods (Pod Security ``privileged``).
+    ``/dev/kmsg`` character device. ``privileged`` because the default container profile does not
+    let a container open the host's devices; the kernel itself checks no capability on a write
+    (``devkmsg_write`` in kernel/printk/printk.c) but drops writes from user space silently when
+    ``kernel.printk_devkmsg=off`` (the default, ``ratelimit``, lets one line through), so a pod
+    that succeeded on such a host wrote nothing. The namespace must admit privileged pods (Pod
+    Security ``privileged``). NPD's kmsg watcher keeps every record after its start time, whatever
+    its facility (``pkg/systemlogmonitor/logwatchers/kmsg/log_watcher_linux.go``): a line written
+    from user space (facility ``user``) is read like the driver's.
     """
     return {
         "apiVersion": "v1",
