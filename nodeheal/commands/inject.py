@@ -214,7 +214,9 @@ def register(subparsers: Any) -> None:
         default=VIA_CONDITION,
         help="where the fault enters: the Node condition (default), the kernel log, or DCGM",
     )
-    fault = parser.add_argument_group("fault (either --xid or --condition/--status/--reason)")
+    fault = parser.add_argument_group(
+        "fault: --xid (or --ecc-dbe with --via dcgm), or --condition/--status/--reason with --via condition"
+    )
     fault.add_argument("--xid", type=int, help="NVIDIA Xid to simulate (e.g. 79)")
     fault.add_argument(
         "--ecc-dbe",
@@ -239,7 +241,7 @@ def register(subparsers: Any) -> None:
         "--timeout",
         type=float,
         default=120.0,
-        help="seconds to wait for the injector pod (or the exec) to complete (default: 120)",
+        help="seconds to wait for the injector pod, or with --via dcgm the exec, to complete (default: 120)",
     )
     dcgm = parser.add_argument_group("--via dcgm")
     dcgm.add_argument("--gpu", type=int, default=0, help="DCGM GPU id to inject on (default: 0)")
