@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import kubernetes_validate
 import pytest
 
 from nodeheal import injection
@@ -130,6 +131,12 @@ def npd_reason(line: str) -> str | None:
         if rule["type"] == "permanent" and re.search(f"(?:{rule['pattern']})\\Z", line):
             reason = rule["reason"]
     return reason
+
+
+def test_the_injector_pod_is_a_valid_kubernetes_pod() -> None:
+    """Against the API's own schema (kubernetes-validate, 1.33), strictly: no unknown field."""
+    pod = injection.kmsg_pod(node=NODE, namespace="kube-system", line=xid_message(79))
+    kubernetes_validate.validate(pod, "1.33.0", strict=True)
 
 
 @pytest.mark.parametrize("xid", sorted(XID_REASONS))
