@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -532,12 +535,6 @@ def inject_dcgm(api: KubeTransport, args: argparse.Namespace) -> dict[str, Any]:
 
     field, value = detector.dcgm_injection(args.xid, args.ecc_dbe)
     argv = detector.dcgmi_command(args.gpu, field, value, args.dcgm_host)
-    api_client = getattr(api, "api_client", None)
-    if api_client is None:
-        raise ConfigurationError(
-            "--via dcgm execs through the kubernetes client: reach the cluster with a kubeconfig "
-            "(aws eks update-kubeconfig), not --eks"
-        )
     where = (
         f"/api/v1/namespaces/{quote(args.dcgm_namespace, safe='')}/pods"
         if args.dcgm_namespace
@@ -560,7 +557,10 @@ def inject_dcgm(api: KubeTransport, args: argparse.Namespace) -> dict[str, Any]:
         )
     pod = running[0]
     name, namespace = str(pod["metadata"]["name"]), str(pod["metadata"]["namespace"])
-    stdout, stderr, code = _exec(api_client, name, namespace, args.dcgm_container, argv, args.timeout)
+    with generated_client(api) as api_client:
+        stdout, stderr, code = exec_in_pod(
+            api_client, name, namespace, args.dcgm_container, argv, args.timeout
+        )
     if code != 0:
         said = (stderr or stdout).strip()
         raise InjectionFailedError(
@@ -578,7 +578,44 @@ def inject_dcgm(api: KubeTransport, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _exec(
+@contextmanager
+def generated_client(api: KubeTransport) -> Iterator[Any]:
+    """A ``kubernetes.client.ApiClient`` for the same API server and identity as ``api``: the
+    kubeconfig's own client, or one built from an ``--eks`` transport (endpoint, CA, the current
+    IAM token), because a WebSocket needs the client's connection rather than NodeHeal's pool. A CA
+    held as data is written to a file for the time of the exec only (the client reads CA files)."""
+    existing = getattr(api, "api_client", None)
+    if existing is not None:
+        yield existing
+        return
+    from nodeheal.kube.transport import HttpTransport
+
+    if not isinstance(api, HttpTransport):
+        raise ConfigurationError("--via dcgm needs a kubeconfig or --eks to reach the cluster")
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = api.host
+    configuration.verify_ssl = api.verify
+    token = api.bearer_token()
+    if token:
+        configuration.api_key = {"authorization": token}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+    ca_file: str | None = None
+    try:
+        if api.ca_cert_data:
+            with tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False) as handle:
+                handle.write(api.ca_cert_data)
+                ca_file = handle.name
+        configuration.ssl_ca_cert = ca_file or api.ca_cert_file
+        with client.ApiClient(configuration) as api_client:
+            yield api_client
+    finally:
+        if ca_file is not None:
+            Path(ca_file).unlink()
+
+
+def exec_in_pod(
     api_client: Any, name: str, namespace: str, container: str | None, argv: list[str], timeout: float
 ) -> tuple[str, str, int]:
     """Run ``argv`` in the pod; its stdout, stderr and exit code (from the error channel's Status)."""

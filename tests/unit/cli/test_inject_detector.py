@@ -17,8 +17,9 @@ import kubernetes_validate
 import pytest
 
 from nodeheal import injection
-from nodeheal.commands.inject import XID_REASONS, xid_message
+from nodeheal.commands.inject import XID_REASONS, exec_in_pod, generated_client, xid_message
 from nodeheal.config import RemediationSettings
+from nodeheal.kube.client import http_transport
 from nodeheal.rbac import FAULT_INJECTOR, Permission, function_roles, render_fault_injector_manifest
 from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node, make_pod
 from nodeheal.sim.apiserver.authorizer import AUTHENTICATED_GROUP, RbacAuthorizer, RoleBinding, UserInfo
@@ -372,3 +373,24 @@ def test_dcgm_refuses_an_xid_the_agent_only_records_as_an_event(cli: Cli, config
     result = inject(cli, config, "--via", "dcgm", "--xid", "13")
     assert result.code == 2
     assert "NvidiaXID13Warning Event only" in result.err
+
+
+def test_with_eks_the_exec_goes_through_a_client_built_from_the_transport(
+    server: FakeKubeApiServer, dcgmi: DcgmiRecorder, authorizer: RbacAuthorizer
+) -> None:
+    """--eks hands inject NodeHeal's own transport (endpoint, CA as data, a re-minted IAM token);
+    the exec needs the kubernetes client, built from the same endpoint, CA and current token."""
+    operator = UserInfo("arn:aws:sts::123456789012:assumed-role/sre/alice", (FAULT_INJECTOR.name(),))
+    token = authorizer.token_for(operator)
+    transport = http_transport(
+        server.url, ca_cert_data="-----BEGIN CERTIFICATE-----\n", bearer_token=lambda: token
+    )
+    with generated_client(transport) as api_client:
+        ca_file = Path(api_client.configuration.ssl_ca_cert)
+        assert ca_file.read_text() == "-----BEGIN CERTIFICATE-----\n"
+        argv = injection.dcgmi_command(0, injection.DCGM_XID_ERROR, 48)
+        stdout, _, code = exec_in_pod(api_client, "dcgm-exporter-a", "gpu-operator", None, argv, 10.0)
+    assert (code, stdout) == (0, "Successfully injected field info.\n")
+    assert dcgmi.calls == [("dcgm-exporter-a", "main", argv)]
+    assert authorizer.denied == []
+    assert not ca_file.exists(), "the CA file lives only as long as the exec"
