@@ -69,7 +69,7 @@ help:
 	@echo "make test   - lint, type-check and run the whole test suite (bootstraps everything)"
 	@echo "make synth  - build the Lambda asset and synthesize the CloudFormation template"
 	@echo "make bench  - run the benchmarks under benchmarks/"
-	@echo "make rbac   - regenerate deploy/rbac/remediator.yaml from nodeheal/rbac.py"
+	@echo "make rbac   - regenerate deploy/rbac/remediator.yaml and fault-injector.yaml from nodeheal/rbac.py"
 	@echo "make pin-image IMAGE=<repo>@sha256:<digest> - pin the exporter image of deploy/exporter-release"
 	@echo "make simulate SEED=n - replay one seeded schedule of the simulation with its trace"
 	@echo "make soak   - run 20,000 seeded schedules against the safety invariants"
@@ -161,6 +161,7 @@ demo: $(VENV)/.installed
 
 rbac: $(VENV)/.installed
 	$(BIN)/python -m nodeheal.rbac --group-prefix "$${NODEHEAL_GROUP_PREFIX:-nodeheal}" > deploy/rbac/remediator.yaml
+	$(BIN)/python -m nodeheal.rbac --fault-injector --group-prefix "$${NODEHEAL_GROUP_PREFIX:-nodeheal}" > deploy/rbac/fault-injector.yaml
 
 # The release step: pin the exporter image of deploy/exporter-release by the digest the push reported.
 pin-image: $(VENV)/.installed

@@ -1,4 +1,17 @@
-"""``nodeheal inject``: set a Node condition the way node-problem-detector does, to test end to end.
+"""``nodeheal inject``: simulate a GPU fault at the Node condition or at the detector, to test end to end.
+
+Three ways in (``--via``; :mod:`nodeheal.injection` has the details and the sources):
+
+* ``condition`` (default): patch the condition as NPD would (below). Warned: NPD re-sends its own
+  view every heartbeat and reverts it;
+* ``kmsg``: a short-lived privileged pod on the node writes the driver's ``NVRM: Xid`` line into the
+  kernel log, so NPD's log monitor raises ``GPUProblem`` itself; the pod is always deleted;
+* ``dcgm``: ``dcgmi test --inject`` in the node's dcgm-exporter pod through ``pods/exec`` (seed
+  000's method), for the EKS node monitoring agent, when it reads that host engine.
+
+Each prints the *deployed* policy's decision for the condition the detector is expected to set,
+read from the stack's state machine (as ``nodeheal doctor`` does); when it cannot be read, the
+built-in defaults, and it says so. The tests prove the requests, not the detector's reaction.
 
 node-problem-detector's condition manager sends ``PATCH /api/v1/nodes/<name>/status`` with a
 strategic merge patch ``{"status": {"conditions": [...]}}``: conditions merge by ``type``, so the
@@ -16,11 +29,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from nodeheal import injection as detector
+from nodeheal.commands.aws_access import DEFAULT_STACK, STATE_MACHINE_OUTPUT
 from nodeheal.commands.kube_access import add_kube_arguments, kube_transport
 from nodeheal.commands.output import confirm, print_json
 from nodeheal.conditions import CONDITION_STATUSES, Condition
@@ -28,6 +47,9 @@ from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
 from nodeheal.policy.catalog import lookup
 from nodeheal.timeutil import format_timestamp, utc_now
+
+if TYPE_CHECKING:
+    from nodeheal.kube.transport import KubeTransport
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 GPU_CONDITION = "GPUProblem"
@@ -38,9 +60,12 @@ XID_REASONS: Mapping[int, str] = {
     48: "GPUDoubleBitECCError",
     95: "GPUUncontainedECCError",
     64: "GPURowRemapFailure",
-    **dict.fromkeys((74, 144, 145, 146, 147, 148, 149, 150), "NVLinkError"),
+    74: "NVLinkError",
+    # The NVLink5 Xids with the driver's "Fatal" text (the Nonfatal ones are Events only).
+    **dict.fromkeys((144, 145, 146, 147, 148, 149, 150), "NVLinkFatalError"),
     **dict.fromkeys((46, 62, 109, 110, 119, 120, 136, 140, 143, 154, 155, 156, 158), "GPUResetRequired"),
-    **dict.fromkeys((54, 56, 57, 58), "GPUHardwareError"),
+    151: "GPUNodeRestartRequired",
+    **dict.fromkeys((54, 56, 57, 58, 61), "GPUHardwareError"),
 }
 #: What the driver appends after the Xid for the Xids whose decision reads the rest of the line.
 _XID_DETAILS: Mapping[int, str] = {
@@ -51,8 +76,37 @@ _XID_DETAILS: Mapping[int, str] = {
 }
 
 
+VIA_CONDITION = "condition"
+VIA_KMSG = "kmsg"
+VIA_DCGM = "dcgm"
+VIAS = (VIA_CONDITION, VIA_KMSG, VIA_DCGM)
+#: The label dcgm-exporter's Helm chart and the GPU operator put on its pods.
+DCGM_EXPORTER_SELECTOR = "app.kubernetes.io/name=dcgm-exporter"
+#: The EKS node monitoring agent's "well known" Xids: a DCGM XID policy violation with one of these
+#: sets ``AcceleratedHardwareReady=False`` with reason ``NvidiaXID<n>Error``; any other Xid is a
+#: ``NvidiaXID<n>Warning`` Event only (``WellKnownXidCodes`` in
+#: https://github.com/aws/eks-node-monitoring-agent/blob/51af5494fde6d2ed4629df2ed9f847ae800957fd/monitors/nvidia/dcgm/dcgm_policies.go).
+NMA_FATAL_XIDS = frozenset(
+    {46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158}
+)
+NMA_CONDITION = "AcceleratedHardwareReady"
+
+
 class NodeNotFoundError(NodeHealError):
     """The node named on the command line does not exist in the cluster."""
+
+
+class InjectionFailedError(NodeHealError):
+    """The injector pod or the exec did not complete: nothing reached the detector (or not known to)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySource:
+    """The settings a decision is explained with, and where they came from, for the person."""
+
+    settings: RemediationSettings
+    origin: str
+    deployed: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +144,37 @@ def xid_message(xid: int, pci: str = "0000:3b:00") -> str:
 
 
 def injection_for(args: argparse.Namespace) -> Injection:
+    if args.via != VIA_CONDITION and (args.condition or args.reason or args.status):
+        raise ConfigurationError(
+            f"--via {args.via} injects at the detector, which sets the condition itself: give --xid"
+            + (" or --ecc-dbe" if args.via == VIA_DCGM else "")
+            + ", not --condition/--status/--reason"
+        )
+    if args.ecc_dbe is not None:
+        if args.via != VIA_DCGM:
+            raise ConfigurationError("--ecc-dbe is a DCGM field: use it with --via dcgm")
+        if args.xid is not None:
+            raise ConfigurationError("give --xid or --ecc-dbe, not both")
+        return Injection(
+            NMA_CONDITION,
+            "False",
+            "NvidiaDoubleBitError",
+            f"detected {args.ecc_dbe} Nvidia Double Bit error(s) on location (injected)",
+        )
+    if args.via == VIA_DCGM:
+        if args.xid is None:
+            raise ConfigurationError("--via dcgm needs --xid or --ecc-dbe")
+        if args.xid not in NMA_FATAL_XIDS:
+            raise InvalidEventError(
+                f"Xid {args.xid} sets no condition: the EKS node monitoring agent records an Xid outside its "
+                f"well-known list as a NvidiaXID{args.xid}Warning Event only"
+            )
+        return Injection(
+            NMA_CONDITION,
+            "False",
+            f"NvidiaXID{args.xid}Error",
+            f"detected XID-{args.xid} on the instance, review kernel logs for additional information.",
+        )
     if args.xid is not None:
         if args.condition or args.reason:
             raise ConfigurationError("--xid sets the condition and reason itself; do not combine them")
@@ -100,7 +185,11 @@ def injection_for(args: argparse.Namespace) -> Injection:
                 "Event only (application-induced or informational). Use --condition/--status/--reason to "
                 "set a condition anyway."
             )
+        if args.via == VIA_KMSG and args.message:
+            raise ConfigurationError("--via kmsg writes the driver's own line for --xid; drop --message")
         return Injection(GPU_CONDITION, args.status or "True", reason, args.message or xid_message(args.xid))
+    if args.via == VIA_KMSG:
+        raise ConfigurationError("--via kmsg needs --xid")
     if not (args.condition and args.status and args.reason):
         raise ConfigurationError("give --xid, or all of --condition, --status and --reason")
     return Injection(args.condition, args.status, args.reason, args.message or "")
@@ -109,25 +198,86 @@ def injection_for(args: argparse.Namespace) -> Injection:
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "inject",
-        help="set a Node condition as node-problem-detector would (end-to-end fault simulation)",
+        help="simulate a GPU fault: at the Node condition, in the kernel log, or in DCGM (end-to-end test)",
         description=(
-            "Patch a Node's status the way node-problem-detector does (strategic merge on "
-            "status.conditions; lastTransitionTime moves only when the status changes). With NodeHeal "
-            "deployed this starts a real remediation: the node may be cordoned, drained and terminated."
+            "Simulate a GPU fault on a node. --via condition (default) patches the Node's status the way "
+            "node-problem-detector does; NPD reverts it on its next heartbeat. --via kmsg writes the "
+            "driver's 'NVRM: Xid' line into the node's kernel log through a short-lived privileged pod, "
+            "so NPD raises GPUProblem itself. --via dcgm runs 'dcgmi test --inject' in the node's "
+            "dcgm-exporter pod (pods/exec). Prints the deployed policy's decision for the condition the "
+            "detector is expected to set. With NodeHeal deployed this starts a real remediation: the "
+            "node may be cordoned, drained and terminated."
         ),
     )
     parser.add_argument("--cluster", required=True, help="cluster name (the EKS cluster with --eks)")
     parser.add_argument("--node", required=True, help="node name")
-    fault = parser.add_argument_group("fault (either --xid or --condition/--status/--reason)")
-    fault.add_argument("--xid", type=int, help="NVIDIA Xid to simulate on GPUProblem (e.g. 79)")
+    parser.add_argument(
+        "--via",
+        choices=VIAS,
+        default=VIA_CONDITION,
+        help="where the fault enters: the Node condition (default), the kernel log, or DCGM",
+    )
+    fault = parser.add_argument_group(
+        "fault: --xid (or --ecc-dbe with --via dcgm), or --condition/--status/--reason with --via condition"
+    )
+    fault.add_argument("--xid", type=int, help="NVIDIA Xid to simulate (e.g. 79)")
+    fault.add_argument(
+        "--ecc-dbe",
+        type=int,
+        metavar="COUNT",
+        help="with --via dcgm: double-bit ECC errors to inject (DCGM_FI_DEV_ECC_DBE_VOL_DEV, field 319)",
+    )
     fault.add_argument("--condition", help="condition type, e.g. GPUProblem, KernelDeadlock")
     fault.add_argument("--status", choices=sorted(CONDITION_STATUSES), help="condition status")
     fault.add_argument("--reason", help="condition reason (CamelCase, as detectors write it)")
     fault.add_argument("--message", help="condition message (default with --xid: the driver's log line)")
+    kmsg = parser.add_argument_group("--via kmsg")
+    kmsg.add_argument(
+        "--namespace",
+        default="kube-system",
+        help="namespace of the injector pod; it must admit privileged pods (default: kube-system)",
+    )
+    kmsg.add_argument(
+        "--image", default=detector.DEFAULT_KMSG_IMAGE, help="injector image (needs sh, printf)"
+    )
+    kmsg.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the injector pod, or with --via dcgm the exec, to complete (default: 120)",
+    )
+    dcgm = parser.add_argument_group("--via dcgm")
+    dcgm.add_argument("--gpu", type=int, default=0, help="DCGM GPU id to inject on (default: 0)")
+    dcgm.add_argument(
+        "--dcgm-selector",
+        default=DCGM_EXPORTER_SELECTOR,
+        help=f"label selector of the dcgm-exporter pods (default: {DCGM_EXPORTER_SELECTOR})",
+    )
+    dcgm.add_argument("--dcgm-namespace", help="namespace of the dcgm-exporter pods (default: all)")
+    dcgm.add_argument("--dcgm-container", help="container to exec in (default: the pod's only one)")
+    dcgm.add_argument(
+        "--dcgm-host",
+        metavar="HOST[:PORT]",
+        default="",
+        help="host engine dcgmi injects into (its --host; default: localhost:5555 in the exporter pod)",
+    )
     add_kube_arguments(parser)
-    access = parser.add_argument_group("AWS, with --eks")
-    access.add_argument("--region", help="AWS region with --eks")
-    access.add_argument("--profile", help="AWS profile with --eks")
+    access = parser.add_argument_group("AWS: --eks, and the deployed policy")
+    access.add_argument("--region", help="AWS region (default: AWS_REGION / the profile's region)")
+    access.add_argument("--profile", help="AWS profile (default: AWS_PROFILE / the default chain)")
+    access.add_argument(
+        "--stack",
+        default=DEFAULT_STACK,
+        help=f"stack whose {STATE_MACHINE_OUTPUT} holds the deployed policy (default: {DEFAULT_STACK})",
+    )
+    access.add_argument(
+        "--state-machine", metavar="ARN", help="remediation state machine (default: the stack's)"
+    )
+    access.add_argument(
+        "--builtin-policy",
+        action="store_true",
+        help="explain with NodeHeal's built-in defaults instead of reading the deployed settings",
+    )
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
@@ -151,55 +301,130 @@ def run(args: argparse.Namespace) -> int:
     before = (
         f"{injection.type}={current.get('status')} ({current.get('reason', '')})" if current else "absent"
     )
+    if args.via == VIA_KMSG:
+        what = (
+            f"Write an Xid {args.xid} line into the kernel log of node {args.node} (a privileged pod in "
+            f"{args.namespace})"
+        )
+    elif args.via == VIA_DCGM:
+        what = f"Inject into DCGM on node {args.node} ({_dcgm_fault(args)}, GPU {args.gpu})"
+    else:
+        what = f"Set {injection.type}={injection.status} ({injection.reason}) on node {args.node}"
     question = (
-        f"Set {injection.type}={injection.status} ({injection.reason}) on node {args.node} of cluster "
-        f"{args.cluster} (now {before})? With NodeHeal deployed this can cordon, drain and replace the node."
+        f"{what} of cluster {args.cluster} (now {before})? With NodeHeal deployed this can cordon, drain "
+        "and replace the node."
     )
     if not confirm(question, assume_yes=args.yes):
         print("cancelled; nothing changed", file=sys.stderr)
         return 1
     now = format_timestamp(utc_now())
-    patch = injection.patch(current, now)
-    patched = expect_success(
-        request_json(
-            api,
-            "PATCH",
-            f"{path}/status",
+    result: dict[str, Any] = {"cluster": args.cluster, "node": args.node, "via": args.via}
+    if args.via == VIA_CONDITION:
+        patch = injection.patch(current, now)
+        patched = expect_success(
+            request_json(
+                api,
+                "PATCH",
+                f"{path}/status",
+                action=f"patch the status of node {args.node}",
+                body=patch,
+                content_type=STRATEGIC_MERGE_PATCH,
+            ),
             action=f"patch the status of node {args.node}",
-            body=patch,
-            content_type=STRATEGIC_MERGE_PATCH,
-        ),
-        action=f"patch the status of node {args.node}",
-    )
-    live = LiveNode.from_api(patched)
-    decision = _explain(live.conditions.get(injection.type), live.labels)
-    result = {
-        "cluster": args.cluster,
-        "node": args.node,
-        "condition": patch["status"]["conditions"][0],
-        "previous": current,
-        "transitioned": current is None or current.get("status") != injection.status,
-        "decision": decision,
-    }
+        )
+        # After the write, so a refused or failed injection stays one line of error.
+        print(detector.CONDITION_REVERT_WARNING, file=sys.stderr)
+        live = LiveNode.from_api(patched)
+        expected = live.conditions.get(injection.type)
+        labels = live.labels
+        result.update(
+            condition=patch["status"]["conditions"][0],
+            previous=current,
+            transitioned=current is None or current.get("status") != injection.status,
+        )
+    else:
+        labels = LiveNode.from_api(node).labels
+        expected = Condition(injection.type, injection.status, injection.reason, injection.message)
+        if args.via == VIA_KMSG:
+            result["kmsg"] = write_kmsg(api, args, injection.message)
+        else:
+            result["dcgm"] = inject_dcgm(api, args)
+        result["expected"] = {
+            "type": expected.type,
+            "status": expected.status,
+            "reason": expected.reason,
+            "message": expected.message,
+        }
+    source = policy_source(args)
+    decision = _explain(expected, labels, source.settings)
+    result["decision"] = decision
+    result["policy"] = {"deployed": source.deployed, "origin": source.origin}
     if args.json:
         print_json(result)
-    else:
+        return 0
+    if args.via == VIA_CONDITION:
         condition = result["condition"]
         print(f"{args.node}: {condition['type']}={condition['status']} ({condition['reason']}) set at {now}")
         if not result["transitioned"]:
             print("  the status did not change: no transition, so the exporter publishes nothing new")
-        print(f"  NodeHeal's policy: {decision['action']} - {decision['reason']}")
-        print(f"  follow it with: nodeheal history --cluster {args.cluster} --node {args.node} --since 1h")
+    elif args.via == VIA_KMSG:
+        kmsg = result["kmsg"]
+        print(
+            f"{args.node}: wrote to /dev/kmsg through pod {kmsg['namespace']}/{kmsg['pod']} ({kmsg['phase']})"
+        )
+        print(f"  line: {kmsg['line']}")
+        print(
+            f"  node-problem-detector should set {injection.type}={injection.status} ({injection.reason}); "
+            "this command does not wait for it"
+        )
+    else:
+        dcgm = result["dcgm"]
+        command = " ".join(dcgm["command"])
+        print(f"{args.node}: {command} in pod {dcgm['namespace']}/{dcgm['pod']}: {dcgm['status']}")
+        print(
+            f"  the EKS node monitoring agent, if it reads this host engine, should set {injection.type}="
+            f"{injection.status} ({injection.reason}); this command does not wait for it"
+        )
+    print(f"  NodeHeal's policy ({source.origin}): {decision['action']} - {decision['reason']}")
+    print(f"  follow it with: nodeheal history --cluster {args.cluster} --node {args.node} --since 1h")
     return 0
 
 
-def _explain(condition: Condition | None, labels: Mapping[str, str]) -> dict[str, Any]:
-    """The default policy's decision, so the person knows what to expect (explain does the same)."""
+def _dcgm_fault(args: argparse.Namespace) -> str:
+    field, value = detector.dcgm_injection(args.xid, args.ecc_dbe)
+    return f"{field.name} ({field.field_id}) = {value}"
+
+
+def policy_source(args: argparse.Namespace) -> PolicySource:
+    """The deployed settings (the state machine's ``Load settings`` state, as ``doctor`` and ``retry``
+    read them), or the built-in defaults with the reason they are used."""
+    if args.builtin_policy:
+        return PolicySource(RemediationSettings(), "built-in defaults, as asked (--builtin-policy)", False)
+    from nodeheal.commands.admission import deployed_workflow
+
+    try:
+        workflow = deployed_workflow(args)
+    except NodeHealError as exc:
+        return PolicySource(
+            RemediationSettings(),
+            f"built-in defaults: the deployed settings could not be read ({exc})",
+            False,
+        )
+    return PolicySource(
+        workflow.settings,
+        f"deployed settings of {workflow.arn}, mode {workflow.settings.mode.value}",
+        True,
+    )
+
+
+def _explain(
+    condition: Condition | None, labels: Mapping[str, str], settings: RemediationSettings
+) -> dict[str, Any]:
+    """The policy's decision for a first fault (no history), so the person knows what to expect."""
     from nodeheal.policy.decide import NodeHistory, decide
 
     if condition is None:
         return {"action": "unknown", "reason": "the condition is not on the patched node"}
-    settings = RemediationSettings()
     decision = decide(
         condition,
         labels=labels,
@@ -209,3 +434,220 @@ def _explain(condition: Condition | None, labels: Mapping[str, str]) -> dict[str
         now=utc_now(),
     )
     return decision.to_json()
+
+
+# ---- --via kmsg ------------------------------------------------------------------------------
+
+
+def write_kmsg(api: KubeTransport, args: argparse.Namespace, line: str) -> dict[str, Any]:
+    """Create the injector pod, wait (bounded) until it has run, and delete it whatever happened."""
+    from nodeheal.kube.client import expect_success, request_json
+
+    namespace = args.namespace
+    pods = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+    manifest = detector.kmsg_pod(node=args.node, namespace=namespace, line=line, image=args.image)
+    created = expect_success(
+        request_json(api, "POST", pods, action=f"create the injector pod in {namespace}", body=manifest),
+        action=f"create the injector pod in {namespace}",
+    )
+    name = str(created["metadata"]["name"])
+    try:
+        pod = _wait_finished(api, f"{pods}/{quote(name, safe='')}", name, args.timeout)
+    finally:
+        _delete_pod(api, pods, name)
+    phase = str((pod.get("status") or {}).get("phase") or "")
+    if phase != "Succeeded":
+        raise InjectionFailedError(
+            f"injector pod {namespace}/{name} ended {phase}{_terminated(pod)}: nothing was written to "
+            f"{args.node}'s kernel log (it was deleted)"
+        )
+    return {"namespace": namespace, "pod": name, "phase": phase, "line": line, "deleted": True}
+
+
+#: First and largest pause between two reads of the injector pod: it is done in a second or two.
+_FIRST_POLL_SECONDS = 0.1
+_MAX_POLL_SECONDS = 2.0
+
+
+def _wait_finished(api: KubeTransport, path: str, name: str, timeout: float) -> dict[str, Any]:
+    from nodeheal.kube.client import expect_success, request_json
+
+    deadline = time.monotonic() + timeout
+    pause = _FIRST_POLL_SECONDS
+    while True:
+        pod = expect_success(
+            request_json(api, "GET", path, action=f"read pod {name}"), action=f"read pod {name}"
+        )
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            return pod
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise InjectionFailedError(
+                f"injector pod {name} still {phase or 'Pending'} after {timeout:g} s{_waiting(pod)}; it "
+                "was deleted. Is the node's kubelet up, the image pullable, privileged pods admitted?"
+            )
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, _MAX_POLL_SECONDS)
+
+
+def _delete_pod(api: KubeTransport, pods: str, name: str) -> None:
+    from nodeheal.kube.client import request_json
+
+    try:
+        response = request_json(api, "DELETE", f"{pods}/{quote(name, safe='')}", action=f"delete pod {name}")
+    except NodeHealError as exc:
+        print(
+            f"warning: could not delete injector pod {name} ({exc}); delete it with kubectl", file=sys.stderr
+        )
+        return
+    if not response.ok and response.status != 404:
+        print(
+            f"warning: could not delete injector pod {name} (HTTP {response.status}); delete it with kubectl",
+            file=sys.stderr,
+        )
+
+
+def _terminated(pod: Mapping[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        done = (status.get("state") or {}).get("terminated")
+        if done:
+            why = done.get("message") or done.get("reason") or ""
+            return f" (exit {done.get('exitCode')}{': ' + why if why else ''})"
+    return ""
+
+
+def _waiting(pod: Mapping[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting")
+        if waiting:
+            return f" ({waiting.get('reason', '')}: {waiting.get('message', '')})"
+    return ""
+
+
+# ---- --via dcgm ------------------------------------------------------------------------------
+
+
+def inject_dcgm(api: KubeTransport, args: argparse.Namespace) -> dict[str, Any]:
+    """Find the node's dcgm-exporter pod and run ``dcgmi test --inject`` in it through pods/exec
+    (a WebSocket upgrade, spoken by the ``kubernetes`` client's ``stream``)."""
+    from nodeheal.kube.client import expect_success, request_json
+
+    field, value = detector.dcgm_injection(args.xid, args.ecc_dbe)
+    argv = detector.dcgmi_command(args.gpu, field, value, args.dcgm_host)
+    where = (
+        f"/api/v1/namespaces/{quote(args.dcgm_namespace, safe='')}/pods"
+        if args.dcgm_namespace
+        else "/api/v1/pods"
+    )
+    action = f"list the dcgm-exporter pods on node {args.node}"
+    query = [("labelSelector", args.dcgm_selector), ("fieldSelector", f"spec.nodeName={args.node}")]
+    listed = expect_success(request_json(api, "GET", where, query=query, action=action), action=action)
+    running = [
+        pod
+        for pod in listed.get("items") or []
+        if (pod.get("status") or {}).get("phase") == "Running"
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    if not running:
+        scope = f" in namespace {args.dcgm_namespace}" if args.dcgm_namespace else ""
+        raise InjectionFailedError(
+            f"no running pod matching {args.dcgm_selector} on node {args.node}{scope}: is dcgm-exporter "
+            "deployed there? (--dcgm-selector, --dcgm-namespace)"
+        )
+    pod = running[0]
+    name, namespace = str(pod["metadata"]["name"]), str(pod["metadata"]["namespace"])
+    with generated_client(api) as api_client:
+        stdout, stderr, code = exec_in_pod(
+            api_client, name, namespace, args.dcgm_container, argv, args.timeout
+        )
+    if code != 0:
+        said = (stderr or stdout).strip()
+        raise InjectionFailedError(
+            f"{' '.join(argv)} in pod {namespace}/{name} exited {code}" + (f": {said}" if said else "")
+        )
+    return {
+        "namespace": namespace,
+        "pod": name,
+        "command": argv,
+        "field": field.name,
+        "fieldId": field.field_id,
+        "value": value,
+        "status": "exit 0",
+        "stdout": stdout.strip(),
+    }
+
+
+@contextmanager
+def generated_client(api: KubeTransport) -> Iterator[Any]:
+    """A ``kubernetes.client.ApiClient`` for the same API server and identity as ``api``: the
+    kubeconfig's own client, or one built from an ``--eks`` transport (endpoint, CA, the current
+    IAM token), because a WebSocket needs the client's connection rather than NodeHeal's pool. A CA
+    held as data is written to a file for the time of the exec only (the client reads CA files)."""
+    existing = getattr(api, "api_client", None)
+    if existing is not None:
+        yield existing
+        return
+    from nodeheal.kube.transport import HttpTransport
+
+    if not isinstance(api, HttpTransport):
+        raise ConfigurationError("--via dcgm needs a kubeconfig or --eks to reach the cluster")
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = api.host
+    configuration.verify_ssl = api.verify
+    token = api.bearer_token()
+    if token:
+        configuration.api_key = {"authorization": token}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
+    ca_file: str | None = None
+    try:
+        if api.ca_cert_data:
+            with tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False) as handle:
+                handle.write(api.ca_cert_data)
+                ca_file = handle.name
+        configuration.ssl_ca_cert = ca_file or api.ca_cert_file
+        with client.ApiClient(configuration) as api_client:
+            yield api_client
+    finally:
+        if ca_file is not None:
+            Path(ca_file).unlink()
+
+
+def exec_in_pod(
+    api_client: Any, name: str, namespace: str, container: str | None, argv: list[str], timeout: float
+) -> tuple[str, str, int]:
+    """Run ``argv`` in the pod; its stdout, stderr and exit code (from the error channel's Status)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.stream import stream
+
+    options: dict[str, Any] = {"command": argv, "stdin": False, "stdout": True, "stderr": True, "tty": False}
+    if container:
+        options["container"] = container
+    try:
+        socket = stream(
+            client.CoreV1Api(api_client).connect_get_namespaced_pod_exec,
+            name,
+            namespace,
+            _preload_content=False,
+            **options,
+        )
+    except ApiException as exc:
+        # The handshake's refusal (403, 404, 400 naming the containers) is in the reason text.
+        raise InjectionFailedError(f"exec in pod {namespace}/{name} was refused: {exc.reason}") from None
+    try:
+        socket.run_forever(timeout=timeout)
+        if socket.is_open():
+            raise InjectionFailedError(f"{' '.join(argv)} did not finish within {timeout:g} s")
+        stdout, stderr = socket.read_channel(1), socket.read_channel(2)
+        try:
+            code = socket.returncode
+        except (TypeError, KeyError, IndexError, ValueError):
+            code = None
+    finally:
+        socket.close()
+    if code is None:
+        raise InjectionFailedError(f"exec in pod {namespace}/{name} ended without an exit status")
+    return str(stdout), str(stderr), int(code)

@@ -165,6 +165,11 @@ class HttpTransport:
             urllib3.ProxyManager(proxy, **pool_args) if proxy else urllib3.PoolManager(**pool_args)
         )
 
+    def bearer_token(self) -> str | None:
+        """The token the next request would carry (a fresh one from a re-minting source); None
+        without one. For a client that must open its own connection, as a WebSocket does."""
+        return self._bearer_token() if self._bearer_token is not None else None
+
     def request(
         self,
         method: str,

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
-from nodeheal.sim.apiserver import access_review, codec, conformance, messages
+from nodeheal.sim.apiserver import access_review, codec, conformance, messages, podexec
 from nodeheal.sim.apiserver.authorizer import (
     ANONYMOUS,
     UNAUTHENTICATED_GROUP,
@@ -107,7 +107,7 @@ def _route(path: str) -> _Route | None:
     if sub is not None:
         allowed = {"status"} if rtype.has_status else set()
         if rtype.plural == "pods":
-            allowed.add("eviction")
+            allowed |= {"eviction", "exec"}
         if sub not in allowed:
             return None
         template += f"/{sub}"
@@ -120,6 +120,9 @@ def _allowed(route: _Route) -> tuple[str, ...]:
         return ("GET", "POST") if can_create else ("GET",)
     if route.sub == "eviction":
         return ("POST",)
+    if route.sub == "exec":
+        # connect_get/connect_post: WebSocket clients upgrade a GET, SPDY ones a POST.
+        return ("GET", "POST")
     if route.sub == "status":
         return _STATUS_VERBS
     return _ITEM_VERBS
@@ -294,6 +297,9 @@ class _Handler(BaseHTTPRequestHandler):
             raise not_found_path()
         if method not in _allowed(route):
             raise method_not_allowed()
+        if route.sub == "exec":
+            self._exec(route)
+            return
         store = self.server.store
         rtype = route.rtype
         dry_run = bool(params.get("dryRun"))
@@ -338,6 +344,30 @@ class _Handler(BaseHTTPRequestHandler):
             )
         else:
             self._delete(route, params, raw)
+
+    def _exec(self, route: _Route) -> None:
+        """``pods/exec`` upgraded to WebSocket (:mod:`.podexec`): the container resolved and the
+        upgrade checked before the 101, then the command's output and end status in frames."""
+        assert route.name is not None
+        query = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
+        argv = query.get("command", [])
+        store = self.server.store
+        pod = store.get(route.rtype, route.name, route.namespace)
+        container = podexec.resolve_container(pod, (query.get("container") or [""])[-1])
+        key = self.headers.get("Sec-WebSocket-Key")
+        if (self.headers.get("Upgrade") or "").lower() != "websocket" or not key:
+            raise bad_request("Upgrade request required")
+        protocol = podexec.choose_subprotocol(self.headers.get("Sec-WebSocket-Protocol"))
+        result = store.exec_in(pod, container, argv)
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", podexec.accept_key(key))
+        self.send_header("Sec-WebSocket-Protocol", protocol)
+        self.end_headers()
+        flags = {name: (query.get(name) or [""])[-1] in _TRUE for name in ("stdout", "stderr")}
+        podexec.stream(self.wfile, result, argv, stdout=flags["stdout"], stderr=flags["stderr"])
+        self.close_connection = True
 
     @staticmethod
     def _field_validation(params: dict[str, str], options_kind: str) -> str:

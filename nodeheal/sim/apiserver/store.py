@@ -10,6 +10,7 @@ simulation uses to play kubelet, node-problem-detector and reboots.
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -27,16 +28,21 @@ from nodeheal.sim.apiserver.objectstore import (
     Page,
     WatchEvent,
 )
+from nodeheal.sim.apiserver.podexec import ExecHandler, ExecResult, not_found_result
 from nodeheal.sim.apiserver.resources import PDBS, PODS, ResourceType
 from nodeheal.sim.apiserver.status import (
+    ApiError,
     conflict,
     too_many_requests,
 )
 from nodeheal.sim.apiserver.watchcache import ResourceExpiredError
 
 JSON = dict[str, Any]
+#: What a simulated container does when the kubelet runs it: given the pod as created, its exit
+#: code and termination message (a test records what the container was asked to do).
+ContainerRun = Callable[[JSON], tuple[int, str]]
 
-__all__ = ["ClusterStore", "CompactedError", "Page", "ResourceExpiredError", "WatchEvent"]
+__all__ = ["ClusterStore", "CompactedError", "ContainerRun", "Page", "ResourceExpiredError", "WatchEvent"]
 
 
 def _set_pod_condition(pod: JSON, condition: JSON) -> None:
@@ -103,6 +109,10 @@ class ClusterStore(ObjectStore):
         self._synced_budgets: dict[str, JSON] = {}
         #: status.disruptedPods, by PDB uid: pod name -> (pod uid, time written, monotonic expiry).
         self._disrupted: dict[str, dict[str, tuple[str, str, float]]] = {}
+        #: The simulated container runtime (:meth:`run_pods`); None: created pods stay Pending.
+        self._container_run: ContainerRun | None = None
+        #: What ``pods/exec`` runs (:meth:`run_exec`); None: every executable is missing.
+        self._exec_handler: ExecHandler | None = None
 
     # ---- PodDisruptionBudget status, as the disruption controller keeps it -----------------
 
@@ -330,7 +340,134 @@ class ClusterStore(ObjectStore):
 
         return self.mutate("pods", name, change, namespace)
 
+    # ---- the kubelet running pods ------------------------------------------------------------
+
+    def run_pods(self, run: ContainerRun) -> None:
+        """From now on, play the kubelet for every pod created bound to a node (``spec.nodeName``
+        set at creation, so no scheduler is involved, as for a DaemonSet's or ``kubectl debug
+        node``'s pods): when that node's kubelet is alive it writes the pod ``Running`` with its
+        first container started, calls ``run`` (the container's work), then writes the container
+        terminated with the exit code and the pod ``Succeeded`` (0) or ``Failed``, as the kubelet's
+        status manager reports a ``restartPolicy: Never`` pod. A pod whose policy restarts it stays
+        ``Running``; a pod deleted meanwhile is left alone; a dead kubelet never starts anything."""
+        with self._lock:
+            self._container_run = run
+
+    def run_exec(self, handler: ExecHandler) -> None:
+        """From now on, ``pods/exec`` runs its command through ``handler`` (pod, container, argv)."""
+        with self._lock:
+            self._exec_handler = handler
+
+    def exec_in(self, pod: JSON, container: str, argv: list[str]) -> ExecResult:
+        handler = self._exec_handler
+        if handler is None:
+            return not_found_result(argv)
+        return handler(copy.deepcopy(pod), container, list(argv))
+
+    def create(
+        self, resource: str | ResourceType, obj: JSON, namespace: str | None = None, *, dry_run: bool = False
+    ) -> JSON:
+        created = super().create(resource, obj, namespace, dry_run=dry_run)
+        run = self._container_run
+        if (
+            run is not None
+            and not dry_run
+            and self._rtype(resource).stored is PODS
+            and created.get("spec", {}).get("nodeName")
+        ):
+            meta = created["metadata"]
+            threading.Thread(
+                target=self._kubelet_runs,
+                args=(run, meta["namespace"], meta["name"], meta["uid"]),
+                name=f"sim-kubelet-{meta['name']}",
+                daemon=True,
+            ).start()
+        return created
+
+    def _kubelet_runs(self, run: ContainerRun, namespace: str, name: str, uid: str) -> None:
+        try:
+            pod = self.get("pods", name, namespace)
+            if pod["metadata"]["uid"] != uid or not self.kubelet_alive(pod["spec"]["nodeName"]):
+                return
+        except ApiError:
+            return
+        container = pod["spec"]["containers"][0]
+        started = rfc3339()
+        if not self._pod_status(namespace, name, uid, _running(container, started)):
+            return
+        code, message = run(copy.deepcopy(pod))
+        if pod["spec"].get("restartPolicy", "Always") == "Always":
+            return
+        self._pod_status(namespace, name, uid, _terminated(container, started, code, message))
+
+    def _pod_status(self, namespace: str, name: str, uid: str, change: Callable[[JSON], None]) -> bool:
+        """Write a status change to the pod ``uid`` unless it is gone or terminating; whether written."""
+
+        def guarded(pod: JSON) -> None:
+            if pod["metadata"]["uid"] == uid and not pod["metadata"].get("deletionTimestamp"):
+                change(pod)
+
+        try:
+            written = self.mutate("pods", name, guarded, namespace)
+        except ApiError:
+            return False
+        return bool(written["metadata"]["uid"] == uid and not written["metadata"].get("deletionTimestamp"))
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
             self.changed.notify_all()
+
+
+def _running(container: JSON, started: str) -> Callable[[JSON], None]:
+    def change(pod: JSON) -> None:
+        status = pod.setdefault("status", {})
+        status.update(phase="Running", startTime=started)
+        status["containerStatuses"] = [
+            {
+                "name": container["name"],
+                "image": container["image"],
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "started": True,
+                "state": {"running": {"startedAt": started}},
+            }
+        ]
+        for kind in ("Initialized", "Ready", "ContainersReady", "PodScheduled"):
+            _set_pod_condition(pod, {"type": kind, "status": "True", "lastTransitionTime": started})
+
+    return change
+
+
+def _terminated(container: JSON, started: str, code: int, message: str) -> Callable[[JSON], None]:
+    def change(pod: JSON) -> None:
+        finished = rfc3339()
+        status = pod.setdefault("status", {})
+        status["phase"] = "Succeeded" if code == 0 else "Failed"
+        terminated: JSON = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": finished,
+        }
+        if message:
+            terminated["message"] = message
+        status["containerStatuses"] = [
+            {
+                "name": container["name"],
+                "image": container["image"],
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "started": False,
+                "state": {"terminated": terminated},
+            }
+        ]
+        for kind in ("Ready", "ContainersReady"):
+            _set_pod_condition(
+                pod,
+                {"type": kind, "status": "False", "reason": "PodCompleted", "lastTransitionTime": finished},
+            )
+
+    return change

@@ -349,6 +349,42 @@ def _pod_spec_update(old: JSON, new: JSON) -> list[FieldError]:
     return [forbidden("spec", messages.POD_SPEC_IMMUTABLE)]
 
 
+#: ``validateRestartPolicy``'s values (k8s.io/kubernetes pkg/apis/core/validation/validation.go).
+_RESTART_POLICIES = ("Always", "OnFailure", "Never")
+
+
+def _pod_spec_create(spec: JSON) -> list[FieldError]:
+    """The parts of ``ValidatePodSpec`` a created pod meets first (validation.go v1.33): at least one
+    container (``validateContainers``), each with a DNS-1123 label name unique in the pod and an image
+    (``validateContainerCommon``), a supported restart policy, and a path on every hostPath volume
+    (``validateHostPathVolumeSource``). The defaulted fields (restartPolicy Always) are not errors."""
+    errors: list[FieldError] = []
+    containers = spec.get("containers") or []
+    if not containers:
+        errors.append(required("spec.containers"))
+    seen: set[str] = set()
+    for index, container in enumerate(containers):
+        path = f"spec.containers[{index}]"
+        name = str(container.get("name") or "")
+        if not name:
+            errors.append(required(f"{path}.name"))
+        elif name in seen:
+            errors.append(duplicate(f"{path}.name", go_quote(name)))
+        else:
+            errors.extend(invalid(f"{path}.name", go_quote(name), m) for m in is_dns1123_label(name))
+        seen.add(name)
+        if not container.get("image"):
+            errors.append(required(f"{path}.image"))
+    policy = spec.get("restartPolicy")
+    if policy and policy not in _RESTART_POLICIES:
+        errors.append(not_supported("spec.restartPolicy", go_quote(str(policy)), _RESTART_POLICIES))
+    for index, volume in enumerate(spec.get("volumes") or []):
+        host_path = volume.get("hostPath")
+        if host_path is not None and not host_path.get("path"):
+            errors.append(required(f"spec.volumes[{index}].hostPath.path"))
+    return errors
+
+
 # ---- Events ------------------------------------------------------------------------------------
 
 # ReportingInstanceLengthLimit, ActionLengthLimit, ReasonLengthLimit and NoteLengthLimit (bytes).
@@ -534,6 +570,8 @@ def _strategy_create(rtype: ResourceType, obj: JSON) -> list[FieldError]:
         errors.extend(_lease_spec(obj.get("spec") or {}))
     elif rtype is PDBS:
         errors.extend(_pdb_spec(obj))
+    elif rtype is PODS:
+        errors.extend(_pod_spec_create(obj.get("spec") or {}))
     return errors
 
 

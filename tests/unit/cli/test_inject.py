@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from moto import mock_aws
 
 from nodeheal.commands.inject import XID_REASONS, xid_message
 from nodeheal.policy.signals import xids_in_message
@@ -18,6 +19,14 @@ from tests.unit.cli.conftest import Result, kubeconfig
 Cli = Callable[..., Result]
 ROOT = Path(__file__).resolve().parents[3]
 NODE = "gpu-a"
+
+
+@pytest.fixture(autouse=True)
+def no_deployment() -> Iterator[None]:
+    """An AWS account without NodeHeal (moto): the policy falls back to the built-in defaults
+    without any request leaving the machine."""
+    with mock_aws():
+        yield
 
 
 @pytest.fixture
@@ -120,7 +129,7 @@ def test_generic_condition_is_added_when_absent(cli: Cli, server: FakeKubeApiSer
     assert (
         added is not None and added["reason"] == "DockerHung" and added["message"] == "task docker:7 blocked"
     )
-    assert "NodeHeal's policy:" in result.out
+    assert "NodeHeal's policy (built-in defaults: the deployed settings could not be read" in result.out
     assert f"nodeheal history --cluster sim --node {NODE}" in result.out
 
 

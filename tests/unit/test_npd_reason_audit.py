@@ -1,0 +1,185 @@
+"""The shipped NPD GPU rules, audited against NPD's own condition semantics and NodeHeal's policy.
+
+node-problem-detector's log monitor (``pkg/systemlogmonitor/log_monitor.go``, ``parseLog`` and
+``generateStatus``) tries every rule against each new kernel line, in file order. A temporary rule
+only posts an Event. A permanent rule sets its condition True, and it changes the condition's
+message and transition time only when the condition was False *or its reason differs from the
+rule's*; with the same reason, the message of the first fault stays. The exporter publishes on a
+change of (status, reason) only. So two faults that need different NodeHeal actions must land on
+different reasons, or the second one never reaches NodeHeal. These tests replay every ordered pair
+of catalog faults through that logic and decide each condition with the shipped policy (cdk.json).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeheal.actions import Action
+from nodeheal.conditions import Condition
+from nodeheal.config import PolicySettings
+from nodeheal.deploy_config import load_cdk_json
+from nodeheal.policy.catalog import lookup
+from nodeheal.policy.classify import classify
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_MONITOR = ROOT / "deploy" / "node-problem-detector" / "gpu-monitor.json"
+CATALOG = ROOT / "nodeheal" / "policy" / "xid_catalog.csv"
+PCI = "PCI:0000:3b:00"
+
+
+@dataclass(frozen=True, slots=True)
+class NpdCondition:
+    """The log monitor's view of one condition (``types.Condition``)."""
+
+    status: str
+    reason: str
+    message: str
+
+
+def rules() -> list[dict[str, Any]]:
+    loaded: list[dict[str, Any]] = json.loads(GPU_MONITOR.read_text())["rules"]
+    return loaded
+
+
+def initial() -> NpdCondition:
+    default = json.loads(GPU_MONITOR.read_text())["conditions"][0]
+    return NpdCondition("False", default["reason"], default["message"])
+
+
+def after_line(condition: NpdCondition, line: str) -> NpdCondition:
+    """``parseLog`` for one line: each matching rule in order; ``generateStatus`` for permanent ones.
+    NPD compiles each pattern with ``\\z`` appended and matches it against the buffered log."""
+    for rule in rules():
+        match = re.search(f"(?:{rule['pattern']})\\Z", line)
+        if match is None or rule["type"] != "permanent":
+            continue
+        if condition.status == "False" or condition.reason != rule["reason"]:
+            condition = NpdCondition("True", rule["reason"], match.group(0))
+        else:
+            condition = replace(condition, status="True")
+    return condition
+
+
+def catalog_xids() -> list[int]:
+    return [int(row.split(",", 1)[0]) for row in CATALOG.read_text().splitlines()[1:] if row.strip()]
+
+
+def xid_line(xid: int, detail: str) -> str:
+    return f"NVRM: Xid ({PCI}): {xid}, pid='<unknown>', name=<unknown>, {detail}"
+
+
+def catalog_faults() -> dict[str, str]:
+    """Every catalog Xid as the driver logs it, once per text the policy decodes differently
+    (94/95 RST flag, NVLink5 severity, each Xid 154 recovery action), plus the two GPU faults the
+    driver logs without an Xid."""
+    faults: dict[str, str] = {}
+    for xid in catalog_xids():
+        entry = lookup(xid)
+        assert entry is not None
+        if xid in (94, 95):
+            for flag in ("Yes", "No"):
+                faults[f"xid{xid}-rst-{flag.lower()}"] = xid_line(
+                    xid, f"Contained: CE User Channel (0x9). RST: {flag}, D-RST: No"
+                )
+        elif 144 <= xid <= 150:
+            for severity in ("Fatal", "Nonfatal"):
+                faults[f"xid{xid}-{severity.lower()}"] = xid_line(
+                    xid, f"NETIR_LINK_EVT {severity} XC0 i0 Link 01 (0x021425c6 0x0 0x0 0x0 0x0 0x0)"
+                )
+        elif xid == 154:
+            for code, label in enumerate(
+                ("None", "GPU Reset Required", "Node Reboot Required", "Drain P2P", "Drain and Reset")
+            ):
+                faults[f"xid154-to-{code}"] = (
+                    f"NVRM: Xid ({PCI}): 154, GPU recovery action changed from 0x0 (None) to 0x{code:x} ({label})"
+                )
+        elif xid == 79:
+            faults["xid79"] = xid_line(79, "GPU has fallen off the bus.")
+        else:
+            faults[f"xid{xid}"] = xid_line(xid, entry.name)
+    faults["fallen-off-the-bus"] = (
+        "NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:2330) installed in this system has fallen off "
+        "the bus and is not responding to commands."
+    )
+    faults["rminitadapter-failed"] = "NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x62:0x55:2477)"
+    return faults
+
+
+FAULTS = catalog_faults()
+
+
+@pytest.fixture(scope="module")
+def policy() -> PolicySettings:
+    return load_cdk_json(str(ROOT / "cdk.json")).remediation.policy
+
+
+def verdict(condition: NpdCondition, policy: PolicySettings) -> tuple[Action, int]:
+    """What NodeHeal's shipped policy does with GPUProblem in this state: action and confirmation."""
+    decided = classify(
+        Condition("GPUProblem", condition.status, condition.reason, condition.message),
+        policy.overrides,
+        policy.unknown_action,
+    )
+    return decided.action, decided.confirm_seconds
+
+
+def test_every_pair_of_faults_reaches_nodeheal_with_its_own_verdict(policy: PolicySettings) -> None:
+    healthy = initial()
+    collisions = []
+    for (first, first_line), (second, second_line) in itertools.permutations(FAULTS.items(), 2):
+        alone = after_line(healthy, second_line)
+        if alone.status != "True":
+            continue  # the second fault sets no condition (an Event at most): nothing to overwrite
+        after_both = after_line(after_line(healthy, first_line), second_line)
+        if verdict(after_both, policy) != verdict(alone, policy):
+            collisions.append(
+                f"{first} then {second}: both set reason {after_both.reason}, so NPD keeps the first "
+                f"message ({verdict(after_both, policy)[0].value}) and {second} "
+                f"({verdict(alone, policy)[0].value}) never reaches NodeHeal"
+            )
+    assert collisions == []
+
+
+def test_one_reason_one_verdict(policy: PolicySettings) -> None:
+    """The same audit per reason, which names the rule to split when it fails."""
+    by_reason: dict[str, set[tuple[Action, int]]] = {}
+    for line in FAULTS.values():
+        state = after_line(initial(), line)
+        if state.status == "True":
+            by_reason.setdefault(state.reason, set()).add(verdict(state, policy))
+    assert {reason: verdicts for reason, verdicts in by_reason.items() if len(verdicts) > 1} == {}
+    assert len(by_reason) >= 10, by_reason  # the audit saw the shipped rules, not an empty file
+
+
+def test_every_fault_the_policy_acts_on_sets_the_condition(policy: PolicySettings) -> None:
+    """NPD's temporary rules post Events, which NodeHeal ships as context but never acts on: a fault
+    whose verdict is an action must therefore match a permanent rule."""
+    missed = {}
+    for name, line in FAULTS.items():
+        state = after_line(initial(), line)
+        if state.status == "True":
+            continue
+        as_condition = NpdCondition("True", "GPUProblem", line)
+        action, _ = verdict(as_condition, policy)
+        if action is not Action.NONE:
+            missed[name] = action.value
+    assert missed == {}
+
+
+def test_faults_the_policy_ignores_set_no_condition(policy: PolicySettings) -> None:
+    """A permanent condition never returns to False in NPD's log monitor (only a restart resets it),
+    so a fault NodeHeal ignores must stay an Event rather than mark the node bad for good."""
+    needless = {
+        name: state.reason
+        for name, line in FAULTS.items()
+        if (state := after_line(initial(), line)).status == "True"
+        and verdict(state, policy)[0] is Action.NONE
+    }
+    assert needless == {}
