@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from nodeheal.config import DrainSettings, EvictionModeRule
+from nodeheal.actions import Mode
+from nodeheal.config import DrainSettings, EvictionModeRule, RemediationSettings
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.errors import ConfigurationError
+from nodeheal.kube.event_model import EventType
 from nodeheal.kube.model import PodView
+from nodeheal.kube.pods import DeletionReport, EvictionReport, PodOutcome, PodResult
 from nodeheal.payload import state_bytes
 from nodeheal.settings_reader import SettingsReader
 from nodeheal.sim.apiserver.objects import make_pod
+from nodeheal.workflow import actions, story
 from nodeheal.workflow.drain_policy import (
     MAX_PODS_NAMED_PER_CLASS,
     SKIP_DRAIN_ANNOTATION,
@@ -28,6 +34,9 @@ from nodeheal.workflow.drain_policy import (
     plan_drain,
     plan_pod,
 )
+from nodeheal.workflow.ports import KubeAccess
+from tests.unit.workflow.fakes import NOW, FakeNodes, gpu_problem, live_node
+from tests.unit.workflow.test_safety_defects import admitted_state, cordoned, held_ledger
 
 STARTED = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 READY = NodeState(ready=True)
@@ -345,3 +354,97 @@ def test_delete_after_seconds_is_only_checked_when_a_rule_deletes_after_timeout(
     assert settings.eviction_modes == (EvictionModeRule("delete-after-timeout", namespaces=("serving",)),)
     # The settings travel in the execution's input: they read back the same.
     assert DrainSettings.read(SettingsReader(settings.to_json(), "drain")) == settings
+
+
+# -- the steps over the plan (in-memory ports) -------------------------------------------------
+
+
+@dataclass
+class PdbBlockedPods:
+    """The node's pods, every eviction refused by a PodDisruptionBudget; deletions accepted."""
+
+    pods: list[PodView]
+    evictions: list[str] = field(default_factory=list)
+    deletions: list[str] = field(default_factory=list)
+
+    def list_on_node(self, node_name: str) -> list[PodView]:
+        return list(self.pods)
+
+    def evict(self, pods: Sequence[PodView], *, parallelism: int) -> EvictionReport:
+        self.evictions += [p.key for p in pods]
+        return EvictionReport(tuple(PodResult(p.key, p.uid, PodOutcome.BLOCKED, 429, "PDB") for p in pods))
+
+    def delete(self, pods: Sequence[PodView], *, grace_seconds: int, parallelism: int) -> DeletionReport:
+        self.deletions += [p.key for p in pods]
+        return DeletionReport(tuple(PodResult(p.key, p.uid, PodOutcome.DELETED, 200) for p in pods))
+
+
+def test_force_drain_deletes_only_what_the_plan_still_moved_or_waited_for() -> None:
+    node = cordoned(live_node(condition=gpu_problem()))
+    on_node = [
+        pod("trainer-0", owner_kind="Job"),  # blocked by its PDB until the timeout: forced
+        pod("nightly-0", "batch", owner_kind="Job"),  # allow-completion, never finished: forced
+        pod("coredns-0", "kube-system"),  # never drained
+        pod("pinned-0", annotations={SKIP_DRAIN_ANNOTATION: "true"}),  # opted out
+        pod("agent-0", owner_kind="DaemonSet"),
+    ]
+    settings = {"evictionModes": [{"mode": "allow-completion", "namespaces": ["batch"]}]}
+
+    remediation = RemediationSettings.from_json({"drain": settings})
+    state = admitted_state(
+        node,
+        settings=remediation,
+        extra={
+            "drain": {"startedAt": "2026-11-21T09:40:00.000Z", "rounds": 30, "done": False, "timedOut": True}
+        },
+    )
+    pods = PdbBlockedPods(on_node)
+
+    result = actions.force_drain(
+        state, KubeAccess(FakeNodes({"gpu-a": node}), pods), held_ledger(), NOW, mode=Mode.FULL
+    )
+
+    assert pods.deletions == ["training/trainer-0", "batch/nightly-0"]
+    assert result["forced"] == 2 and result["done"] is True
+
+
+def test_a_refusing_round_evicts_nothing_and_says_which_pods_and_why() -> None:
+    node = cordoned(live_node(condition=gpu_problem()))
+    state = admitted_state(node, settings=RemediationSettings.from_json({"drain": {"emptyDir": "refuse"}}))
+    pods = PdbBlockedPods([pod("trainer-0"), pod("cache-0", empty_dir=True)])
+
+    result = actions.drain_round(
+        state, KubeAccess(FakeNodes({"gpu-a": node}), pods), held_ledger(), NOW, mode=Mode.FULL
+    )
+
+    assert pods.evictions == [] and pods.deletions == []
+    assert result["refused"] is True and result["done"] is False and result["timedOut"] is False
+    assert "training/cache-0 (drain.emptyDir is refuse)" in result["summary"]
+    assert result["classes"]["emptyDir"] == {"count": 1, "pods": ["training/cache-0"]}
+    assert result["waitSeconds"] == 1
+
+
+def test_each_round_returns_its_wait_one_two_four_seconds_up_to_the_poll() -> None:
+    node = cordoned(live_node(condition=gpu_problem()))
+    pods = PdbBlockedPods([pod("trainer-0")])  # blocked by its PDB every round
+    kube = KubeAccess(FakeNodes({"gpu-a": node}), pods)
+    waits, previous = [], None
+    for _ in range(6):
+        state = admitted_state(node, extra={"drain": previous} if previous else None)
+        previous = actions.drain_round(state, kube, held_ledger(), NOW, mode=Mode.FULL)
+        waits.append(previous["waitSeconds"])
+    assert waits == [1, 2, 4, 8, 10, 10]
+
+
+def test_a_refusal_is_told_on_the_node_as_a_warning() -> None:
+    node = cordoned(live_node(condition=gpu_problem()))
+    result = {
+        "rounds": 1,
+        "summary": "drain of gpu-a refused: 1 pod(s) ...: training/cache-0 (drain.emptyDir is refuse)",
+    }
+
+    (told,) = story.drain_refused(admitted_state(node), result, NOW)
+
+    assert (told.reason, told.type, told.action) == ("DrainRefused", EventType.WARNING, "Drain")
+    assert told.regarding.name == "gpu-a"
+    assert "training/cache-0 (drain.emptyDir is refuse)" in told.note and "stays cordoned" in told.note
