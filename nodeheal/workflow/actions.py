@@ -32,6 +32,7 @@ from nodeheal.workflow.drain_policy import (
     PodAction,
     PodClass,
     class_record,
+    merged_class_record,
     next_poll_seconds,
     plan_drain,
     with_action,
@@ -134,7 +135,8 @@ def drain_round(
         **({"worsened": worsened} if worsened else {}),
         "startedAt": _stamp(started_at),
         "rounds": rounds,
-        "classes": class_record(plans),
+        # Every class seen in any round: the pods evicted in the first are gone from the last.
+        "classes": merged_class_record(previous.get("classes") or {}, class_record(plans)),
         "waitSeconds": next_poll_seconds(rounds - 1, drain_settings.poll_seconds),
         "at": _stamp(now),
     }

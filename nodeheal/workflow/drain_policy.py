@@ -26,6 +26,7 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from nodeheal.config import DrainSettings, EvictionModeRule
 from nodeheal.kube.model import LiveNode, PodView
@@ -262,6 +263,21 @@ def class_record(plans: Iterable[PodPlan]) -> dict[str, dict[str, object]]:
                 entry["pods"] = named[pod_class]
             record[pod_class.value] = entry
     return record
+
+
+def merged_class_record(earlier: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, dict[str, object]]:
+    """The drain's classes over all its rounds so far: per class the most pods seen in it in any
+    round, and the first pods named (still at most :data:`MAX_PODS_NAMED_PER_CLASS`). Pods leave
+    the node as the drain goes on, so the last round alone would forget which pods were evicted."""
+    merged: dict[str, dict[str, object]] = {}
+    for name in [*earlier, *(key for key in now if key not in earlier)]:
+        before, after = earlier.get(name) or {}, now.get(name) or {}
+        entry: dict[str, object] = {"count": max(int(before.get("count", 0)), int(after.get("count", 0)))}
+        pods = list(dict.fromkeys([*(before.get("pods") or []), *(after.get("pods") or [])]))
+        if pods:
+            entry["pods"] = pods[:MAX_PODS_NAMED_PER_CLASS]
+        merged[name] = entry
+    return merged
 
 
 def action_counts(plans: Iterable[PodPlan]) -> Mapping[PodAction, int]:

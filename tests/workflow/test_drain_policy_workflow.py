@@ -105,7 +105,11 @@ def test_by_default_empty_dir_and_unmanaged_pods_are_evicted_and_recorded(pipeli
     assert first["classes"]["emptyDir"] == {"count": 1, "pods": ["training/cache-0"]}
     assert first["classes"]["neverDrainedNamespace"] == {"count": 1, "pods": ["kube-system/coredns-x"]}
     assert first["classes"]["daemonSet"] == {"count": 1}
-    assert pipeline.only_record("gpu-a").pods_evicted == 4
+    record = pipeline.only_record("gpu-a")
+    assert record.pods_evicted == 4
+    # The ledger keeps which pods fell in each class over the whole drain, after they are gone.
+    assert record.drain_classes["emptyDir"] == {"count": 1, "pods": ["training/cache-0"]}
+    assert record.drain_classes["unmanaged"] == {"count": 1, "pods": ["training/notebook"]}
 
 
 @pytest.mark.nodeheal_config({"drain": {"emptyDir": "wait", "timeoutSeconds": 60}})

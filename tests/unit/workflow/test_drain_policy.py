@@ -29,6 +29,7 @@ from nodeheal.workflow.drain_policy import (
     PodClass,
     class_record,
     eviction_mode,
+    merged_class_record,
     namespace_matches,
     next_poll_seconds,
     plan_drain,
@@ -286,6 +287,20 @@ def test_plan_drain_plans_every_pod_in_order_and_records_classes_bounded() -> No
     assert record["daemonSet"] == {"count": 1} and record["immediate"] == {"count": 1}
     assert record["neverDrainedNamespace"] == {"count": 1, "pods": ["kube-system/sys"]}
     assert state_bytes(record) < 4 * 1024
+
+
+def test_the_drain_remembers_every_class_over_its_rounds() -> None:
+    first = {"emptyDir": {"count": 2, "pods": ["ml/a", "ml/b"]}, "immediate": {"count": 3}}
+    later = {"terminating": {"count": 1, "pods": ["ml/a"]}, "emptyDir": {"count": 1, "pods": ["ml/c"]}}
+    merged = merged_class_record(first, later)
+    assert merged == {
+        "emptyDir": {"count": 2, "pods": ["ml/a", "ml/b", "ml/c"]},
+        "immediate": {"count": 3},
+        "terminating": {"count": 1, "pods": ["ml/a"]},
+    }
+    many = {"unmanaged": {"count": 9, "pods": [f"ml/p{i}" for i in range(5)]}}
+    more = {"unmanaged": {"count": 4, "pods": [f"ml/q{i}" for i in range(4)]}}
+    assert merged_class_record(many, more)["unmanaged"] == many["unmanaged"]  # still at most five named
 
 
 # -- adaptive polling --------------------------------------------------------------------------
