@@ -167,6 +167,9 @@ def drain_round(
     deleted_now = 0
     deletion_gone = 0
     if to_delete:
+        # A second wave in the same round: the deadline stops it from starting when the evictions
+        # took the round's time, and the pods it did not reach are planned for deletion again next
+        # round, so the step's timeout (one wave, nodeheal.timing) still holds.
         deletion = kube.pods.delete(
             to_delete,
             grace_seconds=drain_settings.force_grace_seconds,
