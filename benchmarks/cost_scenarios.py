@@ -9,7 +9,9 @@ it is reported for.
 Waits are cdk.json's production values and the cluster's real-world delays, both divided by
 :data:`SPEED`. Loop counts (drain polls, recovery checks) are ratios of two durations, so they are
 the production counts as long as no scaled wait falls below the one-second floor of ASL Wait
-states: the smallest production wait, the 10 s drain poll, is exactly 1 s at this speed.
+states: the 10 s drain poll is exactly 1 s at this speed. The drain's first waits (1, 2, 4, 8 s,
+adaptive polling) are 1 s here too, so a long drain counts about three rounds fewer than in
+production (see docs/deploy.md).
 Budgets are widened so the concurrent paths do not refuse each other; nothing else changes.
 
 Transitions are counted from each execution's history (one per state entered, retries included,

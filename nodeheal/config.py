@@ -8,6 +8,7 @@ pattern, e-mails, VPC) live in ``nodeheal/deploy_config.py``; the Lambdas never 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -262,6 +263,60 @@ class BudgetSettings:
         return settings
 
 
+#: What a drain does with a pod in a data-loss class (``emptyDir`` data, no controller):
+#: ``evict`` it like any other, ``refuse`` to drain the node (kubectl drain's default: the node
+#: stays cordoned for a person), or ``wait`` for it to finish on its own within the drain timeout.
+POD_CLASS_POLICIES = ("evict", "refuse", "wait")
+#: NVSentinel node-drainer's eviction modes: evict now (PDBs respected), let the pod finish on its
+#: own, or evict and delete it once ``drain.deleteAfterSeconds`` have passed.
+EVICTION_MODES = ("immediate", "allow-completion", "delete-after-timeout")
+#: A namespace name, or a shell-style pattern over namespace names (``kube-*``, ``*-system``).
+_NAMESPACE_PATTERN = re.compile(r"[a-z0-9\-*?\[\]!]+")
+
+
+def _namespace_patterns(reader: SettingsReader, key: str, default: Any) -> tuple[str, ...]:
+    patterns = reader.string_list(key, default)
+    bad = [pattern for pattern in patterns if not _NAMESPACE_PATTERN.fullmatch(pattern)]
+    if bad:
+        raise ConfigurationError(
+            f"{reader.where(key)} has {bad}: each entry is a namespace name or a shell-style pattern "
+            "over namespace names (lower-case letters, digits, '-', and the wildcards * ? [...])"
+        )
+    return patterns
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionModeRule:
+    """How the pods a rule selects leave a draining node. A pod takes the mode of the first rule
+    whose namespaces and pod labels both match it (an empty list or map matches every pod);
+    pods no rule selects are evicted immediately."""
+
+    mode: str
+    namespaces: tuple[str, ...] = ()
+    pod_labels: Mapping[str, str] = field(default_factory=lambda: _frozen({}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "namespaces": list(self.namespaces),
+            "podLabels": dict(sorted(self.pod_labels.items())),
+        }
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> EvictionModeRule:
+        reader = SettingsReader(raw, where)
+        mode = reader.choice("mode", EVICTION_MODES)
+        namespaces = _namespace_patterns(reader, "namespaces", [])
+        labels = reader.mapping("podLabels", {})
+        bad = [key for key, value in labels.items() if not isinstance(value, str) or not str(key).strip()]
+        if bad:
+            raise ConfigurationError(
+                f"{reader.where('podLabels')} maps label keys to string values; {bad} do not"
+            )
+        reader.finish()
+        return cls(mode=mode, namespaces=namespaces, pod_labels=_frozen(labels))
+
+
 @dataclass(frozen=True, slots=True)
 class DrainSettings:
     #: Seconds from the first eviction round until the drain gives up and applies ``on_timeout``.
@@ -287,6 +342,29 @@ class DrainSettings:
     #: forced past a PodDisruptionBudget on a node that is no longer bad. The default keeps the
     #: cordon because a detector restart also clears conditions while the GPU stays broken.
     on_condition_cleared: str = "keep-cordoned"
+    #: Pods with ``emptyDir`` volumes (see :data:`POD_CLASS_POLICIES`). ``evict`` by default: on a
+    #: node whose GPU is dead the pod cannot make progress, and the node is rebooted or replaced
+    #: next, so what the volume holds is lost whether NodeHeal evicts the pod or not.
+    empty_dir: str = "evict"
+    #: Pods no controller owns (a bare ``kubectl run`` pod, a debug pod). ``evict`` by default:
+    #: nothing recreates them, but waiting cannot save them either: their GPU is gone, and the
+    #: instance's reboot or termination ends them anyway. ``wait`` only delays the node by
+    #: ``timeout_seconds``; ``refuse`` hands every such node to a person, as kubectl drain does.
+    unmanaged_pods: str = "evict"
+    #: Namespaces (names or shell-style patterns) whose pods are never evicted, deleted or waited
+    #: for: system pods that serve the node itself and go with it (NVSentinel's system namespaces).
+    never_drain_namespaces: tuple[str, ...] = ("kube-system",)
+    #: Per-namespace / per-label eviction modes, first match wins (see :class:`EvictionModeRule`).
+    eviction_modes: tuple[EvictionModeRule, ...] = ()
+    #: ``delete-after-timeout`` pods are evicted for this long after the drain's first round, then
+    #: deleted (past their PodDisruptionBudget, with ``force_grace_seconds``). Shorter than
+    #: ``timeout_seconds`` whenever a rule uses that mode.
+    delete_after_seconds: int = 600
+    #: On a node that is not Ready (its kubelet dead with the GPU), a pod whose deletionTimestamp
+    #: is this many seconds past never goes away: nothing is left to stop its containers. The drain
+    #: stops waiting for it, as ``kubectl drain --skip-wait-for-delete-timeout`` does, instead of
+    #: running the whole drain timeout. 0: wait for it like any other pod.
+    skip_wait_for_delete_timeout_seconds: int = 60
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -298,7 +376,17 @@ class DrainSettings:
             "doNotDisruptWaitSeconds": self.do_not_disrupt_wait_seconds,
             "parallelism": self.parallelism,
             "onConditionCleared": self.on_condition_cleared,
+            "emptyDir": self.empty_dir,
+            "unmanagedPods": self.unmanaged_pods,
+            "neverDrainNamespaces": list(self.never_drain_namespaces),
+            "evictionModes": [rule.to_json() for rule in self.eviction_modes],
+            "deleteAfterSeconds": self.delete_after_seconds,
+            "skipWaitForDeleteTimeoutSeconds": self.skip_wait_for_delete_timeout_seconds,
         }
+
+    @property
+    def deletes_after_timeout(self) -> bool:
+        return any(rule.mode == "delete-after-timeout" for rule in self.eviction_modes)
 
     @classmethod
     def read(cls, reader: SettingsReader) -> DrainSettings:
@@ -314,6 +402,14 @@ class DrainSettings:
             parallelism=reader.integer("parallelism", 32, minimum=1, maximum=256),
             on_condition_cleared=reader.choice(
                 "onConditionCleared", ("keep-cordoned", "uncordon"), "keep-cordoned"
+            ),
+            empty_dir=reader.choice("emptyDir", POD_CLASS_POLICIES, "evict"),
+            unmanaged_pods=reader.choice("unmanagedPods", POD_CLASS_POLICIES, "evict"),
+            never_drain_namespaces=_namespace_patterns(reader, "neverDrainNamespaces", ["kube-system"]),
+            eviction_modes=reader.each("evictionModes", EvictionModeRule.parse, []),
+            delete_after_seconds=reader.integer("deleteAfterSeconds", 600, minimum=0, maximum=86_400),
+            skip_wait_for_delete_timeout_seconds=reader.integer(
+                "skipWaitForDeleteTimeoutSeconds", 60, minimum=0, maximum=86_400
             ),
         )
         reader.finish()
@@ -468,6 +564,13 @@ def _check_timing(settings: RemediationSettings, reader: SettingsReader) -> None
             f"{where}.doNotDisruptWaitSeconds ({drain.do_not_disrupt_wait_seconds}) must be shorter than "
             f"{where}.timeoutSeconds ({drain.timeout_seconds}), or 0: pods held back until the drain "
             "times out are never evicted, only force-deleted or left behind"
+        )
+    if drain.deletes_after_timeout and drain.delete_after_seconds >= drain.timeout_seconds:
+        where = reader.where("drain")
+        raise ConfigurationError(
+            f"{where}.deleteAfterSeconds ({drain.delete_after_seconds}) must be shorter than "
+            f"{where}.timeoutSeconds ({drain.timeout_seconds}) when an {where}.evictionModes rule uses "
+            '"delete-after-timeout": the drain would time out (drain.onTimeout) before deleting them'
         )
     retry_wait = timing.retry_wait_seconds(settings.retry)
     if retry_wait > timing.MAX_RETRY_WAIT_SECONDS:

@@ -10,7 +10,7 @@ authorizer sees them (verb, API group, resource[/subresource]):
   uncordon), ``delete`` a node (terminate, only with ``deleteNodeAfterTerminate``).
 * ``nodeheal/kube/pods.py``: ``list`` pods with ``fieldSelector=spec.nodeName`` (drain,
   force-drain) and, after a 409, ``fieldSelector=metadata.name`` (is the pod gone?), ``create`` on
-  ``pods/eviction`` (drain), ``delete`` pods (force-drain).
+  ``pods/eviction`` (drain), ``delete`` pods (force-drain; drain for delete-after-timeout pods).
 * Every function may ``create`` Events (core and ``events.k8s.io``), so what it did to a node is
   visible in ``kubectl describe``.
 
@@ -151,9 +151,10 @@ KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
         PolicyRule(
             ("",),
             ("pods",),
-            ("list",),
+            ("list", "delete"),
             "The pods bound to the node (fieldSelector spec.nodeName); after a 409 on an eviction, "
-            "the pod of that name (fieldSelector metadata.name): gone, or still there?",
+            "the pod of that name (fieldSelector metadata.name): gone, or still there? Delete: "
+            "drain.evictionModes delete-after-timeout pods still there after drain.deleteAfterSeconds.",
         ),
         PolicyRule(
             ("",),

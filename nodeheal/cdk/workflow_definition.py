@@ -8,6 +8,7 @@ Shape (state names are what a person reads in the console)::
       stop     -> Record outcome
       proceed  -> none/alert: Record outcome | cordon: Cordon -> Record outcome
                   reboot/replace: Cordon -> Evict pods <-> Wait between eviction rounds
+                    refused by the drain policy -> Record failure (drain aborted)
                     timed out: force -> Force-delete remaining pods | abort -> Record failure
                     replace -> Terminate instance -> Record outcome
                     reboot  -> Reboot instance -> Wait for reboot <-> Check recovery
@@ -154,14 +155,17 @@ class _DefinitionBuilder:
         wait = sfn.Wait(
             self._scope,
             "Wait between eviction rounds",
-            comment="Pods get time to stop; a PDB that refused an eviction (429) is asked again next round.",
-            time=sfn.WaitTime.seconds_path("$.settings.drain.pollSeconds"),
+            comment="Pods get time to stop; a PDB that refused an eviction (429) is asked again next round. "
+            "The round says how long: 1, 2, 4 s... up to drain.pollSeconds, so pods that stop at once "
+            "release the node within seconds.",
+            time=sfn.WaitTime.seconds_path("$.drain.waitSeconds"),
         ).next(drain)
         force = self._task("Force-delete remaining pods", "force-drain", DRAIN).next(after_drain)
         aborted = sfn.Pass(
             self._scope,
             "Drain aborted",
-            comment="drain.onTimeout is abort: stop here, leave the node cordoned, tell a person.",
+            comment="drain.onTimeout is abort, or the drain policy refused a pod (drain.emptyDir or "
+            "drain.unmanagedPods refuse): stop here, leave the node cordoned, tell a person.",
             parameters={
                 "Error": "DrainAbortedError",
                 "Cause.$": "$.drain.summary",
@@ -175,6 +179,7 @@ class _DefinitionBuilder:
         )
         drain.next(
             sfn.Choice(self._scope, "Drained?")
+            .when(sfn.Condition.boolean_equals("$.drain.refused", True), aborted)
             .when(sfn.Condition.boolean_equals("$.drain.done", True), after_drain)
             .when(sfn.Condition.boolean_equals("$.drain.timedOut", True), on_timeout)
             .otherwise(wait)

@@ -241,6 +241,17 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def _drain_classes(record: RemediationRecord) -> str:
+    """``emptyDir 1 (training/cache-0); unmanaged 2 (ml/debug, ml/shell)``: the drain policy's
+    classes the pods fell in (docs/operations.md, Drain policy)."""
+    parts = []
+    for name, entry in record.drain_classes.items():
+        pods = entry.get("pods") or []
+        named = f" ({', '.join(str(pod) for pod in pods)})" if pods else ""
+        parts.append(f"{name} {entry.get('count', 0)}{named}")
+    return "; ".join(parts)
+
+
 def _print_record(record: RemediationRecord, region: str) -> None:
     condition = record.condition
     print_fields(
@@ -265,6 +276,7 @@ def _print_record(record: RemediationRecord, region: str) -> None:
                 f"{record.pods_evicted} evicted, {record.pods_forced} force-deleted, "
                 f"{record.pdb_blocked} evictions refused by PDBs",
             ),
+            ("Classes", _drain_classes(record)),
             ("Error", f"{record.error}: {record.error_cause}" if record.error else ""),
             ("Started", format_timestamp(record.started_at, millis=True)),
             ("Finished", format_timestamp(record.finished_at, millis=True)),

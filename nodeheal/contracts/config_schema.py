@@ -44,6 +44,7 @@ USER_KEYED = {
     "policy.nodePools.*.xidActions": {"pattern": "^[0-9]+$"},
     "policy.nodePools.*.reasonActions": {"description": "condition reason"},
     "policy.nodePools.*.conditionRules": {"description": "condition type"},
+    "drain.evictionModes[].podLabels": {"description": "pod label key"},
 }
 _ACTIONS = {"enum": [action.value for action in Action]}
 #: Values the parser reads without a reader (``Action.parse`` of a map's value), and strings it
@@ -53,6 +54,7 @@ VALUE_SCHEMAS: dict[str, dict[str, Any]] = {
     "policy.reasonActions.*": _ACTIONS,
     "policy.nodePools.*.xidActions.*": _ACTIONS,
     "policy.nodePools.*.reasonActions.*": _ACTIONS,
+    "drain.evictionModes[].podLabels.*": {"type": "string"},
     "policy.unknownAction": _ACTIONS,
     "policy.conditionRules.*.action": _ACTIONS,
     "policy.nodePools.*.conditionRules.*.action": _ACTIONS,
@@ -86,7 +88,12 @@ EVERY_SETTING: dict[str, Any] = {
         "nodePools": {"gpu": _OVERRIDES},
     },
     "budgets": {},
-    "drain": {},
+    "drain": {
+        "timeoutSeconds": 900,
+        "evictionModes": [
+            {"mode": "allow-completion", "namespaces": ["batch-*"], "podLabels": {"app": "trainer"}}
+        ],
+    },
     "reboot": {},
     "retry": {},
     "notifications": {

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from nodeheal.conditions import Condition
 from nodeheal.events import instance_id_from_provider_id
+from nodeheal.timeutil import parse_timestamp
 
 #: Taint NodeHeal puts on a node it cordons; its presence is how NodeHeal recognises its own work.
 UNHEALTHY_TAINT_KEY = "nodeheal.io/unhealthy"
@@ -110,6 +112,14 @@ class PodView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     deletion_requested: bool = False
     termination_grace_seconds: int = 30
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Whether an ownerReference has ``controller: true`` (what kubectl drain calls "managed"):
+    #: a pod without one is not recreated anywhere once it is evicted.
+    has_controller: bool = True
+    #: Names of the pod's ``emptyDir`` volumes: data that is lost when the pod leaves the node.
+    empty_dir_volumes: tuple[str, ...] = ()
+    #: ``metadata.deletionTimestamp``: when the pod's grace period ends (None: not terminating).
+    deletion_timestamp: datetime | None = None
 
     @property
     def key(self) -> str:
@@ -141,13 +151,23 @@ class PodView:
     def from_api(cls, obj: Mapping[str, Any]) -> PodView:
         metadata = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
+        owners = metadata.get("ownerReferences") or []
+        deletion = metadata.get("deletionTimestamp")
         return cls(
             namespace=str(metadata.get("namespace", "default")),
             name=str(metadata.get("name", "")),
             uid=str(metadata.get("uid", "")),
             phase=str((obj.get("status") or {}).get("phase", "")),
-            owner_kinds=tuple(str(o.get("kind", "")) for o in metadata.get("ownerReferences") or []),
+            owner_kinds=tuple(str(o.get("kind", "")) for o in owners),
             annotations=dict(metadata.get("annotations") or {}),
             deletion_requested=bool(metadata.get("deletionTimestamp")),
             termination_grace_seconds=int(spec.get("terminationGracePeriodSeconds", 30) or 0),
+            labels=dict(metadata.get("labels") or {}),
+            has_controller=any(bool(o.get("controller")) for o in owners),
+            empty_dir_volumes=tuple(
+                str(volume.get("name", ""))
+                for volume in spec.get("volumes") or []
+                if volume.get("emptyDir") is not None
+            ),
+            deletion_timestamp=parse_timestamp(deletion, "metadata.deletionTimestamp") if deletion else None,
         )

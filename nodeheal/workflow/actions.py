@@ -7,18 +7,36 @@ taint, the condition, the lock), and returns a small JSON-able result the state 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from nodeheal.actions import Action, Mode
 from nodeheal.aws.ec2 import verify_ownership
-from nodeheal.errors import DeadlineExceededError, KubernetesApiError, NodeGoneError, NodeReplacedError
+from nodeheal.errors import (
+    DeadlineExceededError,
+    DrainAbortedError,
+    KubernetesApiError,
+    NodeGoneError,
+    NodeReplacedError,
+)
 from nodeheal.kube.model import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard, story
+from nodeheal.workflow.drain_policy import (
+    STILL_TO_GO,
+    NodeState,
+    PodAction,
+    PodClass,
+    class_record,
+    merged_class_record,
+    next_poll_seconds,
+    plan_drain,
+    with_action,
+)
 from nodeheal.workflow.episode import remembered_worst
 from nodeheal.workflow.ports import InstancePort, KubeAccess, LedgerPort, PodOutcomeView
 from nodeheal.workflow.state import WorkflowState
@@ -92,71 +110,120 @@ def cordon(
 def drain_round(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
-    """One eviction round. The state machine loops (with a Wait) until done or timed out.
+    """One round of the drain: plan every pod (nodeheal.workflow.drain_policy), then evict and
+    delete what the plan says. The state machine loops, waiting ``waitSeconds`` (1, 2, 4 s... up
+    to drain.pollSeconds) between rounds, until done, refused, or timed out.
 
     Each round first proves the node is still the admitted, tainted object and its condition is
     still bad (guard.before_mutation): pods are listed by node name, so without that proof a new
     node that took the name mid-drain would have its pods evicted.
     """
-    node = guard.before_mutation(
+    guard.before_mutation(
         state, kube, ledger, now=now, live_mode=mode, allowed=(Mode.FULL,), step="drain", require_taint=True
     )
     drain_settings = state.settings.drain
     previous: Mapping[str, Any] = state.step("drain") or {}
     started_at = parse_timestamp(previous["startedAt"], "drain.startedAt") if previous else now
     elapsed = (now - started_at).total_seconds()
-    pods = _listed_on_admitted_node(state, kube)
-    movable = [pod for pod in pods if pod.needs_eviction]
-    not_yet_deleting = [pod for pod in movable if not pod.deletion_requested]
-    terminating = len(movable) - len(not_yet_deleting)
-    do_not_disrupt_waiting = elapsed < drain_settings.do_not_disrupt_wait_seconds
-    to_evict = [pod for pod in not_yet_deleting if not (pod.do_not_disrupt and do_not_disrupt_waiting)]
-    held_back = len(not_yet_deleting) - len(to_evict)
+    rounds = int(previous.get("rounds", 0)) + 1
+    pods, node = _listed_on_admitted_node(state, kube)
+    plans = plan_drain(pods, drain_settings, NodeState.of(node), now, started_at)
+    # A worse fault read in any round still decides at the reboot (severity only rises, D2): the
+    # detector may overwrite the message again before the reboot step reads the node.
+    worsened = str(previous.get("worsened", "")) or _worsened_to_replacement(state, node, now)
+    base = {
+        **({"worsened": worsened} if worsened else {}),
+        "startedAt": _stamp(started_at),
+        "rounds": rounds,
+        # Every class seen in any round: the pods evicted in the first are gone from the last.
+        "classes": merged_class_record(previous.get("classes") or {}, class_record(plans)),
+        "waitSeconds": next_poll_seconds(rounds - 1, drain_settings.poll_seconds),
+        "at": _stamp(now),
+    }
+    refused = with_action(plans, PodAction.REFUSE)
+    if refused:
+        # As kubectl drain does, refuse before moving anything: the node stays cordoned for a person.
+        named = "; ".join(
+            cut_text(f"{plan.pod.key} ({plan.reason})", MAX_POD_LINE_BYTES) for plan in refused[:5]
+        )
+        result = {
+            **previous,
+            **base,
+            "refused": True,
+            "done": False,
+            "timedOut": False,
+            "summary": (
+                f"drain of {state.node_name} refused: {len(refused)} pod(s) the drain policy does not "
+                f"allow NodeHeal to move: {named}"
+            ),
+        }
+        story.tell(kube, lambda: story.drain_refused(state, result, now))
+        return result
 
+    to_evict = [plan.pod for plan in with_action(plans, PodAction.EVICT)]
+    to_delete = [plan.pod for plan in with_action(plans, PodAction.DELETE)]
     report = kube.pods.evict(to_evict, parallelism=drain_settings.parallelism)
     _fail_on_permanent_errors(report.failed, "eviction")
+    deleted_now = 0
+    deletion_gone = 0
+    if to_delete:
+        # A second wave in the same round: the deadline stops it from starting when the evictions
+        # took the round's time, and the pods it did not reach are planned for deletion again next
+        # round, so the step's timeout (one wave, nodeheal.timing) still holds.
+        deletion = kube.pods.delete(
+            to_delete,
+            grace_seconds=drain_settings.force_grace_seconds,
+            parallelism=drain_settings.parallelism,
+        )
+        _fail_on_permanent_errors(deletion.failed, "deletion after drain.deleteAfterSeconds")
+        deleted_now, deletion_gone = len(deletion.deleted), len(deletion.gone)
     evicted = int(previous.get("evicted", 0)) + len(report.evicted)
     blocked_now = [_pod_line(r) for r in report.blocked]
     failed_now = [_pod_line(r) for r in report.failed]
     # Pods the round had no time left for are still on the node; the next round asks again.
     not_reached = len(report.not_reached)
-    done = not movable
+    still_to_go = [plan for plan in plans if plan.action in STILL_TO_GO]
+    done = not still_to_go
     timed_out = not done and elapsed >= drain_settings.timeout_seconds
-    remaining = len(movable) - len(report.gone)
+    remaining = len(still_to_go) - len(report.gone) - deletion_gone
+    deciding = Counter(plan.pod_class for plan in plans)
+    terminating = deciding[PodClass.TERMINATING]
+    held_back = deciding[PodClass.DO_NOT_DISRUPT_HELD]
+    waiting = len(with_action(plans, PodAction.WAIT)) - terminating - held_back
+    left = deciding[PodClass.STUCK_TERMINATING]
     summary = (
         f"drain of {state.node_name}: {evicted} pods evicted, {remaining} still on the node "
         f"({terminating} terminating, {len(blocked_now)} blocked by a PodDisruptionBudget, "
-        f"{held_back} with karpenter.sh/do-not-disrupt held back, {len(failed_now)} failed, "
-        f"{not_reached} not reached before the deadline) "
-        f"after {elapsed:.0f}s of {drain_settings.timeout_seconds}s"
+        f"{held_back} with karpenter.sh/do-not-disrupt held back, {waiting} left to finish on their own, "
+        f"{deleted_now} deleted after drain.deleteAfterSeconds, {len(failed_now)} failed, "
+        f"{not_reached} not reached before the deadline; {left} stuck Terminating on a NotReady node "
+        f"no longer waited for) after {elapsed:.0f}s of {drain_settings.timeout_seconds}s"
     )
-    # A worse fault read in any round still decides at the reboot (severity only rises, D2): the
-    # detector may overwrite the message again before the reboot step reads the node.
-    worsened = str(previous.get("worsened", "")) or _worsened_to_replacement(state, node, now)
     result = {
-        **({"worsened": worsened} if worsened else {}),
-        "startedAt": _stamp(started_at),
-        "rounds": int(previous.get("rounds", 0)) + 1,
+        **base,
         "evicted": evicted,
+        "deleted": int(previous.get("deleted", 0)) + deleted_now,
         "pdbBlocked": int(previous.get("pdbBlocked", 0)) + len(blocked_now),
         "lastBlocked": blocked_now[:10],
         "lastFailed": failed_now[:10],
         "remaining": remaining,
         "terminating": terminating,
         "heldBackDoNotDisrupt": held_back,
+        "waitingToFinish": waiting,
+        "stuckTerminating": left,
         "notReached": not_reached,
         "forced": int(previous.get("forced", 0)),
+        "refused": False,
         "done": done,
         "timedOut": timed_out,
         "summary": summary,
-        "at": _stamp(now),
     }
     story.tell(kube, lambda: story.drain_round(state, result, to_evict, report, now))
     return result
 
 
-def _listed_on_admitted_node(state: WorkflowState, kube: KubeAccess) -> list[PodView]:
-    """The pods bound to the admitted Node object.
+def _listed_on_admitted_node(state: WorkflowState, kube: KubeAccess) -> tuple[list[PodView], LiveNode]:
+    """The pods bound to the admitted Node object, and that Node as read after the list.
 
     Pods are listed by node name, and the name may pass to a new Node between the guard's proof and
     the list (EC2 reuses private IPs). Proving the node again after the list closes that window: a
@@ -165,15 +232,17 @@ def _listed_on_admitted_node(state: WorkflowState, kube: KubeAccess) -> list[Pod
     uid as a precondition, so a later replacement cannot redirect them either.
     """
     pods = kube.pods.list_on_node(state.node_name)
-    guard.prove_admitted(state, kube, require_taint=True)
-    return pods
+    node = guard.prove_admitted(state, kube, require_taint=True)
+    return pods, node
 
 
 @story.told("force-drain")
 def force_drain(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
-    """drain.onTimeout=force: delete what is left with the configured grace period.
+    """drain.onTimeout=force: delete, with the configured grace period, what the drain policy was
+    still moving or waiting for. Pods it leaves (opted out, never-drained namespaces, stuck on a
+    NotReady node, DaemonSet and mirror pods) are never forced.
 
     Forcing goes past PodDisruptionBudgets, so it is done only on the admitted node while its
     condition is still bad (invariant 7): a node that recovered stops here instead.
@@ -189,9 +258,22 @@ def force_drain(
         require_taint=True,
     )
     previous: Mapping[str, Any] = state.step("drain") or {}
-    grace = state.settings.drain.force_grace_seconds
-    leftovers = [pod for pod in _listed_on_admitted_node(state, kube) if pod.needs_eviction]
-    report = kube.pods.delete(leftovers, grace_seconds=grace, parallelism=state.settings.drain.parallelism)
+    drain_settings = state.settings.drain
+    grace = drain_settings.force_grace_seconds
+    started_at = parse_timestamp(previous["startedAt"], "drain.startedAt") if previous else now
+    pods, node = _listed_on_admitted_node(state, kube)
+    plans = plan_drain(pods, drain_settings, NodeState.of(node), now, started_at)
+    refused = with_action(plans, PodAction.REFUSE)
+    if refused:
+        # A pod the policy forbids moving appeared since the last round: forcing must not move it.
+        raise DrainAbortedError(
+            f"force drain of {state.node_name} refused: "
+            + "; ".join(
+                cut_text(f"{plan.pod.key} ({plan.reason})", MAX_POD_LINE_BYTES) for plan in refused[:5]
+            )
+        )
+    leftovers = [plan.pod for plan in plans if plan.action in STILL_TO_GO]
+    report = kube.pods.delete(leftovers, grace_seconds=grace, parallelism=drain_settings.parallelism)
     _fail_on_permanent_errors(report.failed, "forced deletion")
     if report.not_reached:
         # "done" would send the node on to reboot or terminate with these pods still on it; the
@@ -201,9 +283,11 @@ def force_drain(
             f"before the deadline ({len(report.deleted)} deleted in this attempt)"
         )
     forced = len(report.deleted)
+    left = len(plans) - len(leftovers)
     summary = (
         f"drain of {state.node_name} timed out; force-deleted {forced} pods with a {grace}s grace period "
-        f"({len(report.gone)} already gone, {len(report.failed)} failed)"
+        f"({len(report.gone)} already gone, {len(report.failed)} failed; {left} left as the drain "
+        "policy says: DaemonSet, mirror, finished, opted-out, never-drained or stuck pods)"
     )
     result = {
         **previous,

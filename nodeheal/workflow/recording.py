@@ -266,6 +266,7 @@ def _finish(
         pods_evicted=int(drain.get("evicted", 0)),
         pdb_blocked=int(drain.get("pdbBlocked", 0)),
         pods_forced=int(drain.get("forced", 0)),
+        drain_classes=dict(drain.get("classes") or {}),
         escalated=bool(decision.get("escalated"))
         or (
             outcome is Outcome.REPLACED

@@ -85,6 +85,9 @@ class RemediationRecord:
     pods_evicted: int = 0
     pdb_blocked: int = 0
     pods_forced: int = 0
+    #: The drain policy's classes (nodeheal.workflow.drain_policy) over the whole drain: per class
+    #: ``{"count": n, "pods": [first few]}``, e.g. which pods were evicted with emptyDir data.
+    drain_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     escalated: bool = False
     error: str = ""
     error_cause: str = ""
@@ -123,6 +126,7 @@ class RemediationRecord:
             "podsEvicted": self.pods_evicted,
             "pdbBlocked": self.pdb_blocked,
             "podsForced": self.pods_forced,
+            "drainClasses": {name: dict(entry) for name, entry in self.drain_classes.items()},
             "escalated": self.escalated,
             "error": self.error,
             "errorCause": self.error_cause,
@@ -155,6 +159,13 @@ class RemediationRecord:
             pods_evicted=int(item.get("podsEvicted", 0)),
             pdb_blocked=int(item.get("pdbBlocked", 0)),
             pods_forced=int(item.get("podsForced", 0)),
+            drain_classes={
+                str(name): {
+                    "count": int((entry or {}).get("count", 0)),
+                    **({"pods": [str(p) for p in entry["pods"]]} if (entry or {}).get("pods") else {}),
+                }
+                for name, entry in (item.get("drainClasses") or {}).items()
+            },
             escalated=bool(item.get("escalated", False)),
             error=str(item.get("error", "")),
             error_cause=str(item.get("errorCause", "")),

@@ -21,6 +21,8 @@ Draining                 Normal   drain: the first eviction round and each that 
 Drained                  Normal   drain, when no pod that must move is left
 DrainTimedOut            Warning  drain, at drain.timeoutSeconds with onTimeout ``force``
 DrainAborted             Warning  drain, at drain.timeoutSeconds with onTimeout ``abort``
+DrainRefused             Warning  drain, when the drain policy forbids moving a pod (drain.emptyDir
+                                  or drain.unmanagedPods ``refuse``): nothing is evicted
 DrainForced              Warning  force-drain
 Rebooting                Normal   reboot
 EscalatedToReplace       Warning  reboot, when the fault now calls for new hardware
@@ -299,6 +301,24 @@ def drain_round(
             )
         )
     return told
+
+
+def drain_refused(state: WorkflowState, result: Mapping[str, Any], now: datetime) -> list[ObjectEvent]:
+    """The drain policy forbids moving a pod on the node: nothing was evicted, the node stays
+    cordoned, and the execution ends as a drain abort."""
+    return [
+        _event(
+            state,
+            "drain",
+            now,
+            reason="DrainRefused",
+            action="Drain",
+            note=f"{result.get('summary', '')}. The node stays cordoned for a person; nothing was evicted "
+            "and the instance is not touched",
+            warning=True,
+            key=str(int(result.get("rounds", 0))),
+        )
+    ]
 
 
 def drain_forced(

@@ -51,6 +51,25 @@ def run_force_drain(pipeline: Pipeline) -> None:
     assert pipeline.only_record("gpu-a").pods_forced == 2
 
 
+#: drain.evictionModes delete-after-timeout: the drain function itself deletes the pods a
+#: PodDisruptionBudget kept after drain.deleteAfterSeconds.
+DELETE_AFTER_TIMEOUT = {
+    "drain": {
+        "timeoutSeconds": 60,
+        "deleteAfterSeconds": 1,
+        "evictionModes": [{"mode": "delete-after-timeout", "namespaces": ["training"]}],
+    }
+}
+
+
+def run_delete_after_timeout(pipeline: Pipeline) -> None:
+    pipeline.add_gpu_node("gpu-a")
+    pipeline.block_with_pdb("gpu-a")
+    execution = pipeline.run(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_79))
+    assert execution["status"] == "SUCCEEDED"
+    assert pipeline.only_record("gpu-a").pods_forced == 0
+
+
 def run_replace_deleting_the_node(pipeline: Pipeline) -> None:
     pipeline.add_gpu_node("gpu-a")
     execution = pipeline.run(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_79))
@@ -64,6 +83,7 @@ def test_defect_10_each_role_is_exactly_what_its_function_needs() -> None:
         ({}, run_reboot),
         ({}, run_replace),
         ({}, run_force_drain),
+        (DELETE_AFTER_TIMEOUT, run_delete_after_timeout),
         ({"deleteNodeAfterTerminate": True}, run_replace_deleting_the_node),
     ]
     for overrides, scenario in scenarios:

@@ -283,6 +283,7 @@ class Simulation:
         self.options = options or SimOptions()
         self.rng = random.Random(seed)
         self.fault_rng = random.Random(seed ^ 0x5EED)
+        self.drain_rng = random.Random(seed ^ 0xD2A1)
         self.clock = START
         self.plan = sorted(plan, key=lambda f: (f.at_point, f.kind, f.seed))
         self.applied: list[PlannedFault] = []
@@ -342,7 +343,22 @@ class Simulation:
         raw["drain"]["onConditionCleared"] = self.rng.choice(["keep-cordoned", "uncordon"])
         if overrides is not None:
             overrides(self.rng, raw)
+        self._draw_drain_policy(raw["drain"])
         return RemediationSettings.from_json(raw, check_timing=True)
+
+    def _draw_drain_policy(self, drain: dict[str, Any]) -> None:
+        """The drain policy (nodeheal.workflow.drain_policy), drawn from a stream of its own so a
+        seed's schedule stream, and every seed found before these settings existed, stays as it was."""
+        rng = self.drain_rng
+        # evict is the default and the common choice; refuse and wait each end or stretch drains.
+        drain["emptyDir"] = rng.choice(["evict", "evict", "refuse", "wait"])
+        drain["unmanagedPods"] = rng.choice(["evict", "evict", "refuse", "wait"])
+        drain["skipWaitForDeleteTimeoutSeconds"] = rng.choice([0, 60])
+        drain["neverDrainNamespaces"] = rng.choice([["kube-system"], ["kube-*", "monitoring"], []])
+        if rng.random() < 0.5:
+            mode = rng.choice(["immediate", "allow-completion", "delete-after-timeout"])
+            drain["evictionModes"] = [{"mode": mode, "podLabels": {"app": "notebook"}}]
+            drain["deleteAfterSeconds"] = rng.randrange(0, int(drain["timeoutSeconds"]))
 
     def _definition(self) -> dict[str, Any]:
         definition = copy.deepcopy(dict(self.template.definition))
@@ -362,11 +378,22 @@ class Simulation:
             self.world.add_pod(name, "trainer")
             self.world.add_pod(name, "logs", owner="DaemonSet")
             if self.rng.random() < 0.3:
-                self.world.add_pod(name, "notebook", owner="ReplicaSet")
+                self.world.add_pod(
+                    name, "notebook", owner="ReplicaSet", empty_dir=self.drain_rng.random() < 0.5
+                )
+            # Pods in the drain policy's classes: a bare debug pod, a system pod that is never drained.
+            if self.drain_rng.random() < 0.2:
+                self.world.add_pod(name, "debug", owner=None)
+            if self.drain_rng.random() < 0.2:
+                self.world.add_pod(name, "metrics", namespace="monitoring")
         self.world.budgets.append(Budget("trainer", max(1, 2 * count - 3)))
         self.log(
             f"cluster: {count} nodes; settings onTimeout={self.settings.drain.on_timeout} "
-            f"onConditionCleared={self.settings.drain.on_condition_cleared}"
+            f"onConditionCleared={self.settings.drain.on_condition_cleared} "
+            f"emptyDir={self.settings.drain.empty_dir} unmanagedPods={self.settings.drain.unmanaged_pods} "
+            f"neverDrainNamespaces={list(self.settings.drain.never_drain_namespaces)} evictionModes="
+            f"{[rule.mode for rule in self.settings.drain.eviction_modes]} "
+            f"skipWaitForDeleteTimeoutSeconds={self.settings.drain.skip_wait_for_delete_timeout_seconds}"
         )
 
     def _node_changed(self, raw: dict[str, Any], deleted: bool) -> None:

@@ -205,21 +205,34 @@ class World:
         self.on_node_change(raw, False)
         return raw
 
-    def add_pod(self, node: str, app: str, *, owner: str = "ReplicaSet", grace: int = 30) -> JSON:
+    def add_pod(
+        self,
+        node: str,
+        app: str,
+        *,
+        owner: str | None = "ReplicaSet",
+        grace: int = 30,
+        empty_dir: bool = False,
+        namespace: str = "training",
+    ) -> JSON:
+        """A running pod; ``owner`` None makes it unmanaged (no controller recreates it), and
+        ``empty_dir`` gives it an emptyDir volume (the drain policy's data-loss classes)."""
         name = f"{app}-{self.new_id('')}"
         pod: JSON = {
             "metadata": {
-                "namespace": "training",
+                "namespace": namespace,
                 "name": name,
                 "uid": self.new_id("pod-"),
                 "labels": {"app": app},
                 "annotations": {},
-                "ownerReferences": [{"kind": owner, "name": app, "controller": True}],
+                "ownerReferences": [{"kind": owner, "name": app, "controller": True}] if owner else [],
             },
             "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace},
             "status": {"phase": "Running"},
         }
-        self.pods[("training", name)] = pod
+        if empty_dir:
+            pod["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+        self.pods[(namespace, name)] = pod
         self.pod_node_uid[pod["metadata"]["uid"]] = self.nodes[node]["metadata"]["uid"]
         return pod
 

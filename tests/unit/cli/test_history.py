@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -84,6 +85,20 @@ def test_show_prints_stage_timings_and_console_url(cli: Cli, records: list[str])
     assert "https://us-west-2.console.aws.amazon.com/states/home" in result.out
     timings = result.out.split("Stage timings:")[1]
     assert "faultToCordon" in timings and "3.100" in timings and "4.0m" in timings
+
+
+def test_show_names_the_drain_classes_the_pods_fell_in(cli: Cli, aws: Aws) -> None:
+    classes = {
+        "emptyDir": {"count": 1, "pods": ["training/cache-0"]},
+        "immediate": {"count": 3},
+    }
+    record = replace(make_record(started=now() - timedelta(minutes=3)), drain_classes=classes)
+    aws.ledger.put_record(record)
+
+    result = cli("history", "show", record.execution)
+    assert result.code == 0, result.err
+    assert "Classes:   emptyDir 1 (training/cache-0); immediate 3" in result.out
+    assert cli("history", "show", record.execution, "--json").json()["drainClasses"] == classes
 
 
 def test_show_accepts_an_execution_arn_and_json(cli: Cli, records: list[str]) -> None:
