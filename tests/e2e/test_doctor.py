@@ -276,7 +276,7 @@ def test_missing_rbac_for_a_function_is_named_with_the_manifest_to_apply(
     assert run.code == 1
     line = run.lines()["access:drain"]
     assert line.startswith(
-        "failed RBAC refuses drain (nodeheal-drain): get nodes, list pods, create pods/eviction"
+        "failed RBAC refuses drain (nodeheal-drain): get nodes, list pods, delete pods, create pods/eviction"
     )
     assert line.endswith(f"; fix: {RBAC_FIX}")
     assert [check for check, verdict in run.verdicts().items() if verdict == "failed"] == ["access:drain"]
