@@ -121,12 +121,14 @@ unit: $(VENV)/.installed
 
 # lambda-deps: the infrastructure tests run the real `cdk synth`, which bundles the Lambda asset.
 # The type check (about a minute and a half from a cold cache; pyproject.toml says which generated
-# stubs it leaves out) runs beside the suite instead of before it. Either failing fails the
+# stubs it leaves out) runs beside the suite instead of before it. Test durations run from
+# milliseconds to a minute (a real `cdk synth`): an idle worker takes queued tests from a busy one
+# (--dist worksteal) instead of waiting for a slow batch to end. Either failing fails the
 # target; mypy's report is printed after the suite's.
 test: bootstrap lambda-deps lint
 	@mkdir -p build; \
 	$(BIN)/mypy > build/mypy.log 2>&1 & mypy_pid=$$!; \
-	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/pytest -q -n auto; tests=$$?; \
+	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/pytest -q -n auto --dist worksteal; tests=$$?; \
 	wait $$mypy_pid; typed=$$?; \
 	echo "$(BIN)/mypy"; cat build/mypy.log; \
 	exit $$(( tests != 0 ? tests : typed ))
