@@ -133,15 +133,21 @@ def assert_every_line_names_its_node_and_instance(out: str) -> None:
     assert columns["(no Node yet)"] == {launched[1]}
 
 
-def test_demo_exits_1_with_the_reason_when_the_outcome_did_not_happen(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def xid13_expecting_a_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scenario xid13 with a check it cannot pass: Xid 13 is recorded, never replaced."""
+
     def expect_replaced(run: scenarios.ScenarioRun) -> None:
         run.expect_outcome(run.only_record(run.subject), Outcome.REPLACED)
 
     wrong = dataclasses.replace(scenarios.SCENARIOS["xid13"], check=expect_replaced)
     monkeypatch.setitem(scenarios.SCENARIOS, "xid13", wrong)
 
+
+@pytest.mark.usefixtures("xid13_expecting_a_replacement")
+def test_demo_exits_1_with_the_reason_when_the_outcome_did_not_happen(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["demo", "--scenario", "xid13"]) == 1
 
     err = capsys.readouterr().err
@@ -178,15 +184,10 @@ def test_json_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
     assert all(entry["title"] for entry in listed)
 
 
+@pytest.mark.usefixtures("xid13_expecting_a_replacement")
 def test_json_still_exits_1_and_says_why_when_the_outcome_did_not_happen(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    def expect_replaced(run: scenarios.ScenarioRun) -> None:
-        run.expect_outcome(run.only_record(run.subject), Outcome.REPLACED)
-
-    wrong = dataclasses.replace(scenarios.SCENARIOS["xid13"], check=expect_replaced)
-    monkeypatch.setitem(scenarios.SCENARIOS, "xid13", wrong)
-
     assert main(["demo", "--scenario", "xid13", "--json"]) == 1
 
     captured = capsys.readouterr()

@@ -56,11 +56,6 @@ def server(clock: ManualClock) -> Iterator[FakeKubeApiServer]:
 
 
 @pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
-@pytest.fixture
 def ev1(server: FakeKubeApiServer) -> client.EventsV1Api:
     return client.EventsV1Api(server.api_client())
 

@@ -56,11 +56,6 @@ def server(pauses: Pauses) -> Iterator[FakeKubeApiServer]:
 
 
 @pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
-@pytest.fixture
 def policy(server: FakeKubeApiServer) -> client.PolicyV1Api:
     return client.PolicyV1Api(server.api_client())
 

@@ -21,11 +21,6 @@ def server() -> Iterator[FakeKubeApiServer]:
         yield srv
 
 
-@pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
 def test_next_requests_fail_with_internal_error(server: FakeKubeApiServer, core: client.CoreV1Api) -> None:
     server.faults.fail_next(2, method="PATCH", path=r"^/api/v1/nodes/")
     core.read_node("gpu-a")

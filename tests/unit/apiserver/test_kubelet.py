@@ -35,11 +35,6 @@ def server() -> Iterator[FakeKubeApiServer]:
     store.close()
 
 
-@pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
 def wait_for(condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + 5
     while not condition():

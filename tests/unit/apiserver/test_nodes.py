@@ -27,11 +27,6 @@ def server() -> Iterator[FakeKubeApiServer]:
         yield srv
 
 
-@pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
 def names(node_list: client.V1NodeList) -> list[str]:
     return [n.metadata.name for n in node_list.items]
 

@@ -37,11 +37,6 @@ def server(clock: ManualClock) -> Iterator[FakeKubeApiServer]:
         yield srv
 
 
-@pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
 def raw_list(core: client.CoreV1Api, **kwargs: Any) -> dict[str, Any]:
     resp = core.list_node(_preload_content=False, **kwargs)
     body: dict[str, Any] = json.loads(resp.data)

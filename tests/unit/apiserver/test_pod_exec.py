@@ -37,11 +37,6 @@ def server() -> Iterator[FakeKubeApiServer]:
     store.close()
 
 
-@pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
 def execute(core: client.CoreV1Api, pod: str, argv: list[str], **options: Any) -> Any:
     socket = stream(
         core.connect_get_namespaced_pod_exec,

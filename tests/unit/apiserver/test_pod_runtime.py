@@ -44,11 +44,6 @@ def server(ran: list[str]) -> Iterator[FakeKubeApiServer]:
     store.close()
 
 
-@pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
 def pod(name: str, **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "v1",

@@ -22,11 +22,6 @@ def server() -> Iterator[FakeKubeApiServer]:
         yield srv
 
 
-@pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
 def evict(core: client.CoreV1Api, name: str, namespace: str = "train") -> client.V1Eviction:
     body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
     return core.create_namespaced_pod_eviction(name, namespace, body)

@@ -66,11 +66,6 @@ def timed(clock: ManualClock) -> Iterator[FakeKubeApiServer]:
         yield srv
 
 
-@pytest.fixture
-def core(server: FakeKubeApiServer) -> client.CoreV1Api:
-    return client.CoreV1Api(server.api_client())
-
-
 def background(fn: Callable[[], None]) -> tuple[threading.Thread, queue.Queue[BaseException]]:
     errors: queue.Queue[BaseException] = queue.Queue()
 
