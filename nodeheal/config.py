@@ -8,8 +8,8 @@ pattern, e-mails, VPC) live in ``nodeheal/deploy_config.py``; the Lambdas never 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
