@@ -8,9 +8,10 @@ pattern, e-mails, VPC) live in ``nodeheal/deploy_config.py``; the Lambdas never 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -449,6 +450,33 @@ class RebootSettings:
         return settings
 
 
+#: ``replace.method`` values: how NodeHeal replaces an instance once the node is drained.
+REPLACE_EC2_TERMINATE = "ec2-terminate"
+REPLACE_DELETE_NODECLAIM = "delete-nodeclaim"
+REPLACE_METHODS = (REPLACE_EC2_TERMINATE, REPLACE_DELETE_NODECLAIM)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceSettings:
+    #: ``ec2-terminate`` calls EC2 TerminateInstances (any node, managed node groups included);
+    #: ``delete-nodeclaim`` deletes the Node's Karpenter NodeClaim, so Karpenter's termination
+    #: finalizer terminates the instance and accounts for the capacity (Karpenter nodes only).
+    method: str = REPLACE_EC2_TERMINATE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method}
+
+    @classmethod
+    def read(cls, reader: SettingsReader) -> ReplaceSettings:
+        settings = cls(method=reader.choice("method", REPLACE_METHODS, REPLACE_EC2_TERMINATE))
+        reader.finish()
+        return settings
+
+    @property
+    def deletes_nodeclaim(self) -> bool:
+        return self.method == REPLACE_DELETE_NODECLAIM
+
+
 @dataclass(frozen=True, slots=True)
 class RetrySettings:
     """Step Functions retries of transient failures (Kubernetes API 5xx/timeouts, EC2 throttling).
@@ -489,6 +517,7 @@ class RemediationSettings:
     budgets: BudgetSettings = field(default_factory=BudgetSettings)
     drain: DrainSettings = field(default_factory=DrainSettings)
     reboot: RebootSettings = field(default_factory=RebootSettings)
+    replace: ReplaceSettings = field(default_factory=ReplaceSettings)
     retry: RetrySettings = field(default_factory=RetrySettings)
     #: A per-node lock expires after this many seconds, so a crashed execution cannot wedge a node.
     #: It is never renewed, so it must exceed the worst case of one execution holding it by a
@@ -513,6 +542,7 @@ class RemediationSettings:
             "budgets": self.budgets.to_json(),
             "drain": self.drain.to_json(),
             "reboot": self.reboot.to_json(),
+            "replace": self.replace.to_json(),
             "retry": self.retry.to_json(),
             "lockTtlSeconds": self.lock_ttl_seconds,
             "lockWaitPollSeconds": self.lock_wait_poll_seconds,
@@ -524,7 +554,7 @@ class RemediationSettings:
     def from_json(cls, raw: Any, path: str = "settings", *, check_timing: bool = True) -> RemediationSettings:
         reader = SettingsReader(raw, path)
         scope = ScopeSettings.read(reader.child("scope"))
-        settings = replace(cls.read(reader, check_timing=check_timing), scope=scope)
+        settings = dataclasses.replace(cls.read(reader, check_timing=check_timing), scope=scope)
         reader.finish()
         return settings
 
@@ -543,11 +573,18 @@ class RemediationSettings:
             budgets=BudgetSettings.read(reader.child("budgets")),
             drain=DrainSettings.read(reader.child("drain")),
             reboot=RebootSettings.read(reader.child("reboot")),
+            replace=ReplaceSettings.read(reader.child("replace")),
             retry=RetrySettings.read(reader.child("retry")),
             lock_ttl_seconds=reader.integer("lockTtlSeconds", 32_400, minimum=60, maximum=7 * 86_400),
             lock_wait_poll_seconds=reader.integer("lockWaitPollSeconds", 30, minimum=1, maximum=3600),
             delete_node_after_terminate=reader.boolean("deleteNodeAfterTerminate", False),
         )
+        if settings.delete_node_after_terminate and settings.replace.deletes_nodeclaim:
+            raise ConfigurationError(
+                f"{reader.where('deleteNodeAfterTerminate')} is true with {reader.where('replace')}.method "
+                f'"{REPLACE_DELETE_NODECLAIM}": Karpenter\'s termination removes the Node itself, after '
+                "its own drain; deleting the Node first would cut that drain short. Leave it false"
+            )
         if check_timing:
             _check_timing(settings, reader)
         return settings

@@ -276,6 +276,7 @@ class NodeHealConfig:
             function,
             prefix=self.kubernetes_group_prefix,
             delete_node_after_terminate=self.remediation.delete_node_after_terminate,
+            delete_nodeclaim=self.remediation.replace.deletes_nodeclaim,
         )
 
 

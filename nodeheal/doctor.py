@@ -61,7 +61,7 @@ from nodeheal.events import (
 from nodeheal.kube.access_review import AccessAnswer
 from nodeheal.kube.model import LiveNode
 from nodeheal.patterns import match
-from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, Permission
+from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE, Permission
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.admission import PoolNodes
 from nodeheal.workflow.preview import LedgerReader, NodePreview, preview
@@ -420,10 +420,13 @@ def _check_kubernetes(inputs: Inputs, found: _Found, results: list[CheckResult])
 
 
 def needed_permissions(function: str, settings: RemediationSettings | None) -> list[Permission]:
-    """Every request ``function`` makes, from the RBAC table (node deletion only when configured)."""
+    """Every request ``function`` makes, from the RBAC table (node and NodeClaim deletion only when
+    configured)."""
     rules = list(KUBERNETES_RULES[function])
     if function == NODE_DELETE.function and settings is not None and settings.delete_node_after_terminate:
         rules.extend(NODE_DELETE.rules)
+    if function == NODECLAIM_DELETE.function and settings is not None and settings.replace.deletes_nodeclaim:
+        rules.extend(NODECLAIM_DELETE.rules)
     return list(dict.fromkeys(permission for rule in rules for permission in rule.permissions()))
 
 

@@ -8,6 +8,8 @@ authorizer sees them (verb, API group, resource[/subresource]):
 * ``nodeheal/kube/nodes.py``: ``get`` a node (every step re-reads it, the drain steps included),
   ``list`` nodes with a label selector (admit's pool health), ``patch`` a node (cordon,
   uncordon), ``delete`` a node (terminate, only with ``deleteNodeAfterTerminate``).
+* ``nodeheal/kube/nodeclaims.py``: ``list`` and ``delete`` Karpenter NodeClaims (terminate, only
+  with ``replace.method: delete-nodeclaim``).
 * ``nodeheal/kube/pods.py``: ``list`` pods with ``fieldSelector=spec.nodeName`` (drain,
   force-drain) and, after a 409, ``fieldSelector=metadata.name`` (is the pod gone?), ``create`` on
   ``pods/eviction`` (drain), ``delete`` pods (force-drain; drain for delete-after-timeout pods).
@@ -208,6 +210,23 @@ NODE_DELETE = FunctionRole(
     only_when="deleteNodeAfterTerminate is true",
 )
 
+#: Granted to the terminate function only when ``replace.method`` is ``delete-nodeclaim``: the
+#: stack then adds this group to its access entry (nodeheal/kube/nodeclaims.py makes the requests).
+NODECLAIM_DELETE = FunctionRole(
+    "terminate",
+    (
+        PolicyRule(
+            ("karpenter.sh",),
+            ("nodeclaims",),
+            ("list", "delete"),
+            "Find the NodeClaim whose status.providerID is the admitted instance's, then delete it "
+            "(uid precondition) so Karpenter's termination finalizer terminates the instance.",
+        ),
+    ),
+    suffix="nodeclaims",
+    only_when='replace.method is "delete-nodeclaim"',
+)
+
 
 #: The person who runs ``nodeheal inject`` (an operator at the CLI, never a Lambda: the remediation
 #: roles above stay without pods create or exec). Bound to the group ``<prefix>-fault-injector``
@@ -254,15 +273,23 @@ def render_fault_injector_manifest(prefix: str = DEFAULT_GROUP_PREFIX) -> str:
 
 
 def function_roles() -> tuple[FunctionRole, ...]:
-    """Every remediation role, the optional node-delete role last."""
-    return (*(FunctionRole(name, rules) for name, rules in KUBERNETES_RULES.items()), NODE_DELETE)
+    """Every remediation role, the optional node-delete and NodeClaim roles last."""
+    return (
+        *(FunctionRole(name, rules) for name, rules in KUBERNETES_RULES.items()),
+        NODE_DELETE,
+        NODECLAIM_DELETE,
+    )
 
 
-def groups_of(function: str, *, prefix: str, delete_node_after_terminate: bool) -> list[str]:
+def groups_of(
+    function: str, *, prefix: str, delete_node_after_terminate: bool, delete_nodeclaim: bool = False
+) -> list[str]:
     """The Kubernetes groups the function's EKS access entry names."""
     groups = [FunctionRole(function, KUBERNETES_RULES[function]).name(prefix)]
     if delete_node_after_terminate and function == NODE_DELETE.function:
         groups.append(NODE_DELETE.name(prefix))
+    if delete_nodeclaim and function == NODECLAIM_DELETE.function:
+        groups.append(NODECLAIM_DELETE.name(prefix))
     return groups
 
 
@@ -331,7 +358,8 @@ _HEADER = """\
 # = "{prefix}"; keep the two in sync). No secrets, no workloads, no cluster-admin access policy.
 # `{node_delete}` (nodes delete) is granted to the terminate function only when
 # deleteNodeAfterTerminate is true: the stack adds that group to its access entry then, and the
-# binding has no members otherwise.
+# binding has no members otherwise. `{nodeclaims}` (karpenter.sh nodeclaims list/delete) likewise,
+# only when replace.method is "delete-nodeclaim".
 #
 # Apply once per cluster, before the first remediation:  kubectl apply -f deploy/rbac/remediator.yaml
 # Upgrading from the single `nodeheal-remediator` group:
@@ -387,7 +415,10 @@ def _role_yaml(role: FunctionRole, prefix: str) -> list[str]:
 
 def render_manifest(prefix: str = DEFAULT_GROUP_PREFIX) -> str:
     """``deploy/rbac/remediator.yaml`` for the group prefix ``prefix``."""
-    parts = [_HEADER.format(prefix=prefix, node_delete=NODE_DELETE.name(prefix)).rstrip("\n")]
+    header = _HEADER.format(
+        prefix=prefix, node_delete=NODE_DELETE.name(prefix), nodeclaims=NODECLAIM_DELETE.name(prefix)
+    )
+    parts = [header.rstrip("\n")]
     for role in function_roles():
         parts.append("\n".join(_role_yaml(role, prefix)))
     return "\n---\n".join(parts) + "\n"

@@ -192,6 +192,7 @@ class Runtime:
         (kept across invocations), every request bounded by this invocation's ``deadline``. Events
         go over the same pool, so the function that acted is the identity that tells it (D8)."""
         from nodeheal.kube.events import EventOperations
+        from nodeheal.kube.nodeclaims import NodeClaimOperations
         from nodeheal.kube.nodes import NodeOperations
         from nodeheal.kube.pods import PodOperations
 
@@ -202,6 +203,7 @@ class Runtime:
             nodes=NodeOperations(transport, deadline=deadline),
             pods=PodOperations(transport, deadline=deadline),
             events=EventOperations(transport, deadline=deadline, tally=self.event_tally),
+            nodeclaims=NodeClaimOperations(transport, deadline=deadline),
         )
 
     @cached_property

@@ -6,7 +6,8 @@ does not own:
 * node-problem-detector: :meth:`SimulatedCluster.inject` sets a Node condition as NPD would;
 * the kubelet after an EC2 reboot (:class:`NodeAgent`): a new boot ID, detectors that start clean,
   and a kubelet that :meth:`SimulatedCluster.kill_kubelet` had killed running again;
-* Karpenter (:class:`KarpenterStandIn`): when an instance is terminated it deletes the Node and,
+* Karpenter (:class:`KarpenterStandIn`): a deleted NodeClaim has its instance terminated; when an
+  instance is terminated it deletes the Node and its NodeClaim and,
   after a delay, launches a replacement instance in moto and registers its Node;
 * the Job/StatefulSet/DaemonSet controllers, pod garbage collection and the scheduler
   (:class:`WorkloadControllers`): a deleted workload pod comes back Pending and is bound to a
@@ -30,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from nodeheal.conditions import is_positive_condition
 from nodeheal.events import instance_id_from_provider_id
-from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver.objects import make_node, make_nodeclaim, make_pdb, make_pod
 from nodeheal.sim.apiserver.status import ApiError
 from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.controllers import KarpenterStandIn, NodeAgent, WorkloadControllers
@@ -378,6 +379,18 @@ class SimulatedCluster:
                 else None,
             )
         )
+        # Karpenter's record of the instance, bound to it by providerID as Karpenter binds it once
+        # the node registered (what replace.method delete-nodeclaim deletes).
+        node = self.store.get("nodes", name)
+        self.store.add(
+            make_nodeclaim(
+                f"{pool}-{self.suffix()}",
+                provider_id=node["spec"]["providerID"],
+                node_name=name,
+                node_pool=pool,
+                instance_type=instance_type,
+            )
+        )
         self.timeline.note_instance(name, instance_id)
         self.controllers.add_daemon_pods(name, gpu=bool(gpus))
         return name
@@ -416,6 +429,7 @@ class SimulatedCluster:
     def start(self) -> None:
         self.aws.on_instances_terminated.append(self.karpenter.instances_terminated)
         self.aws.on_instances_rebooted.append(self.agent.instances_rebooted)
+        self.store.on("nodeclaim_deleting", self.karpenter.nodeclaim_deleting)
         self.store.on("pod_deleted", self.controllers.pod_deleted)
         self.store.on("node_deleted", self.controllers.node_deleted)
         self.clock.every(0.05, self.controllers.schedule_pending)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodeheal.conditions import is_bad_status, is_positive_condition
+from nodeheal.events import instance_id_from_provider_id
 from nodeheal.sim.apiserver.objects import make_pod
 from nodeheal.sim.apiserver.pdb import controller_of
 from nodeheal.sim.apiserver.status import ApiError
@@ -56,6 +57,43 @@ class KarpenterStandIn:
                     continue
             self._replace(instance_id, node)
 
+    def nodeclaim_deleting(self, claim: JSON) -> None:
+        """The store's hook when a NodeClaim is marked for deletion (replace.method
+        delete-nodeclaim): Karpenter's termination finalizer terminates its instance, and the
+        termination then goes on as any other (Node and NodeClaim removed, a replacement launched).
+        Karpenter's second drain finds nothing left after NodeHeal's, so it is not modelled."""
+        provider_id = str((claim.get("status") or {}).get("providerID", ""))
+        instance_id = instance_id_from_provider_id(provider_id)
+        name = str(claim["metadata"]["name"])
+        cluster = self._cluster
+        if not instance_id:
+            cluster.clock.after(0.0, lambda: self._remove_nodeclaim(name))
+            return
+        cluster.timeline.emit(
+            "karpenter",
+            "nodeclaim-deleting",
+            f"NodeClaim {name} deleted: terminating its instance {instance_id}",
+            node=str((claim.get("status") or {}).get("nodeName", "")),
+            instance=instance_id,
+        )
+        # Not from the API server's request thread that fired the hook: from the clock's.
+        cluster.clock.after(
+            0.0, lambda: cluster.aws.client("ec2").terminate_instances(InstanceIds=[instance_id])
+        )
+
+    def _remove_nodeclaim(self, name: str) -> None:
+        with contextlib.suppress(ApiError):
+            self._cluster.store.remove("nodeclaims", name)
+
+    def _nodeclaims_of(self, instance_id: str) -> list[str]:
+        claims, _ = self._cluster.store.list_objects("nodeclaims")
+        return [
+            str(claim["metadata"]["name"])
+            for claim in claims
+            if instance_id_from_provider_id(str((claim.get("status") or {}).get("providerID", "")))
+            == instance_id
+        ]
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Karpenter has not noticed yet: terminations queue up and are handled on exit."""
@@ -86,6 +124,10 @@ class KarpenterStandIn:
             if current is None or current["metadata"]["uid"] != uid:
                 return
             cluster.store.remove("nodes", name)
+            # The instance is gone, so Karpenter lets its NodeClaim go too (the termination
+            # finalizer's last step, or garbage collection after a terminate from outside).
+            for claim in self._nodeclaims_of(instance_id):
+                self._remove_nodeclaim(claim)
             cluster.timeline.emit(
                 "karpenter",
                 "node-deleted",

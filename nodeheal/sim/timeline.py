@@ -31,8 +31,8 @@ class TimelineEvent:
     source: str
     #: What happened, for code: fault, published, matched, started, duplicate, dropped, decision,
     #: cordoned, drain-round, drained, forced, terminated, rebooted, recovered, uncordoned, recorded,
-    #: task-failed, stopped, node-deleted, instance-launched, node-ready, pod-bound, pod-running,
-    #: workload-running.
+    #: task-failed, stopped, node-deleted, nodeclaim-deleting, instance-launched, node-ready,
+    #: pod-bound, pod-running, workload-running.
     kind: str
     text: str
     node: str = ""
@@ -191,6 +191,12 @@ def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | 
     if task == "force_drain":
         return "forced", f"drain timed out: force-deleted {result.get('forced', 0)} pod(s)"
     if task == "terminate":
+        if result.get("nodeClaim"):
+            gone = " (already gone)" if result.get("alreadyGone") else ""
+            return "terminated", (
+                f"deleted NodeClaim {result.get('nodeClaim')}{gone}: Karpenter terminates "
+                f"{result.get('instanceId', '')}"
+            )
         return _describe_instance_action(result, "TerminateInstances", "terminated")
     if task == "reboot":
         return _describe_instance_action(result, "RebootInstances", "rebooted")

@@ -15,11 +15,13 @@ from typing import Any
 from nodeheal.actions import Action, Mode
 from nodeheal.aws.ec2 import verify_ownership
 from nodeheal.errors import (
+    ConfigurationError,
     DeadlineExceededError,
     DrainAbortedError,
     KubernetesApiError,
     NodeGoneError,
     NodeReplacedError,
+    OwnershipVerificationError,
 )
 from nodeheal.kube.model import LiveNode, PodView
 from nodeheal.payload import cut_text
@@ -340,9 +342,12 @@ def terminate(
         not_ready_counts=escalation,
     )
     admitted = guard.admitted_node(state)
+    replace_settings = state.settings.replace
     instance = _verified_instance(state, node, ec2)
     if instance is None:
         result: dict[str, Any] = {"performed": True, "alreadyGone": True, "previousState": "not-found"}
+    elif replace_settings.deletes_nodeclaim:
+        result = {**_delete_nodeclaim(state, kube), "previousState": instance.state}
     else:
         outcome = ec2.terminate(admitted.instance_id)
         result = {"performed": True, "alreadyGone": outcome.already_gone, "previousState": instance.state}
@@ -351,10 +356,43 @@ def terminate(
         node_deleted = kube.nodes.delete(node.name, node.uid)
     return {
         **result,
+        "method": replace_settings.method,
         "instanceId": admitted.instance_id,
         "escalation": escalation,
         "nodeDeleted": node_deleted,
         "at": _stamp(now),
+    }
+
+
+def _delete_nodeclaim(state: WorkflowState, kube: KubeAccess) -> dict[str, Any]:
+    """``replace.method: delete-nodeclaim``: delete the NodeClaim bound to the admitted instance.
+
+    The NodeClaim is the one whose ``status.providerID`` is the admitted Node's providerID (the
+    Node's pool label proves nothing about which NodeClaim owns the instance), deleted under a uid
+    precondition. Done means the API server accepted the delete: the NodeClaim now carries a
+    deletionTimestamp, or is gone. Karpenter's termination (its own drain, bounded only by the
+    NodePool's terminationGracePeriod, then TerminateInstances) is not waited for: NodeHeal's
+    drain already ran, and an unbounded wait would hold the lock and the in-flight slot with it.
+    """
+    if kube.nodeclaims is None:
+        raise ConfigurationError(
+            'replace.method is "delete-nodeclaim" but this function has no NodeClaim access configured'
+        )
+    admitted = guard.admitted_node(state)
+    claim = kube.nodeclaims.bound_to(admitted.provider_id)
+    if claim is None:
+        raise OwnershipVerificationError(
+            f"no Karpenter NodeClaim has providerID {admitted.provider_id!r} (node {admitted.name}): "
+            'nothing deleted. replace.method "delete-nodeclaim" needs Karpenter-managed nodes; '
+            'use "ec2-terminate" for others'
+        )
+    deletion = kube.nodeclaims.delete(claim)
+    return {
+        "performed": True,
+        "nodeClaim": claim.name,
+        "nodeClaimUid": claim.uid,
+        "alreadyGone": deletion.already_gone,
+        "nodeClaimFinalizing": deletion.finalizing,
     }
 
 

@@ -101,12 +101,38 @@ class UntoldEvents:
 UNTOLD: EventPort = UntoldEvents()
 
 
+class NodeClaimView(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def deletion_requested(self) -> bool: ...
+
+
+class NodeClaimDeletionView(Protocol):
+    @property
+    def already_gone(self) -> bool: ...
+    @property
+    def finalizing(self) -> bool: ...
+
+
+class NodeClaimPort(Protocol):
+    """Karpenter NodeClaims, for ``replace.method: delete-nodeclaim`` (nodeheal.kube.nodeclaims)."""
+
+    def bound_to(self, provider_id: str) -> NodeClaimView | None: ...
+    def delete(self, claim: Any) -> NodeClaimDeletionView: ...
+
+
 @dataclass(frozen=True, slots=True)
 class KubeAccess:
     nodes: NodePort
     pods: PodPort
     #: The Lambdas and the simulations pass theirs (nodeheal.runtime); left out, nothing is told.
     events: EventPort = UNTOLD
+    #: Needed only by terminate with ``replace.method: delete-nodeclaim``; left out, that step
+    #: fails with a ConfigurationError instead of falling back to another method.
+    nodeclaims: NodeClaimPort | None = None
 
 
 class InstanceViewLike(Protocol):

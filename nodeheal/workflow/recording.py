@@ -149,6 +149,12 @@ def _outcome(state: WorkflowState, decision_action: Action) -> tuple[Outcome, st
     if instance.get("escalation") or recovery.get("status") == "failed":
         return Outcome.REPLACED, f"reboot did not heal the node ({recovery.get('detail', '')}); replaced"
     if decision_action is Action.REPLACE:
+        if instance.get("nodeClaim"):
+            gone = " (it was already gone)" if instance.get("alreadyGone") else ""
+            return Outcome.REPLACED, (
+                f"NodeClaim {instance.get('nodeClaim')} deleted{gone}; Karpenter terminates instance "
+                f"{instance.get('instanceId', '')}"
+            )
         gone = " (instance was already gone)" if instance.get("alreadyGone") else ""
         return Outcome.REPLACED, f"instance {instance.get('instanceId', '')} terminated{gone}"
     if recovery.get("status") == "recovered":

@@ -381,10 +381,16 @@ def terminating(state: WorkflowState, result: Mapping[str, Any], now: datetime) 
             why = f"{_fault(state)}, which now calls for new hardware rather than a reboot (escalation)"
         else:
             why = _fault(state)
-        note = (
-            f"Terminating EC2 instance {instance} for {why}; the node's pool (Karpenter, the node group) "
-            "launches a replacement for the evicted pods"
-        )
+        if result.get("nodeClaim"):
+            note = (
+                f"Deleted NodeClaim {result.get('nodeClaim')} for {why}; Karpenter's termination drains "
+                f"the node and terminates EC2 instance {instance}, and Karpenter launches a replacement"
+            )
+        else:
+            note = (
+                f"Terminating EC2 instance {instance} for {why}; the node's pool (Karpenter, the node "
+                "group) launches a replacement for the evicted pods"
+            )
     if result.get("nodeDeleted"):
         note += "; the Node object is deleted (deleteNodeAfterTerminate)"
     return [_event(state, "terminate", now, reason="Terminating", action="Terminate", note=note)]

@@ -61,6 +61,34 @@ def test_xid_79_travels_the_whole_pipeline_and_the_node_is_replaced(play) -> Non
     assert deliveries[0].envelope["source"] == run.pipeline.event_source
 
 
+def test_xid_79_replaced_through_karpenter_deletes_the_nodeclaim() -> None:
+    """replace.method delete-nodeclaim in the whole pipeline: NodeHeal deletes the NodeClaim, the
+    simulated Karpenter's finalizer terminates the instance, removes Node and NodeClaim and brings
+    up a replacement with a NodeClaim of its own."""
+    scenario = SCENARIOS["xid79"]
+    context = {**scenario.context, "replace": {"method": "delete-nodeclaim"}}
+    with LocalPipeline(synthesized(context), layout=scenario.layout) as pipeline:
+        claims_before = {
+            claim["status"]["nodeName"]: claim["metadata"]["name"]
+            for claim in pipeline.store.list_objects("nodeclaims")[0]
+        }
+        run = scenario.run(pipeline)
+
+        assert run.problems == []
+        kinds = kinds_in_order(run)
+        assert kinds.index("drained") < kinds.index("nodeclaim-deleting") < kinds.index("node-deleted")
+        assert kinds.index("nodeclaim-deleting") < kinds.index("node-ready") < kinds.index("workload-running")
+        record = pipeline.records(run.subject)[0]
+        assert record.outcome is Outcome.REPLACED
+        assert f"NodeClaim {claims_before[run.subject]} deleted" in record.summary
+        claims_after = {
+            claim["status"]["nodeName"]: claim["metadata"]["name"]
+            for claim in pipeline.store.list_objects("nodeclaims")[0]
+        }
+        assert run.subject not in claims_after
+        assert len(claims_after) == len(claims_before)
+
+
 def test_xid_13_touches_nothing(play) -> None:
     run = play("xid13")
 

@@ -17,6 +17,7 @@ from nodeheal.rbac import (
     EXPORTER_SERVICE_ACCOUNT,
     KUBERNETES_RULES,
     NODE_DELETE,
+    NODECLAIM_DELETE,
     function_roles,
     markdown_table,
     render_manifest,
@@ -93,7 +94,7 @@ def test_defect_10_least_privilege_in_the_manifest() -> None:
     events = {("", "events", "create"), ("events.k8s.io", "events", "create")}
     for name, granted in roles.items():
         assert not any(verb == "*" or resource == "*" for _, resource, verb in granted), name
-        if name != NODE_DELETE.name(prefix):
+        if name not in (NODE_DELETE.name(prefix), NODECLAIM_DELETE.name(prefix)):
             assert events <= granted, f"D8: every function may create Events ({name})"
     # admit and check-recovery only read, and only nodes and pods.
     for reader in ("admit", "check-recovery"):
@@ -107,6 +108,15 @@ def test_defect_10_least_privilege_in_the_manifest() -> None:
         if ("", "nodes", "delete") in granted:
             assert name == NODE_DELETE.name(prefix)
     assert roles[NODE_DELETE.name(prefix)] == {("", "nodes", "delete")}
+    # Karpenter's NodeClaims only in the optional terminate role of replace.method delete-nodeclaim:
+    # list to find the one bound to the instance, delete to hand the instance to Karpenter.
+    for name, granted in roles.items():
+        if any(group == "karpenter.sh" for group, _, _ in granted):
+            assert name == NODECLAIM_DELETE.name(prefix)
+    assert roles[NODECLAIM_DELETE.name(prefix)] == {
+        ("karpenter.sh", "nodeclaims", "list"),
+        ("karpenter.sh", "nodeclaims", "delete"),
+    }
 
 
 def test_defect_10_exporter_manifests_match_the_python_table() -> None:

@@ -24,7 +24,7 @@ from nodeheal import stack_outputs
 from nodeheal.actions import Mode
 from nodeheal.aws.deployment import AlarmView, BotoDeployment, DeployedRule, StackView
 from nodeheal.aws.eks_access import ClusterAccess
-from nodeheal.config import RemediationSettings
+from nodeheal.config import RemediationSettings, ReplaceSettings
 from nodeheal.doctor import (
     REVIEW_ACCESS,
     CheckResult,
@@ -40,7 +40,7 @@ from nodeheal.events import EXPORTER_HEARTBEATS_METRIC
 from nodeheal.kube.access_review import AccessAnswer
 from nodeheal.kube.model import LiveNode
 from nodeheal.patterns import match
-from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, Permission
+from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE, Permission
 from nodeheal.workflow.preview import LedgerReader
 from tests.deployment import MemoryEksAccess
 
@@ -297,6 +297,14 @@ def test_node_deletion_is_asked_only_when_configured() -> None:
     assert delete not in needed_permissions("terminate", RemediationSettings())
     assert delete in needed_permissions("terminate", RemediationSettings(delete_node_after_terminate=True))
     assert delete not in needed_permissions("reboot", RemediationSettings(delete_node_after_terminate=True))
+
+
+def test_nodeclaim_deletion_is_asked_only_with_replace_method_delete_nodeclaim() -> None:
+    wanted = set(NODECLAIM_DELETE.rules[0].permissions())
+    by_nodeclaim = RemediationSettings(replace=ReplaceSettings(method="delete-nodeclaim"))
+    assert not wanted & set(needed_permissions("terminate", RemediationSettings()))
+    assert wanted <= set(needed_permissions("terminate", by_nodeclaim))
+    assert not wanted & set(needed_permissions("reboot", by_nodeclaim))
 
 
 def test_a_custom_group_prefix_gets_the_render_command() -> None:

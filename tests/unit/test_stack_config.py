@@ -228,6 +228,22 @@ def test_defect_10_node_delete_group_only_with_delete_node_after_terminate() -> 
     assert config.kubernetes_groups("reboot") == ["acme-reboot"]
 
 
+def test_nodeclaim_group_only_with_replace_method_delete_nodeclaim() -> None:
+    assert parse(kubernetesGroupPrefix="acme").kubernetes_groups("terminate") == ["acme-terminate"]
+    config = parse(kubernetesGroupPrefix="acme", replace={"method": "delete-nodeclaim"})
+    assert config.kubernetes_groups("terminate") == ["acme-terminate", "acme-terminate-nodeclaims"]
+    assert config.kubernetes_groups("reboot") == ["acme-reboot"]
+
+
+def test_delete_nodeclaim_refuses_deleting_the_node_itself() -> None:
+    refused(
+        "Karpenter's termination removes the Node itself",
+        replace={"method": "delete-nodeclaim"},
+        deleteNodeAfterTerminate=True,
+    )
+    refused("replace.method must be one of", replace={"method": "terminate"})
+
+
 def test_bad_log_retention() -> None:
     refused("logRetentionDays must be >= 1", logRetentionDays=0)
 

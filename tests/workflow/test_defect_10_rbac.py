@@ -19,6 +19,7 @@ from nodeheal.sim.apiserver.authorizer import UserInfo, function_user, nodeheal_
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import CLUSTER, XID_48, XID_79, Pipeline, open_pipeline
 from tests.workflow.test_remediation_workflow import _heal_on_reboot
+from tests.workflow.test_replace_by_nodeclaim import add_karpenter_node
 
 #: D8 lets every function create Events in both groups; NodeHeal writes them through
 #: events.k8s.io/v1 (nodeheal.kube.events), so the core group's grant goes unused. Every other
@@ -77,6 +78,13 @@ def run_replace_deleting_the_node(pipeline: Pipeline) -> None:
     assert pipeline.node("gpu-a") is None
 
 
+def run_replace_by_nodeclaim(pipeline: Pipeline) -> None:
+    claim = add_karpenter_node(pipeline, "gpu-a")
+    execution = pipeline.run(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_79))
+    assert execution["status"] == "SUCCEEDED"
+    assert pipeline.store.get("nodeclaims", claim)["metadata"]["deletionTimestamp"]
+
+
 def test_defect_10_each_role_is_exactly_what_its_function_needs() -> None:
     authorizer = nodeheal_authorizer()
     scenarios = [
@@ -85,6 +93,7 @@ def test_defect_10_each_role_is_exactly_what_its_function_needs() -> None:
         ({}, run_force_drain),
         (DELETE_AFTER_TIMEOUT, run_delete_after_timeout),
         ({"deleteNodeAfterTerminate": True}, run_replace_deleting_the_node),
+        ({"replace": {"method": "delete-nodeclaim"}}, run_replace_by_nodeclaim),
     ]
     for overrides, scenario in scenarios:
         for pipeline in open_pipeline(overrides, authorizer=authorizer):

@@ -2,7 +2,8 @@
 
 * Kubernetes tasks: ``eks:DescribeCluster`` on the configured clusters only, and an EKS access
   entry per (role, cluster) putting the role in its own group ``<prefix>-<function>`` (plus
-  ``<prefix>-terminate-delete-nodes`` for terminate when ``deleteNodeAfterTerminate`` is on), which
+  ``<prefix>-terminate-delete-nodes`` for terminate when ``deleteNodeAfterTerminate`` is on, and
+  ``<prefix>-terminate-nodeclaims`` when ``replace.method`` is ``delete-nodeclaim``), which
   ``deploy/rbac/remediator.yaml`` binds to the function's ClusterRole (rules: ``nodeheal.rbac``).
 * EC2 mutations (reboot, terminate): only on instances carrying a configured cluster's ownership
   tag. The IAM condition repeats safety invariant 2, so a bug in the ownership check cannot reach

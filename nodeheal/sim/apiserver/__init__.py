@@ -18,7 +18,14 @@ server's; `docs/fake-apiserver.md` holds the conformance table with the source o
 from __future__ import annotations
 
 from nodeheal.sim.apiserver.faults import FaultInjector
-from nodeheal.sim.apiserver.objects import make_event, make_lease, make_node, make_pdb, make_pod
+from nodeheal.sim.apiserver.objects import (
+    make_event,
+    make_lease,
+    make_node,
+    make_nodeclaim,
+    make_pdb,
+    make_pod,
+)
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.store import ClusterStore, WatchEvent
 
@@ -30,6 +37,7 @@ __all__ = [
     "make_event",
     "make_lease",
     "make_node",
+    "make_nodeclaim",
     "make_pdb",
     "make_pod",
 ]

@@ -494,3 +494,51 @@ def make_event(
         "reportingComponent": component,
         "reportingInstance": str(meta.get("name", "")),
     }
+
+
+#: The finalizer Karpenter puts on every NodeClaim (and its Node): its termination controller
+#: drains the node, terminates the instance, then removes it
+#: (https://github.com/kubernetes-sigs/karpenter/blob/v1.5.0/pkg/apis/v1/labels.go TerminationFinalizer).
+KARPENTER_TERMINATION_FINALIZER = "karpenter.sh/termination"
+
+
+def make_nodeclaim(
+    name: str,
+    *,
+    provider_id: str,
+    node_name: str = "",
+    node_pool: str = "gpu",
+    instance_type: str = "p5.48xlarge",
+    finalizers: list[str] | None = None,
+) -> JSON:
+    """A ``karpenter.sh/v1`` NodeClaim as Karpenter leaves it once its instance registered.
+
+    ``finalizers`` defaults to Karpenter's termination finalizer, so a DELETE only marks the
+    object (deletionTimestamp) until something playing Karpenter removes the finalizer."""
+    now = rfc3339()
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "karpenter.sh/nodepool": node_pool,
+                "node.kubernetes.io/instance-type": instance_type,
+            },
+            "finalizers": [KARPENTER_TERMINATION_FINALIZER] if finalizers is None else list(finalizers),
+        },
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [instance_type]}
+            ],
+        },
+        "status": {
+            "nodeName": node_name,
+            "providerID": provider_id,
+            "conditions": [
+                {"type": t, "status": "True", "reason": t, "lastTransitionTime": now, "message": ""}
+                for t in ("Launched", "Registered", "Initialized", "Ready")
+            ],
+        },
+    }

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from nodeheal.sim.apiserver import codec, messages, validation, views
 from nodeheal.sim.apiserver.clock import Clock, MonotonicClock
@@ -43,7 +43,7 @@ from nodeheal.sim.apiserver.messages import (
 )
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
 from nodeheal.sim.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
-from nodeheal.sim.apiserver.resources import BY_KIND, NODES, PDBS, PODS, RESOURCES, ResourceType
+from nodeheal.sim.apiserver.resources import BY_KIND, NODECLAIMS, NODES, PDBS, PODS, RESOURCES, ResourceType
 from nodeheal.sim.apiserver.selectors import FieldSelector, LabelSelector
 from nodeheal.sim.apiserver.status import (
     STALE_OBJECT,
@@ -59,7 +59,7 @@ from nodeheal.sim.apiserver.watchcache import ResourceExpiredError, WatchCache
 
 JSON = dict[str, Any]
 Key = tuple[str, str]
-HookName = Literal["pod_deleted", "pod_evicted", "node_deleted"]
+HookName = Literal["pod_deleted", "pod_evicted", "node_deleted", "nodeclaim_deleting"]
 Hook = Callable[[JSON], None]
 
 #: kube-apiserver's ``--etcd-compaction-interval`` default (5m), in seconds.
@@ -137,7 +137,7 @@ class ObjectStore:
         }
         self._scales: dict[tuple[str, str, str], int] = {}
         self._stop_seconds: dict[str, float] = {}
-        self._hooks: dict[str, list[Hook]] = {"pod_deleted": [], "pod_evicted": [], "node_deleted": []}
+        self._hooks: dict[str, list[Hook]] = {name: [] for name in get_args(HookName)}
         self._pending_hooks: list[tuple[Hook, JSON]] = []
         self._deadlines: list[tuple[float, int, str, str, str]] = []
         #: Uids of the Nodes whose kubelet is dead, and the final deletes each of them owes.
@@ -261,7 +261,8 @@ class ObjectStore:
     # ---- hooks -------------------------------------------------------------------------------
 
     def on(self, event: HookName, callback: Hook) -> None:
-        """Call `callback(object)` after a pod is removed, a pod is evicted or a node is removed."""
+        """Call `callback(object)` after a pod is removed, a pod is evicted, a node is removed or a
+        NodeClaim is marked for deletion (its finalizer holds it)."""
         with self._lock:
             self._hooks[event].append(callback)
 
@@ -882,6 +883,9 @@ class ObjectStore:
         self._bump(new)
         self._objects[rtype.plural][key] = new
         self._record(rtype, "MODIFIED", new, copy.deepcopy(stored))
+        if rtype is NODECLAIMS and not stored["metadata"].get("deletionTimestamp"):
+            # What Karpenter's termination controller watches for (a simulated Karpenter acts on it).
+            self._fire("nodeclaim_deleting", new)
         if rtype is PODS:
             stop = self._stop_seconds.get(meta["uid"])
             seconds = grace if stop is None else min(stop, grace)

@@ -105,8 +105,23 @@ PDBS = ResourceType(
     schema="policy.PodDisruptionBudget",
 )
 
+# Karpenter's NodeClaim: a cluster-scoped custom resource with a status subresource
+# (https://github.com/kubernetes-sigs/karpenter/blob/v1.5.0/pkg/apis/crds/karpenter.sh_nodeclaims.yaml).
+# Custom resources answer DELETE with the deleted object (``ReturnDeletedObject: true`` in
+# https://github.com/kubernetes/apiextensions-apiserver/blob/v0.33.1/pkg/registry/customresource/etcd.go).
+NODECLAIMS = ResourceType(
+    "nodeclaims",
+    "NodeClaim",
+    "karpenter.sh",
+    "v1",
+    namespaced=False,
+    has_status=True,
+    schema="karpenter.NodeClaim",
+    returns_deleted_object=True,
+)
+
 #: The stored resources, by plural.
-RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (NODES, PODS, EVENTS, LEASES, PDBS)}
+RESOURCES: dict[str, ResourceType] = {r.plural: r for r in (NODES, PODS, EVENTS, LEASES, PDBS, NODECLAIMS)}
 BY_KIND: dict[str, ResourceType] = {r.kind: r for r in RESOURCES.values()}
 #: Every resource served, by (group, version, plural): the stored ones and the views.
 SERVED: dict[tuple[str, str, str], ResourceType] = {

@@ -978,6 +978,54 @@ STRUCTS: Final[Mapping[str, tuple[str, ...]]] = {
         "operator meta.FieldSelectorOperator",
         "values []string omitempty",
     ),
+    # Karpenter v1 (https://github.com/kubernetes-sigs/karpenter/blob/v1.5.0/pkg/apis/v1/nodeclaim.go
+    # and nodeclaim_status.go; conditions are operatorpkg's status.Condition). A custom resource is
+    # stored as the JSON sent, pruned to its structural schema, so every field here is omitempty:
+    # what a client did not send is not written back.
+    "karpenter.NodeClaim": (
+        ",inline meta.TypeMeta",
+        "metadata meta.ObjectMeta omitempty",
+        "spec karpenter.NodeClaimSpec omitempty",
+        "status karpenter.NodeClaimStatus omitempty",
+    ),
+    "karpenter.NodeClaimSpec": (
+        "taints []core.Taint omitempty",
+        "startupTaints []core.Taint omitempty",
+        "requirements []karpenter.NodeSelectorRequirementWithMinValues omitempty",
+        "resources *karpenter.ResourceRequirements omitempty",
+        "nodeClassRef *karpenter.NodeClassReference omitempty",
+        "terminationGracePeriod *string omitempty",
+        "expireAfter *string omitempty",
+    ),
+    "karpenter.NodeSelectorRequirementWithMinValues": (
+        "key string omitempty",
+        "operator core.NodeSelectorOperator omitempty",
+        "values []string omitempty",
+        "minValues *int64 omitempty",
+    ),
+    "karpenter.ResourceRequirements": ("requests core.ResourceList omitempty",),
+    "karpenter.NodeClassReference": (
+        "kind string omitempty",
+        "name string omitempty",
+        "group string omitempty",
+    ),
+    "karpenter.NodeClaimStatus": (
+        "nodeName string omitempty",
+        "providerID string omitempty",
+        "imageID string omitempty",
+        "capacity core.ResourceList omitempty",
+        "allocatable core.ResourceList omitempty",
+        "conditions []karpenter.Condition omitempty",
+        "lastPodEventTime *meta.Time omitempty",
+    ),
+    "karpenter.Condition": (
+        "type string omitempty",
+        "status meta.ConditionStatus omitempty",
+        "observedGeneration int64 omitempty",
+        "lastTransitionTime *meta.Time omitempty",
+        "reason string omitempty",
+        "message string omitempty",
+    ),
     "authorization.NonResourceAttributes": ("path string omitempty", "verb string omitempty"),
     "authorization.SubjectAccessReviewStatus": (
         "allowed bool",

@@ -565,7 +565,9 @@ def _strategy_create(rtype: ResourceType, obj: JSON) -> list[FieldError]:
         return _validate_node(obj)
     if rtype.stored is EVENTS:
         return _validate_event_create(rtype, obj)
-    errors = _object_meta(obj["metadata"], True, name_is_dns_subdomain)
+    # Leases, PDBs and pods are namespaced; a custom resource (NodeClaim) is checked with its own
+    # scope (customResourceStrategy.Validate: ValidateObjectMetaAccessor(..., a.namespaceScoped, ...)).
+    errors = _object_meta(obj["metadata"], rtype.namespaced, name_is_dns_subdomain)
     if rtype is LEASES:
         errors.extend(_lease_spec(obj.get("spec") or {}))
     elif rtype is PDBS:
