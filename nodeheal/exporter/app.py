@@ -303,12 +303,18 @@ class Exporter:
             stop_requested.set()
             self._failed.set()  # wakes wait(); the exit code comes from stop_requested
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        self.start()
-        while not self._failed.wait(1.0):
-            pass
-        self.stop(release_lease=True)
+        # The handlers this replaces come back when it returns: a process that embeds the exporter
+        # (a test run, a supervisor) must not keep a handler that logs to a closed stream and
+        # swallows its own Ctrl-C.
+        previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self.start()
+            while not self._failed.wait(1.0):
+                pass
+            self.stop(release_lease=True)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         if stop_requested.is_set():
             logger.info("stopped")
             return EXIT_OK

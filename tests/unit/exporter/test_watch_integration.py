@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 import urllib.request
 from collections.abc import Callable
@@ -215,8 +216,11 @@ def test_process_exits_non_zero_when_the_watcher_dies(server: FakeKubeApiServer)
         raise RuntimeError("a bug in the handler")
 
     exporter.pipeline.list_page = broken  # type: ignore[method-assign]
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     assert exporter.run_forever() == 1
     assert exporter.failed
+    # The process's own handlers are back: a later SIGINT is not swallowed by a stopped exporter.
+    assert {signum: signal.getsignal(signum) for signum in before} == before
 
 
 def test_node_events_are_shipped_once_per_occurrence(server: FakeKubeApiServer, running: Start) -> None:
