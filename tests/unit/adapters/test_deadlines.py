@@ -8,7 +8,7 @@ eviction round that runs out of time must say which pods it did not get to.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +38,6 @@ from tests.unit.workflow.fakes import live_node, workflow_state
 NODE = "ip-10-0-158-235.us-west-2.compute.internal"
 #: Far below the configured read timeout (30 s), far above 2 s on a loaded machine.
 GENEROUS_UPPER_BOUND = 10.0
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKubeApiServer]:
-    server = FakeKubeApiServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _transport(kube: FakeKubeApiServer) -> HttpTransport:

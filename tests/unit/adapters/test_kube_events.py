@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,16 +45,6 @@ NODE = "ip-10-0-158-235.us-west-2.compute.internal"
 EXECUTION = "training-on-eks-ip-10-0-158-235-GPUProblem-20261121T100000Z-5cfd7969ba10"
 AT = datetime(2026, 11, 21, 10, 0, 5, 120000, tzinfo=UTC)
 EVENTS_PATH = r"^/apis/events\.k8s\.io/v1/namespaces/[^/]+/events$"
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKubeApiServer]:
-    server = FakeKubeApiServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _transport(kube: FakeKubeApiServer) -> HttpTransport:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from nodeheal.errors import OwnershipVerificationError
@@ -15,16 +13,6 @@ from nodeheal.sim.apiserver.status import ApiError
 
 PROVIDER_A = "aws:///us-west-2b/i-0aaaaaaaaaaaaaaaa"
 PROVIDER_B = "aws:///us-west-2b/i-0bbbbbbbbbbbbbbbb"
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKubeApiServer]:
-    server = FakeKubeApiServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

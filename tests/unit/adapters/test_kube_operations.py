@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,16 +34,6 @@ INSTANCE = "i-0abc1234567890def"
 NOW = datetime(2026, 11, 21, 10, 0, 5, tzinfo=UTC)
 KARPENTER_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
-
-
-@pytest.fixture
-def kube() -> Iterator[FakeKubeApiServer]:
-    server = FakeKubeApiServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _client(kube: FakeKubeApiServer) -> HttpTransport:
