@@ -346,6 +346,10 @@ def terminate(
     instance = _verified_instance(state, node, ec2)
     if instance is None:
         result: dict[str, Any] = {"performed": True, "alreadyGone": True, "previousState": "not-found"}
+    elif replace_settings.deletes_nodeclaim and instance.is_gone:
+        # A retried step (the first attempt's answer was lost) after Karpenter finished: the
+        # NodeClaim went with the instance, and looking for it would fail a done replacement.
+        result = {"performed": True, "alreadyGone": True, "previousState": instance.state}
     elif replace_settings.deletes_nodeclaim:
         result = {**_delete_nodeclaim(state, kube), "previousState": instance.state}
     else:

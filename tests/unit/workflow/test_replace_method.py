@@ -33,10 +33,11 @@ class OwnedInstance:
     """EC2 that knows the admitted instance (owned by the cluster) and must never terminate it."""
 
     described: list[str] = field(default_factory=list)
+    state: str = "running"
 
     def describe(self, instance_id: str) -> InstanceView:
         self.described.append(instance_id)
-        return InstanceView(instance_id, "running", tags=ownership_tags(CLUSTER))
+        return InstanceView(instance_id, self.state, tags=ownership_tags(CLUSTER))
 
     def terminate(self, instance_id: str) -> Any:
         raise AssertionError("delete-nodeclaim must never call TerminateInstances")
@@ -129,3 +130,17 @@ def test_pause_stops_a_nodeclaim_delete_before_anything_is_asked() -> None:
     with pytest.raises(RemediationPausedError, match="maintenance"):
         run_terminate(node, nodeclaims, ec2, ledger)
     assert ec2.described == [] and nodeclaims.looked_up == [] and nodeclaims.deleted == []
+
+
+def test_a_retried_step_after_karpenter_terminated_the_instance_is_already_done() -> None:
+    # The first attempt's delete went through and its answer was lost; Karpenter's finalizer has
+    # terminated the instance and removed the NodeClaim before Step Functions retried the step.
+    node = cordoned(live_node(condition=gpu_problem()))
+    nodeclaims = FakeNodeClaims({})
+    ec2 = OwnedInstance(state="shutting-down")
+
+    result = run_terminate(node, nodeclaims, ec2)
+
+    assert result["alreadyGone"] is True and result["previousState"] == "shutting-down"
+    assert result["method"] == "delete-nodeclaim"
+    assert nodeclaims.looked_up == [] and nodeclaims.deleted == []
