@@ -38,7 +38,7 @@ def _install_nodeheal_runtime(kube_url: str, models: str) -> None:
     """The deployed runtime's own AWS client factory, with the Lambda asset's trimmed models."""
     from pathlib import Path
 
-    from nodeheal.runtime import LambdaEnvironment, Runtime, boto3_client_factory, install_runtime
+    from nodeheal.runtime import LambdaEnvironment, Runtime, aws_client_factory, install_runtime
 
     def kube_provider() -> Any:
         from nodeheal.kube.client import StaticClientProvider
@@ -48,7 +48,7 @@ def _install_nodeheal_runtime(kube_url: str, models: str) -> None:
     install_runtime(
         Runtime(
             LambdaEnvironment.from_environ(os.environ),
-            client_factory=boto3_client_factory(os.environ["AWS_REGION"], models=Path(models)),
+            client_factory=aws_client_factory(os.environ["AWS_REGION"], models=Path(models)),
             kube_provider_factory=kube_provider,
         )
     )
@@ -80,6 +80,7 @@ def main() -> int:
                 "error": error,
                 "kubernetesImported": "kubernetes" in sys.modules,
                 "pydanticImported": "pydantic" in sys.modules,
+                "boto3Imported": "boto3" in sys.modules,
                 "modules": len(sys.modules),
             },
             default=str,

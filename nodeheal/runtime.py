@@ -210,12 +210,17 @@ class Runtime:
     def _kube_provider(self) -> KubeClientProvider:
         if self._kube_provider_factory is not None:
             return self._kube_provider_factory()
-        import boto3
+        import botocore.session
 
         from nodeheal.kube.client import EksClientProvider
 
+        # The token is signed with this container's credentials (the function's role), resolved
+        # by botocore's usual chain and refreshed by it.
         return EksClientProvider(
-            self._client_factory("eks"), boto3.session.Session(), self._clock, region=self.environment.region
+            self._client_factory("eks"),
+            botocore.session.get_session(),
+            self._clock,
+            region=self.environment.region,
         )
 
 
@@ -241,31 +246,38 @@ def _refuse_attempt_past_deadline(request: Any, **_: Any) -> None:
         )
 
 
-def boto3_client_factory(region: str, models: Path | None = None) -> Callable[[str], Any]:
+def aws_client_factory(region: str, models: Path | None = None) -> Callable[[str], Any]:
     """Clients with NodeHeal's timeouts, retries and deadline hook. ``models``: a directory of
     trimmed service models searched before botocore's own (nodeheal.aws.service_models); by
-    default the Lambda asset's, when this runs from one."""
-    import boto3
+    default the Lambda asset's, when this runs from one.
+
+    The clients are botocore's, made without boto3: a boto3 client is this very object, but
+    importing boto3 imports s3transfer too, more than 100 ms of every cold start for nothing
+    NodeHeal calls (boto3's session adds only S3 and resource-API handlers)."""
     import botocore.session
     from botocore.config import Config
 
     from nodeheal.aws.service_models import bundled_models_directory
 
     models = models or bundled_models_directory(Path(__file__).resolve().parents[1])
-    core = botocore.session.get_session()
+    session = botocore.session.get_session()
     if models is not None:
         # Before the first client: the session builds its model loader from this on first use.
-        searched = [str(models), core.get_config_variable("data_path")]
-        core.set_config_variable("data_path", os.pathsep.join(path for path in searched if path))
-    session = boto3.session.Session(botocore_session=core, region_name=region)
+        searched = [str(models), session.get_config_variable("data_path")]
+        session.set_config_variable("data_path", os.pathsep.join(path for path in searched if path))
     config = Config(
         connect_timeout=AWS_CONNECT_TIMEOUT_SECONDS,
         read_timeout=AWS_READ_TIMEOUT_SECONDS,
         retries={"mode": "standard", "total_max_attempts": AWS_MAX_ATTEMPTS},
+        user_agent_appid="nodeheal",
     )
+    lock = threading.Lock()
 
     def client(service: str) -> Any:
-        built = session.client(service, config=config)
+        # A botocore session is not safe to share between threads while it builds clients (the
+        # local pipeline runs functions on several); the clients themselves are.
+        with lock:
+            built = session.create_client(service, region_name=region, config=config)
         built.meta.events.register("before-send", _refuse_attempt_past_deadline)
         return built
 
@@ -288,7 +300,7 @@ def runtime() -> Runtime:
     with _install_lock:
         if _installed is None:
             environment = LambdaEnvironment.from_environ(os.environ)
-            _installed = Runtime(environment, client_factory=boto3_client_factory(environment.region))
+            _installed = Runtime(environment, client_factory=aws_client_factory(environment.region))
         return _installed
 
 

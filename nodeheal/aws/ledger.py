@@ -26,16 +26,15 @@ DynamoDB deletes expired items lazily (up to days later), so every read that car
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from nodeheal.actions import Action
+from nodeheal.aws.attribute_values import deserialize_item, serialize_item
 from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededError
 from nodeheal.timeutil import format_timestamp, utc_now
 from nodeheal.workflow.budget import ClusterAdmissionState
@@ -50,37 +49,6 @@ DROPPED_RETENTION = timedelta(days=30)
 #: items of instances that went away while bad.
 SIGHTING_RETENTION = timedelta(days=30)
 BY_CLUSTER_INDEX = "byCluster"
-
-_serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
-
-
-def _to_dynamo(value: Any) -> Any:
-    if isinstance(value, float):
-        return Decimal(str(value))
-    if isinstance(value, Mapping):
-        return {str(k): _to_dynamo(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_to_dynamo(v) for v in value]
-    return value
-
-
-def _from_dynamo(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, Mapping):
-        return {str(k): _from_dynamo(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_dynamo(v) for v in value]
-    return value
-
-
-def serialize_item(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: _serializer.serialize(_to_dynamo(value)) for key, value in item.items()}
-
-
-def deserialize_item(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: _from_dynamo(_deserializer.deserialize(value)) for key, value in item.items()}
 
 
 def _epoch(value: datetime) -> int:

@@ -27,7 +27,7 @@ from nodeheal.runtime import (
     AWS_READ_TIMEOUT_SECONDS,
     LambdaEnvironment,
     Runtime,
-    boto3_client_factory,
+    aws_client_factory,
     using_runtime,
 )
 from nodeheal.sim.apiserver.objects import make_node, make_pod
@@ -229,7 +229,7 @@ def test_defect_7_aws_calls_are_not_attempted_when_they_could_outlast_the_deadli
 ) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    dynamodb = boto3_client_factory("us-west-2")("dynamodb")
+    dynamodb = aws_client_factory("us-west-2")("dynamodb")
     assert dynamodb.meta.config.connect_timeout == AWS_CONNECT_TIMEOUT_SECONDS
     assert dynamodb.meta.config.read_timeout == AWS_READ_TIMEOUT_SECONDS
     assert dynamodb.meta.config.retries == {"mode": "standard", "total_max_attempts": AWS_MAX_ATTEMPTS}
