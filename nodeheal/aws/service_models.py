@@ -1,15 +1,19 @@
-"""Trimmed botocore service models: the EC2 client of a cold Lambda container without EC2's 830 operations.
+"""Trimmed botocore service models: a cold Lambda container's clients without the operations it never calls.
 
 botocore builds a client from the service's whole model. EC2's is 4,400 shapes (0.5 MB gzipped, a
 9 MB JSON document): parsing it is the largest single cost of the cold start of the two functions
-that call EC2 (terminate and reboot), which call three of its operations. The Lambda asset carries a
-copy of EC2's model with only those operations and the shapes they reach, verbatim, written at build
-time from the botocore that builds the asset; the runtime puts its directory first on botocore's
-``data_path`` (``AWS_DATA_PATH``, botocore's documented search path for models), so the client
-serializes and parses exactly as with the full model for those operations and has no others.
+that call EC2 (terminate and reboot), which call three of its operations. DynamoDB's model (62
+operations, 0.5 MB of JSON) costs every function that touches the ledger some 30 ms for the six it
+calls; SNS, Step Functions and EKS the same in proportion. The Lambda asset carries a copy of each
+service's model with only the operations the functions call and the shapes they reach, verbatim,
+written at build time from the botocore that builds the asset; the runtime puts its directory first
+on botocore's ``data_path`` (``AWS_DATA_PATH``, botocore's documented search path for models), so
+the client serializes and parses exactly as with the full model for those operations and has no
+others. Paginator, waiter and endpoint-rule files are not copied: botocore finds them in its own
+data directory under the same API version.
 
-``TRIMMED_OPERATIONS`` is the contract: a test fails when NodeHeal's code calls an EC2 operation
-that is not in it.
+``TRIMMED_OPERATIONS`` is the contract: a test fails when the code the functions run calls an
+operation (or a paginator) of one of these services that is not in it.
 """
 
 from __future__ import annotations
@@ -22,9 +26,18 @@ from typing import Any
 #: The directory, at the root of the Lambda asset, that holds the trimmed models.
 MODELS_DIRECTORY = "botocore-models"
 
-#: Service -> the operations NodeHeal calls (nodeheal/aws/ec2.py).
+#: Service -> the operations the Lambda functions call, by the adapter that calls them.
 TRIMMED_OPERATIONS: Mapping[str, tuple[str, ...]] = {
+    # nodeheal/aws/ec2.py
     "ec2": ("DescribeInstances", "RebootInstances", "TerminateInstances"),
+    # nodeheal/aws/ledger.py
+    "dynamodb": ("DeleteItem", "GetItem", "PutItem", "Query", "Scan", "UpdateItem"),
+    # nodeheal/aws/notify.py
+    "sns": ("Publish",),
+    # nodeheal/runtime.py (SfnExecutionStarter) and nodeheal/aws/executions.py
+    "stepfunctions": ("DescribeExecution", "GetExecutionHistory", "ListExecutions", "StartExecution"),
+    # nodeheal/kube/eks_auth.py (the cluster directory of EksClientProvider)
+    "eks": ("DescribeCluster",),
 }
 
 

@@ -1,10 +1,13 @@
-"""The trimmed EC2 model of the Lambda asset (nodeheal.aws.service_models): the same requests and
-answers as botocore's whole model for the operations NodeHeal calls, and no operation it does not."""
+"""The trimmed service models of the Lambda asset (nodeheal.aws.service_models): the same requests
+and answers as botocore's whole model for the operations NodeHeal calls, and no operation it does not."""
 
 from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ from moto import mock_aws
 from nodeheal.aws import service_models
 from nodeheal.aws.ec2 import Ec2Instances, ownership_tags
 from nodeheal.aws.service_models import TRIMMED_OPERATIONS, trim_service_model, write_trimmed_models
-from nodeheal.runtime import boto3_client_factory
+from nodeheal.runtime import aws_client_factory
 
 ROOT = Path(__file__).resolve().parents[3]
 REGION = "us-west-2"
@@ -49,26 +52,43 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-def test_the_trimmed_model_keeps_the_operations_and_every_shape_they_reach_verbatim(
-    full_ec2_model: dict[str, Any],
-) -> None:
-    trimmed = trim_service_model(full_ec2_model, TRIMMED_OPERATIONS["ec2"])
-    assert sorted(trimmed["operations"]) == sorted(TRIMMED_OPERATIONS["ec2"])
-    assert trimmed["metadata"] == full_ec2_model["metadata"]
-    assert trimmed["version"] == full_ec2_model["version"]
+def full_model(service: str) -> dict[str, Any]:
+    loader = create_loader()
+    version = loader.determine_latest_version(service, "service-2")
+    model: dict[str, Any] = loader.load_service_model(service, "service-2", api_version=version)
+    return model
+
+
+@pytest.mark.parametrize("service", sorted(TRIMMED_OPERATIONS))
+def test_the_trimmed_model_keeps_the_operations_and_every_shape_they_reach_verbatim(service: str) -> None:
+    whole = full_model(service)
+    trimmed = trim_service_model(whole, TRIMMED_OPERATIONS[service])
+    assert sorted(trimmed["operations"]) == sorted(TRIMMED_OPERATIONS[service])
+    assert trimmed["metadata"] == whole["metadata"]
+    assert trimmed["version"] == whole["version"]
     shapes = trimmed["shapes"]
     # Closed: every shape a kept operation or shape names is there.
     referenced = [
         op[key]["shape"] for op in trimmed["operations"].values() for key in ("input", "output") if key in op
     ]
+    referenced += [error["shape"] for op in trimmed["operations"].values() for error in op.get("errors", [])]
     for shape in shapes.values():
         referenced += [member["shape"] for member in shape.get("members", {}).values()]
         referenced += [shape[key]["shape"] for key in ("member", "key", "value") if key in shape]
     assert set(referenced) <= set(shapes)
     # Verbatim but for the documentation strings.
-    assert shapes["Instance"]["members"].keys() == full_ec2_model["shapes"]["Instance"]["members"].keys()
+    for name, shape in shapes.items():
+        assert shape == _undocumented(whole["shapes"][name])
     assert "documentation" not in json.dumps(shapes)
-    assert len(shapes) < len(full_ec2_model["shapes"]) / 10
+    assert len(json.dumps(trimmed)) < len(json.dumps(whole)) / 2
+
+
+def _undocumented(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _undocumented(item) for key, item in value.items() if key != "documentation"}
+    if isinstance(value, list):
+        return [_undocumented(item) for item in value]
+    return value
 
 
 def test_an_operation_the_model_lacks_is_refused(full_ec2_model: dict[str, Any]) -> None:
@@ -77,14 +97,17 @@ def test_an_operation_the_model_lacks_is_refused(full_ec2_model: dict[str, Any])
 
 
 def test_written_in_botocores_layout_for_its_latest_api_version(models: Path) -> None:
-    version = create_loader().determine_latest_version("ec2", "service-2")
-    assert [p.relative_to(models) for p in models.rglob("*.json")] == [Path(f"ec2/{version}/service-2.json")]
+    loader = create_loader()
+    assert sorted(p.relative_to(models) for p in models.rglob("*.json")) == sorted(
+        Path(f"{service}/{loader.determine_latest_version(service, 'service-2')}/service-2.json")
+        for service in TRIMMED_OPERATIONS
+    )
 
 
 def test_the_factory_builds_ec2_from_the_trimmed_model_and_it_works_against_ec2(
     models: Path, aws: None
 ) -> None:
-    ec2 = boto3_client_factory(REGION, models=models)("ec2")
+    ec2 = aws_client_factory(REGION, models=models)("ec2")
     assert sorted(ec2.meta.service_model.operation_names) == sorted(TRIMMED_OPERATIONS["ec2"])
     launcher = boto3.client("ec2", region_name=REGION)  # botocore's whole model
     tags = [{"Key": key, "Value": value} for key, value in ownership_tags(CLUSTER).items()][:1]
@@ -115,24 +138,91 @@ def test_the_factory_builds_ec2_from_the_trimmed_model_and_it_works_against_ec2(
 
 def test_without_a_models_directory_the_factory_uses_botocores_whole_model(aws: None) -> None:
     assert service_models.bundled_models_directory(ROOT) is None  # a checkout is not an asset
-    ec2 = boto3_client_factory(REGION)("ec2")
+    ec2 = aws_client_factory(REGION)("ec2")
     assert "RunInstances" in ec2.meta.service_model.operation_names
 
 
-def test_every_ec2_operation_nodeheal_calls_is_in_the_trimmed_model(full_ec2_model: dict[str, Any]) -> None:
-    """A call to an operation the asset's model lacks would be an AttributeError in production
-    only: the operations called on the EC2 client in the source must all be listed."""
-    method_to_operation = {xform_name(name): name for name in full_ec2_model["operations"]}
+#: Every module whose code calls a client of a trimmed service from a Lambda function: the
+#: attribute that holds the client there, and its service.
+CLIENT_HOLDERS: dict[str, tuple[str, str]] = {
+    "nodeheal/aws/ec2.py": ("_ec2", "ec2"),
+    "nodeheal/aws/ledger.py": ("_client", "dynamodb"),
+    "nodeheal/aws/notify.py": ("_sns", "sns"),
+    "nodeheal/aws/executions.py": ("_client", "stepfunctions"),
+    "nodeheal/runtime.py": ("_client", "stepfunctions"),
+    "nodeheal/kube/eks_auth.py": ("_eks", "eks"),
+}
+CLIENT_ATTRIBUTES = {attribute for attribute, _ in CLIENT_HOLDERS.values()}
+
+
+def _client_calls(source: Path, attribute: str) -> set[str]:
+    """Method names called on ``self.<attribute>``, and the paginators it hands out (as the
+    method names of their operations)."""
     called: set[str] = set()
-    for source in (ROOT / "nodeheal").rglob("*.py"):
-        for node in ast.walk(ast.parse(source.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Attribute)
-                and node.func.value.attr in {"_ec2", "ec2"}
-                and node.func.attr in method_to_operation
-            ):
-                called.add(method_to_operation[node.func.attr])
-    assert called, "the scan found no EC2 call at all"
-    assert called <= set(TRIMMED_OPERATIONS["ec2"]), called - set(TRIMMED_OPERATIONS["ec2"])
+    for node in ast.walk(ast.parse(source.read_text())):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr == attribute
+        ):
+            continue
+        if node.func.attr == "get_paginator" and node.args and isinstance(node.args[0], ast.Constant):
+            called.add(str(node.args[0].value))
+        else:
+            called.add(node.func.attr)
+    return called
+
+
+@pytest.mark.parametrize("service", sorted(TRIMMED_OPERATIONS))
+def test_every_operation_the_functions_call_is_in_the_trimmed_model_and_no_other(service: str) -> None:
+    """A call to an operation the asset's model lacks would be an AttributeError in production
+    only: the operations called on the service's client in the source must all be listed."""
+    method_to_operation = {xform_name(name): name for name in full_model(service)["operations"]}
+    called: set[str] = set()
+    for module, (attribute, holder_service) in CLIENT_HOLDERS.items():
+        if holder_service == service:
+            methods = _client_calls(ROOT / module, attribute) - {"exceptions", "meta"}
+            unknown = methods - set(method_to_operation)
+            assert not unknown, f"{module} calls {unknown} on its {service} client"
+            called |= {method_to_operation[method] for method in methods}
+    assert called == set(TRIMMED_OPERATIONS[service])
+
+
+#: The adapters the runtime imports on first use, next to what the handler modules import.
+RUNTIME_ADAPTERS = (
+    "nodeheal.aws.ec2",
+    "nodeheal.aws.executions",
+    "nodeheal.aws.ledger",
+    "nodeheal.aws.notify",
+    "nodeheal.kube.client",
+    "nodeheal.runtime",
+)
+
+
+def test_every_module_the_functions_run_that_calls_a_client_is_scanned() -> None:
+    modules = [f"lambdas.{path.stem}" for path in (ROOT / "lambdas").glob("*.py") if path.stem != "__init__"]
+    probe = (
+        "import importlib, json, sys\n"
+        f"for name in {[*modules, *RUNTIME_ADAPTERS]!r}: importlib.import_module(name)\n"
+        "print(json.dumps(sorted(getattr(m, '__file__', None) or '' for n, m in list(sys.modules.items())"
+        " if n.startswith('nodeheal'))))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    loaded = [Path(file).relative_to(ROOT).as_posix() for file in json.loads(completed.stdout) if file]
+    assert set(CLIENT_HOLDERS) <= set(loaded)
+    unscanned = {
+        module
+        for module in loaded
+        if module not in CLIENT_HOLDERS
+        and any(_client_calls(ROOT / module, attribute) for attribute in CLIENT_ATTRIBUTES)
+    }
+    assert not unscanned, f"these modules call a client the scan does not know: {unscanned}"
