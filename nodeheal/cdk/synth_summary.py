@@ -3,7 +3,7 @@
 ``cdk synth`` without ``--quiet`` prints the whole template as YAML (thousands of lines) that
 nobody reads in a terminal; ``make synth`` writes it to ``cdk.out/`` only and prints this instead:
 each stack with its template file and its resources counted by type, the Lambda code asset with
-its unzipped size, where cdk's own messages went, and the command that deploys.
+its unzipped size and its bytecode, where cdk's own messages went, and the command that deploys.
 
 The cloud assembly's layout is CDK's cloud-assembly-schema (aws/aws-cdk,
 packages/@aws-cdk/cloud-assembly-schema): ``manifest.json`` lists artifacts; a
@@ -49,6 +49,10 @@ class CodeAsset:
     size_bytes: int
     #: How many of the stack's Lambda functions run this code.
     functions: int
+    #: The interpreter tag of the asset's bytecode (``cpython-312``), "" when it ships sources only
+    #: (nodeheal.cdk.bytecode: each cold start then compiles the modules it imports).
+    bytecode_tag: str = ""
+    bytecode_modules: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +138,19 @@ def _code_assets(
                     path=path,
                     size_bytes=directory_size(path),
                     functions=sum(keys[key] for key in object_keys),
+                    **_bytecode(path),
                 )
             )
     return found
+
+
+def _bytecode(path: Path) -> dict[str, Any]:
+    """The interpreter tag most of the asset's pycs carry, and how many carry it."""
+    tags = Counter(pyc.name.rsplit(".", 2)[-2] for pyc in path.rglob("__pycache__/*.pyc"))
+    if not tags:
+        return {}
+    tag, count = tags.most_common(1)[0]
+    return {"bytecode_tag": tag, "bytecode_modules": count}
 
 
 def _megabytes(size: int) -> str:
@@ -191,6 +205,11 @@ def summary_lines(stacks: Sequence[StackSummary], *, log: Path | None = None) ->
             lines.append(
                 f"Lambda code: {asset.path}/ {_megabytes(asset.size_bytes)} unzipped "
                 f"({share:.0%} of Lambda's 250 MB), shared by {_plural(asset.functions, 'function')}"
+            )
+            lines.append(
+                f"Lambda bytecode: {asset.bytecode_tag}, {asset.bytecode_modules} modules"
+                if asset.bytecode_tag
+                else "Lambda bytecode: none, each cold start compiles the modules (no Python 3.12 here)"
             )
     if log is not None and log.is_file():
         messages = log.read_text(encoding="utf-8", errors="replace").splitlines()

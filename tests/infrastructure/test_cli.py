@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeheal.cdk.lambda_asset import SOURCE_PACKAGES, WHEELHOUSE, directory_size
+from nodeheal.cdk.bytecode import find_compiler, missing_bytecode
+from nodeheal.cdk.lambda_asset import PYTHON_VERSION, SOURCE_PACKAGES, WHEELHOUSE, directory_size
 from tests.infrastructure.conftest import ROOT
 
 CDK = ROOT / "node_modules" / ".bin" / "cdk"
@@ -127,7 +128,17 @@ def test_make_synth_bundles_offline_without_docker_and_prints_a_short_summary(tm
     # and what it pulls in would be dead weight in every cold start's code download.
     for never_imported in ("kubernetes", "pydantic", "pydantic_core", "aiohttp", "yaml"):
         assert not (asset / never_imported).exists(), never_imported
-    assert not list(asset.rglob("__pycache__"))
+    # Bytecode for the runtime's Python when this machine has one (nodeheal.cdk.bytecode), and the
+    # summary says which; never bytecode of another version, which the runtime would ignore.
+    compiler = find_compiler(PYTHON_VERSION)
+    bytecode_line = next(line for line in printed if line.startswith("Lambda bytecode: "))
+    if compiler is None:
+        assert not list(asset.rglob("__pycache__"))
+        assert "none, each cold start compiles" in bytecode_line
+    else:
+        assert missing_bytecode(asset, compiler.cache_tag) == []
+        assert {pyc.name.rsplit(".", 2)[-2] for pyc in asset.rglob("*.pyc")} == {compiler.cache_tag}
+        assert bytecode_line.startswith(f"Lambda bytecode: {compiler.cache_tag}, ")
     assert list((asset / "botocore-models" / "ec2").glob("*/service-2.json"))  # service_models
     assert directory_size(asset) < LAMBDA_UNZIPPED_LIMIT
 

@@ -85,9 +85,21 @@ def test_the_summary_names_the_stack_the_template_the_counts_and_the_code(tmp_pa
         f"Lambda code: {assembly / f'asset.{ASSET_HASH}'}/ 3.0 MB unzipped (1% of Lambda's 250 MB), "
         "shared by 3 functions"
     )
-    assert lines[3] == f"cdk's own messages (2 lines, 1 warning): {log}"
-    assert lines[4] == "deploy: npx cdk deploy NodeHeal"
-    assert len(lines) == 5
+    assert lines[3] == "Lambda bytecode: none, each cold start compiles the modules (no Python 3.12 here)"
+    assert lines[4] == f"cdk's own messages (2 lines, 1 warning): {log}"
+    assert lines[5] == "deploy: npx cdk deploy NodeHeal"
+    assert len(lines) == 6
+
+
+def test_the_summary_names_the_bytecode_the_asset_ships(tmp_path: Path) -> None:
+    assembly = write_assembly(tmp_path / "cdk.out", nodeheal_like_resources())
+    cache = assembly / f"asset.{ASSET_HASH}" / "nodeheal" / "__pycache__"
+    cache.mkdir(parents=True)
+    for name in ("config", "runtime"):
+        (cache / f"{name}.cpython-312.pyc").write_bytes(b"")
+    (cache / "stray.cpython-311.pyc").write_bytes(b"")
+    lines = summary_lines(read_assembly(assembly))
+    assert lines[3] == "Lambda bytecode: cpython-312, 2 modules"
 
 
 def test_many_kinds_of_resource_wrap_and_never_split_a_count(tmp_path: Path) -> None:
