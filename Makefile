@@ -151,7 +151,7 @@ synth: bootstrap lambda-deps
 	@$(BIN)/python -m nodeheal.cdk.synth_summary $(CDK_OUT) --log $(SYNTH_LOG)
 
 # Benchmarks drive the local pipeline (moto + fake API server); results land in benchmarks/results/.
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed lambda-deps
 	PYTHONPATH="$(CURDIR)" POWERTOOLS_LOG_LEVEL=ERROR $(BIN)/python benchmarks/run_all.py 2> >(grep -v -e 'UserWarning' -e 'flush_metrics' >&2) | grep -v -e '^{"level"' -e '^{"_aws"'
 
 # SCENARIO=name picks another scenario (`make demo SCENARIO=storm`; list: `.venv/bin/nodeheal demo --list`).

@@ -34,10 +34,8 @@ class Context:
         return 30_000
 
 
-def _install_nodeheal_runtime(kube_url: str, models: str) -> None:
-    """The deployed runtime's own AWS client factory, with the Lambda asset's trimmed models."""
-    from pathlib import Path
-
+def _install_nodeheal_runtime(kube_url: str) -> None:
+    """The deployed runtime's own AWS client factory: it finds the asset's trimmed models itself."""
     from nodeheal.runtime import LambdaEnvironment, Runtime, aws_client_factory, install_runtime
 
     def kube_provider() -> Any:
@@ -48,7 +46,7 @@ def _install_nodeheal_runtime(kube_url: str, models: str) -> None:
     install_runtime(
         Runtime(
             LambdaEnvironment.from_environ(os.environ),
-            client_factory=aws_client_factory(os.environ["AWS_REGION"], models=Path(models)),
+            client_factory=aws_client_factory(os.environ["AWS_REGION"]),
             kube_provider_factory=kube_provider,
         )
     )
@@ -63,7 +61,7 @@ def main() -> int:
     handler = getattr(module, function_name)
     before_invoke = time.perf_counter()
     if job.get("nodeheal"):
-        _install_nodeheal_runtime(str(job["kubeUrl"]), str(job["botocoreModels"]))
+        _install_nodeheal_runtime(str(job["kubeUrl"]))
     error = ""
     result: Any = None
     try:

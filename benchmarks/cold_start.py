@@ -2,11 +2,17 @@
 
 Each measurement is a fresh interpreter (``benchmarks/cold_child.py``) talking to moto's server
 (AWS, with the synthesized stack deployed) and the fake Kubernetes API server, both in this
-process. The handlers run a real remediation, step by step in the order the state machine would
-run them, so each first invocation does its real work: admit re-reads the Node, takes the lock and
-the budget slot; cordon patches the Node; drain evicts; terminate/reboot call EC2; record writes
-the ledger and publishes to SNS. The functions build their AWS clients with the deployed runtime's
-own factory, from the trimmed models the Lambda asset carries (nodeheal.aws.service_models).
+process. The functions run from the Lambda asset itself, built as ``cdk synth`` builds it
+(nodeheal.cdk.lambda_asset: the wheels, the sources, the trimmed service models, the bytecode),
+alone on the path as in /var/task, with boto3 and botocore from this interpreter as the runtime
+provides them. The asset's bytecode is compiled for the interpreter that measures, standing in for
+the runtime's Python 3.12 that a synth compiles for; each round also runs every function from the
+same asset stripped of its bytecode, which is what a synth on a machine without Python 3.12 ships.
+
+The handlers run a real remediation, step by step in the order the state machine would run them,
+so each first invocation does its real work: admit re-reads the Node, takes the lock and the
+budget slot; cordon patches the Node; drain evicts; terminate/reboot call EC2; record writes the
+ledger and publishes to SNS.
 
     .venv/bin/python benchmarks/cold_start.py [--runs 10] [--json]
 """
@@ -17,6 +23,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import ROOT, XID_48, XID_79, Stack, deep_merge, median, open_stack
 from benchmarks.harness import production_context as cdk_context
-from nodeheal.aws.service_models import write_trimmed_models
+from nodeheal.cdk.bytecode import identify
+from nodeheal.cdk.lambda_asset import build as build_asset
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.timeutil import format_timestamp, utc_now
 
@@ -80,18 +88,18 @@ TRANSPORT_IMPORTS = {
 class ColdStartRig:
     """moto's HTTP server over the in-process stack, and the environment of each function."""
 
-    def __init__(self, stack: Stack, endpoint: str, models: Path) -> None:
+    def __init__(self, stack: Stack, endpoint: str, assets: Mapping[str, Path]) -> None:
         self.stack = stack
         self.endpoint = endpoint
-        #: The trimmed service models, written as the Lambda asset's build writes them.
-        self.models = models
+        #: Variant -> the asset directory the functions run from (see the module's docstring).
+        self.assets = assets
         self.functions = stack.aws.app.functions()
         self.memory = {
             logical: int(resource.get("Properties", {}).get("MemorySize", 128))
             for logical, resource in stack.aws.app.resources("AWS::Lambda::Function").items()
         }
 
-    def environment(self, logical: str) -> dict[str, str]:
+    def environment(self, logical: str, code_path: Path) -> dict[str, str]:
         runtime_env = self.stack.aws.runtime_for(logical).environment
         env = {
             key: value
@@ -120,14 +128,17 @@ class ColdStartRig:
                 "AWS_REGION": self.stack.aws.region,
                 "AWS_DEFAULT_REGION": self.stack.aws.region,
                 "AWS_LAMBDA_FUNCTION_NAME": logical,
-                "PYTHONPATH": str(ROOT),
+                # The asset alone, as /var/task: nothing of the checkout is importable.
+                "PYTHONPATH": str(code_path),
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "POWERTOOLS_METRICS_DISABLED": "false",
             }
         )
         return env
 
-    def run(self, handler: str, payload: Any, *, env_of: str | None = None) -> dict[str, Any]:
+    def run(
+        self, handler: str, payload: Any, *, variant: str = "bytecode", env_of: str | None = None
+    ) -> dict[str, Any]:
         nodeheal = handler != BARE_HANDLER
         logical = env_of or self.stack.aws.function_logical_id(handler)
         job = {
@@ -137,15 +148,14 @@ class ColdStartRig:
             "memoryMb": self.memory.get(logical, 256),
             "nodeheal": nodeheal,
             "kubeUrl": self.stack.server.url,
-            "botocoreModels": str(self.models),
         }
         completed = subprocess.run(
             [sys.executable, str(CHILD)],
             input=json.dumps(job),
             capture_output=True,
             text=True,
-            env=self.environment(logical),
-            cwd=str(ROOT),
+            env=self.environment(logical, self.assets[variant] if nodeheal else ROOT),
+            cwd=str(self.assets[variant] if nodeheal else ROOT),
             timeout=120,
             check=False,
         )
@@ -175,33 +185,42 @@ def _initial_state(detail: Mapping[str, Any], name: str, settings: Mapping[str, 
     }
 
 
-def _one_round(rig: ColdStartRig, round_index: int, settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+#: The asset variants measured each round: as a synth with Python 3.12 at hand builds it, and as one
+#: without builds it.
+VARIANTS = ("bytecode", "source")
+
+
+def _one_round(
+    rig: ColdStartRig, round_index: int, settings: Mapping[str, Any], variant: str
+) -> dict[str, dict[str, Any]]:
+    """One remediation of each path, every function cold, run from the ``variant`` asset."""
     stack = rig.stack
     measured: dict[str, dict[str, Any]] = {}
+    tag = f"{variant[0]}{round_index}"
+
+    def run(handler: str, payload: Any) -> dict[str, Any]:
+        return rig.run(handler, payload, variant=variant)
 
     def step(handler: str, state: dict[str, Any]) -> None:
-        result = rig.run(handler, state)
+        result = run(handler, state)
         state[RESULT_KEYS[handler]] = result["result"]
         measured.setdefault(handler, result)
 
-    record_logical = stack.aws.function_logical_id("lambdas.record.handler")
-    measured[BARE_HANDLER] = rig.run(BARE_HANDLER, {}, env_of=record_logical)
-
     # Ingest: a real event. The execution it starts runs here in the parent; the node is healthy
     # again by then, so that execution stops at admit and does not race the steps below.
-    ingest_node = f"cold-i{round_index}"
+    ingest_node = f"cold-i{tag}"
     stack.add_gpu_node(ingest_node, workload_pods=0)
     detail = stack.fault(ingest_node, "GPUProblem", "True", "GPUHardwareError", XID_79)
     stack.store.set_node_condition(ingest_node, "GPUProblem", "False", "GPUHealthy", "GPUs healthy")
-    ingest = rig.run("lambdas.ingest.handler", stack.envelope(detail))
+    ingest = run("lambdas.ingest.handler", stack.envelope(detail))
     if ingest["result"].get("status") != "started":
         raise RuntimeError(f"ingest did not start an execution: {ingest['result']}")
     measured["lambdas.ingest.handler"] = ingest
 
-    replace_node = f"cold-r{round_index}"
+    replace_node = f"cold-r{tag}"
     stack.add_gpu_node(replace_node)
     detail = stack.fault(replace_node, "GPUProblem", "True", "GPUHardwareError", XID_79)
-    state = _initial_state(detail, f"bench-cold-{round_index}-replace-{uuid.uuid4().hex[:6]}", settings)
+    state = _initial_state(detail, f"bench-cold-{tag}-replace-{uuid.uuid4().hex[:6]}", settings)
     step("lambdas.admit.handler", state)
     if state["admission"].get("verdict") != "proceed":
         raise RuntimeError(f"admit did not proceed: {state['admission']}")
@@ -214,12 +233,12 @@ def _one_round(rig: ColdStartRig, round_index: int, settings: Mapping[str, Any])
     ):
         step(handler, state)
 
-    reboot_node = f"cold-b{round_index}"
+    reboot_node = f"cold-b{tag}"
     stack.add_gpu_node(reboot_node)
     detail = stack.fault(reboot_node, "GPUProblem", "True", "GPUHardwareError", XID_48)
-    state = _initial_state(detail, f"bench-cold-{round_index}-reboot-{uuid.uuid4().hex[:6]}", settings)
+    state = _initial_state(detail, f"bench-cold-{tag}-reboot-{uuid.uuid4().hex[:6]}", settings)
     for handler in ("lambdas.admit.handler", "lambdas.cordon.handler", "lambdas.drain.handler"):
-        result = rig.run(handler, state)
+        result = run(handler, state)
         state[RESULT_KEYS[handler]] = result["result"]
     step("lambdas.reboot.handler", state)
     # The simulated node comes back from the reboot with a new boot ID and a clean detector.
@@ -254,32 +273,44 @@ TARGET_RATIO = 1.8
 DEFAULT_RUNS = 10
 
 
-def measure(runs: int = DEFAULT_RUNS) -> dict[str, Any]:
+def build_assets(directory: Path) -> dict[str, Path]:
+    """The two variants of the Lambda asset, built under ``directory``."""
+    compiled = directory / "bytecode"
+    build_asset(compiled, compiler=identify(sys.executable))
+    sources = directory / "source"
+    shutil.copytree(compiled, sources, ignore=shutil.ignore_patterns("__pycache__"))
+    return {"bytecode": compiled, "source": sources}
+
+
+def measure(runs: int = DEFAULT_RUNS, variants: tuple[str, ...] = VARIANTS) -> dict[str, Any]:
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     context = deep_merge(cdk_context(), CONTEXT_OVERRIDES)
     settings = NodeHealConfig.from_cdk_context(context).remediation.to_json()
-    samples: dict[str, list[dict[str, Any]]] = {}
-    with open_stack(context, time_scale=0.001) as stack:
+    #: Variant -> handler -> one result per round.
+    samples: dict[str, dict[str, list[dict[str, Any]]]] = {variant: {} for variant in variants}
+    bare: list[dict[str, Any]] = []
+    with (
+        open_stack(context, time_scale=0.001) as stack,
+        tempfile.TemporaryDirectory(prefix="nodeheal-cold-asset-") as scratch,
+    ):
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
-        models_directory = tempfile.TemporaryDirectory(prefix="nodeheal-botocore-models-")
-        models = Path(models_directory.name)
-        write_trimmed_models(models)
         try:
             host, port = server.get_host_and_port()
-            rig = ColdStartRig(stack, f"http://{host}:{port}", models)
+            rig = ColdStartRig(stack, f"http://{host}:{port}", build_assets(Path(scratch)))
+            record_logical = stack.aws.function_logical_id("lambdas.record.handler")
             for round_index in range(runs):
-                for handler, result in _one_round(rig, round_index, settings).items():
-                    samples.setdefault(handler, []).append(result)
+                bare.append(rig.run(BARE_HANDLER, {}, env_of=record_logical))
+                for variant in variants:
+                    for handler, result in _one_round(rig, round_index, settings, variant).items():
+                        samples[variant].setdefault(handler, []).append(result)
         finally:
             server.stop()
-            models_directory.cleanup()
         memory = {spec.handler: rig.memory.get(logical, 256) for logical, spec in rig.functions.items()}
 
-    def summary(handler: str) -> dict[str, Any]:
-        runs_of = samples[handler]
+    def summary(runs_of: list[dict[str, Any]], handler: str) -> dict[str, Any]:
         import_s = median([r["importSeconds"] for r in runs_of])
         invoke_s = median([r["invokeSeconds"] for r in runs_of])
         return {
@@ -288,29 +319,33 @@ def measure(runs: int = DEFAULT_RUNS) -> dict[str, Any]:
             "totalMs": (import_s + invoke_s) * 1000,
             "kubernetesImported": any(r["kubernetesImported"] for r in runs_of),
             "pydanticImported": any(r["pydanticImported"] for r in runs_of),
+            "boto3Imported": any(r["boto3Imported"] for r in runs_of),
             "memoryMb": memory.get(handler, 128),
         }
 
     def total(result: Mapping[str, Any]) -> float:
         return float(result["importSeconds"]) + float(result["invokeSeconds"])
 
-    def ratio(handler: str) -> float:
+    def ratio(runs_of: list[dict[str, Any]]) -> float:
         """Median over the rounds of the handler's cold start against the bare handler's of the same
         round: a round's pair ran seconds apart, so a busy spell of the machine slows both."""
-        pairs = zip(samples[handler], samples[BARE_HANDLER], strict=True)
-        return median([total(mine) / total(bare) for mine, bare in pairs])
+        return median([total(mine) / total(base) for mine, base in zip(runs_of, bare, strict=True)])
 
-    baseline = summary(BARE_HANDLER)
-    handlers = {
-        handler: {**summary(handler), "ratio": ratio(handler)}
-        for handler in sorted(samples)
-        if handler != BARE_HANDLER
+    measured = {
+        variant: {
+            handler: {**summary(runs_of, handler), "ratio": ratio(runs_of)}
+            for handler, runs_of in sorted(by_handler.items())
+        }
+        for variant, by_handler in samples.items()
     }
     return {
         "runs": runs,
-        "baseline": baseline,
-        "handlers": handlers,
-        "worstRatio": max(h["ratio"] for h in handlers.values()),
+        "bytecodeFor": f"Python {sys.version_info[0]}.{sys.version_info[1]}",
+        "baseline": summary(bare, BARE_HANDLER),
+        "handlers": measured["bytecode"],
+        "worstRatio": max(h["ratio"] for h in measured["bytecode"].values()),
+        "sourceOnly": measured.get("source", {}),
+        "worstSourceOnlyRatio": max((h["ratio"] for h in measured.get("source", {}).values()), default=None),
         "transportImport": {
             key: 1000 * _import_seconds(statement, max(runs, 5))
             for key, statement in TRANSPORT_IMPORTS.items()
@@ -324,18 +359,27 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--bytecode-only", action="store_true", help="skip the sources-only variant (half the time)"
+    )
     args = parser.parse_args()
-    result = measure(args.runs)
+    result = measure(args.runs, ("bytecode",) if args.bytecode_only else VARIANTS)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     base = result["baseline"]
     print(f"bare boto3 handler: import {base['importMs']:.0f} ms + first call {base['firstInvokeMs']:.0f} ms")
+    plain_too = bool(result["sourceOnly"])
+    heading = "function (asset with bytecode" + (" | sources only)" if plain_too else ")")
+    print(f"{heading:<34} {'import':>8} {'first call':>11}")
     for handler, row in result["handlers"].items():
-        print(
-            f"{handler:<34} import {row['importMs']:6.0f} ms  first call {row['firstInvokeMs']:6.0f} ms  "
-            f"x{row['ratio']:.2f}  kubernetes={'yes' if row['kubernetesImported'] else 'no'}"
-        )
+        line = f"{handler:<34} {row['importMs']:6.0f} ms {row['firstInvokeMs']:8.0f} ms  x{row['ratio']:.2f}"
+        if plain_too:
+            plain = result["sourceOnly"][handler]
+            line += f"  |  {plain['importMs']:4.0f} ms {plain['firstInvokeMs']:6.0f} ms"
+            line += f"  x{plain['ratio']:.2f}"
+        imported = f"boto3={'yes' if row['boto3Imported'] else 'no'}"
+        print(f"{line}  {imported} kubernetes={'yes' if row['kubernetesImported'] else 'no'}")
     print(json.dumps(result["transportImport"]))
     return 0
 
