@@ -7,13 +7,16 @@ from typing import Any
 import pytest
 
 from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, LedgerItem, TaskSpec
+from nodeheal.deploy_config import CONTEXT_KEY
 from tests.infrastructure.conftest import (
     ROOT,
     Synthesized,
     actions_of,
+    cdk_json_context,
     resources_of,
     role_logical_id,
     role_statements,
+    synthesize,
 )
 
 ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)
@@ -63,6 +66,21 @@ def test_ec2_grants_follow_the_spec(default_stack: Synthesized, spec: TaskSpec) 
         assert "Condition" in statement
     star_ec2 = {a for s in ec2 if "*" in resources_of(s) for a in actions_of(s) if a.startswith("ec2:")}
     assert star_ec2 == ({"ec2:DescribeInstances"} if spec.ec2_describe else set())
+
+
+def test_replacing_through_karpenter_takes_terminate_instances_away(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """replace.method delete-nodeclaim: Karpenter terminates the instance, so the terminate role
+    keeps the ownership check (DescribeInstances) and may not terminate anything itself."""
+    context = {**cdk_json_context()[CONTEXT_KEY], "replace": {"method": "delete-nodeclaim"}}
+    karpenter = synthesize(tmp_path_factory.mktemp("delete-nodeclaim"), context)
+    terminate = {
+        a for s in role_statements(karpenter, "terminate") for a in actions_of(s) if a.startswith("ec2:")
+    }
+    assert terminate == {"ec2:DescribeInstances"}
+    reboot = {a for s in role_statements(karpenter, "reboot") for a in actions_of(s) if a.startswith("ec2:")}
+    assert reboot == {"ec2:DescribeInstances", "ec2:RebootInstances"}
 
 
 @pytest.mark.parametrize("action", ["ec2:TerminateInstances", "ec2:RebootInstances"])

@@ -29,6 +29,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from nodeheal.cdk.constructs.lambda_function import NodeHealFunction
+from nodeheal.cdk.workflow_tasks import TaskSpec
 from nodeheal.deploy_config import NodeHealConfig
 
 #: What a function needs on the ledger's customer managed key, through DynamoDB only.
@@ -114,7 +115,8 @@ class AccessConstruct(Construct):
                 function.role.add_to_principal_policy(
                     iam.PolicyStatement(actions=["ec2:DescribeInstances"], resources=["*"])
                 )
-            if not spec.ec2_mutations:
+            mutations = self._instance_mutations(spec)
+            if not mutations:
                 continue
             # One statement per tag condition: IAM ORs statements, while conditions inside one
             # statement are ANDed.
@@ -122,17 +124,27 @@ class AccessConstruct(Construct):
                 for condition in ownership_conditions(cluster):
                     function.role.add_to_principal_policy(
                         iam.PolicyStatement(
-                            actions=list(spec.ec2_mutations), resources=[instances], conditions=condition
+                            actions=list(mutations), resources=[instances], conditions=condition
                         )
                     )
             Validations.of(function.role).acknowledge(
                 Acknowledgment(
                     id=f"AwsSolutions-IAM5[Resource::{_finding_text(self._stack, instances)}]",
-                    reason=f"{', '.join(spec.ec2_mutations)} is limited to instances tagged as "
+                    reason=f"{', '.join(mutations)} is limited to instances tagged as "
                     "owned by a configured cluster (aws:ResourceTag condition); instance IDs are unknown "
                     "at deploy time.",
                 )
             )
+
+    def _instance_mutations(self, spec: TaskSpec) -> tuple[str, ...]:
+        """The EC2 actions a function may take on an instance. With ``replace.method``
+        ``delete-nodeclaim`` terminate deletes the NodeClaim and Karpenter terminates the instance:
+        the role keeps DescribeInstances (the ownership check) and loses TerminateInstances. An
+        execution that started before a redeploy switched the method to delete-nodeclaim still
+        carries ec2-terminate: its terminate step fails with AccessDenied, like any failed step."""
+        if spec.name == "terminate" and self._config.remediation.replace.deletes_nodeclaim:
+            return ()
+        return spec.ec2_mutations
 
     def _grant_ledger(self, functions: Sequence[NodeHealFunction], table: dynamodb.Table) -> None:
         clusters = self._config.clusters
