@@ -113,6 +113,7 @@ def test_dashboard_widgets(default_stack: Synthesized) -> None:
         "Events reaching ingest",
         "Executions",
         "Dead-letter queues (messages waiting)",
+        "Kubernetes Events not written",
         "Exporter heartbeats (per 5 min; expect ~5)",
         "Exporter publish failures",
         "Exporter events dropped (queue overflow)",
@@ -143,6 +144,10 @@ def test_dashboard_widgets(default_stack: Synthesized) -> None:
         "service",
         "nodeheal",
     ]
+    assert {m[1] for m in widget_metrics(titled(body, "Kubernetes Events not written"))} == {
+        "KubernetesEventsFailed",
+        "KubernetesEventsSkipped",
+    }
     assert len(titled(body, "Alarms")["properties"]["alarms"]) == 7
 
 

@@ -244,7 +244,7 @@ class ObservabilityConstruct(Construct):
                     state_machine.metric_failed(period=DASHBOARD_PERIOD, label="failed"),
                     state_machine.metric_timed_out(period=DASHBOARD_PERIOD, label="timed out"),
                 ],
-                width=WIDTH // 2,
+                width=WIDTH // 3,
             ),
             self._graph(
                 "Dead-letter queues (messages waiting)",
@@ -254,7 +254,19 @@ class ObservabilityConstruct(Construct):
                     )
                     for queue in queues
                 ],
-                width=WIDTH // 2,
+                width=WIDTH // 3,
+            ),
+            # A step never fails for an Event it could not write (DESIGN D8); this is where a broken
+            # Events path (RBAC, admission webhook, API server load) shows.
+            self._graph(
+                "Kubernetes Events not written",
+                [
+                    nodeheal_metric("KubernetesEventsFailed", label="failed (API error)"),
+                    nodeheal_metric(
+                        "KubernetesEventsSkipped", label="skipped (after a failure, or no time left)"
+                    ),
+                ],
+                width=WIDTH // 3,
             ),
         )
         dashboard.add_widgets(*self._exporter_widgets(clusters))
