@@ -766,18 +766,30 @@ def patch_terminal_data_limit() -> Any:
     return patcher
 
 
+#: The services the local pipeline's requests reach moto for.
+MOTO_SERVICES = ("dynamodb", "ec2", "events", "lambda", "sns", "sqs", "stepfunctions")
+
+
 def _warm_moto_routing() -> None:
-    """Load the service models and request routers of every service NodeHeal calls now.
+    """Load the service models, their operation models and the request routers of every service
+    NodeHeal calls now, on this one thread.
 
     moto builds them on first use behind ``functools.cache``, which does not hold other threads
     back while it computes: the first Lambda invocations of a thousand executions starting at
     once would each load the Lambda service model (~50 ms apiece) instead of the first alone.
+    The operation models are a race, not only a cost: moto's ``ServiceModel.operation_model``
+    and botocore's, which it calls, cache under the same key of the same instance cache, so a
+    thread asking for an operation while another is making it can get botocore's model, which
+    lacks moto's ``http_trait`` ("'OperationModel' object has no attribute 'http_trait'", seen in
+    a storm of simultaneous executions). Made here first, every later ask is a cache hit.
     """
     from moto.core.routing import get_service_router
     from moto.core.utils import get_service_model
 
-    for service in ("dynamodb", "ec2", "events", "lambda", "sns", "sqs", "stepfunctions"):
-        get_service_model(service)
+    for service in MOTO_SERVICES:
+        model = get_service_model(service)
+        for operation in model.operation_names:
+            model.operation_model(operation)
         get_service_router(service)
 
 

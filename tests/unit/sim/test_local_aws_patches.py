@@ -72,3 +72,21 @@ def test_defect_4_states_all_does_not_match_data_limit_exceeded(terminal_data_li
     assert matches([ALL], StatesErrorName(typ=StatesErrorNameType.StatesTaskFailed))
     assert matches([CustomErrorName("LedgerContentionError")], CustomErrorName("LedgerContentionError"))
     assert not matches([CustomErrorName("LedgerContentionError")], CustomErrorName("KubernetesApiError"))
+
+
+def test_every_operation_model_moto_routes_by_is_motos_own_before_any_request() -> None:
+    """moto's ServiceModel.operation_model and botocore's share one cache key: a thread asking
+    while another makes the model could get botocore's, without ``http_trait``. The harness makes
+    them all on one thread first, so every later ask is a hit on moto's own."""
+    from moto.core.model import OperationModel
+    from moto.core.utils import get_service_model
+
+    from nodeheal.sim.local_aws import MOTO_SERVICES, _warm_moto_routing
+
+    _warm_moto_routing()
+    for service in MOTO_SERVICES:
+        model = get_service_model(service)
+        for operation in model.operation_names:
+            cached = model._instance_cache[("operation_model", (operation,))]
+            assert isinstance(cached, OperationModel), (service, operation)
+            assert hasattr(cached, "http_trait")
