@@ -78,18 +78,11 @@ class SynthesizedApp:
 
     @classmethod
     def synthesize(cls, nodeheal_context: Mapping[str, Any]) -> SynthesizedApp:
-        """Synthesize NodeHeal's stack in-process (no asset bundling, no network, no Docker)."""
-        quiet_jsii()
-        from aws_cdk import App
+        """NodeHeal's stack synthesized in-process (no asset bundling, no network, no Docker), or
+        the same template from an earlier synth (nodeheal.sim.template_cache)."""
+        from nodeheal.sim.template_cache import cached_template
 
-        from nodeheal.deploy_config import NodeHealConfig
-        from stacks.nodeheal_stack import NodeHealStack
-
-        config = NodeHealConfig.from_cdk_context(nodeheal_context)
-        app = App(context={"aws:cdk:bundling-stacks": [], "nodeheal": dict(nodeheal_context)})
-        stack = NodeHealStack(app, config.stack_name, config=config)
-        assembly = app.synth()
-        return cls(template=assembly.get_stack_by_name(stack.stack_name).template)
+        return cls(template=cached_template(nodeheal_context, _synthesize_template))
 
 
 def quiet_jsii() -> None:
@@ -151,3 +144,17 @@ class Resolver:
             return self.refs[name]
         except KeyError:
             raise TemplateError(f"cannot resolve Ref {name}") from None
+
+
+def _synthesize_template(nodeheal_context: Mapping[str, Any]) -> Mapping[str, Any]:
+    quiet_jsii()
+    from aws_cdk import App
+
+    from nodeheal.deploy_config import NodeHealConfig
+    from stacks.nodeheal_stack import NodeHealStack
+
+    config = NodeHealConfig.from_cdk_context(nodeheal_context)
+    app = App(context={"aws:cdk:bundling-stacks": [], "nodeheal": dict(nodeheal_context)})
+    stack = NodeHealStack(app, config.stack_name, config=config)
+    template: Mapping[str, Any] = app.synth().get_stack_by_name(stack.stack_name).template
+    return template
