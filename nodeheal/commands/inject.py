@@ -9,7 +9,8 @@ Three ways in (``--via``; :mod:`nodeheal.injection` has the details and the sour
 * ``dcgm``: ``dcgmi test --inject`` in the node's dcgm-exporter pod through ``pods/exec`` (seed
   000's method), for the EKS node monitoring agent, when it reads that host engine.
 
-Each prints the *deployed* policy's decision for the condition the detector is expected to set,
+The requests themselves are :mod:`nodeheal.kube.fault_injection`'s; this module asks, prints and
+explains. Each prints the *deployed* policy's decision for the condition the detector is expected to set,
 read from the stack's state machine (as ``nodeheal doctor`` does); when it cannot be read, the
 built-in defaults, and it says so. The tests prove the requests, not the detector's reaction.
 
@@ -29,14 +30,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from typing import Any
 
 from nodeheal import injection as detector
 from nodeheal.commands.aws_access import DEFAULT_STACK, STATE_MACHINE_OUTPUT
@@ -45,13 +41,10 @@ from nodeheal.commands.output import confirm, print_json
 from nodeheal.conditions import CONDITION_STATUSES, Condition
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
+from nodeheal.kube import fault_injection as kube_injection
 from nodeheal.policy.catalog import lookup
 from nodeheal.timeutil import format_timestamp, utc_now
 
-if TYPE_CHECKING:
-    from nodeheal.kube.transport import KubeTransport
-
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 GPU_CONDITION = "GPUProblem"
 #: Xid -> the reason NPD's GPU monitor sets on GPUProblem (its "permanent" rules, in file order).
 #: tests/unit/test_inject_cli.py checks every entry against gpu-monitor.json.
@@ -90,14 +83,6 @@ NMA_FATAL_XIDS = frozenset(
     {46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158}
 )
 NMA_CONDITION = "AcceleratedHardwareReady"
-
-
-class NodeNotFoundError(NodeHealError):
-    """The node named on the command line does not exist in the cluster."""
-
-
-class InjectionFailedError(NodeHealError):
-    """The injector pod or the exec did not complete: nothing reached the detector (or not known to)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,14 +271,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     injection = injection_for(args)
     api = kube_transport(args, args.cluster)
-    from nodeheal.kube.client import expect_success, request_json
     from nodeheal.kube.model import LiveNode
 
-    path = f"/api/v1/nodes/{quote(args.node, safe='')}"
-    response = request_json(api, "GET", path, action=f"get node {args.node}")
-    if response.status == 404:
-        raise NodeNotFoundError(f"node {args.node} does not exist in cluster {args.cluster}")
-    node = expect_success(response, action=f"get node {args.node}")
+    node = kube_injection.read_node(api, args.node, args.cluster)
     current = next(
         (c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == injection.type),
         None,
@@ -321,17 +301,7 @@ def run(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {"cluster": args.cluster, "node": args.node, "via": args.via}
     if args.via == VIA_CONDITION:
         patch = injection.patch(current, now)
-        patched = expect_success(
-            request_json(
-                api,
-                "PATCH",
-                f"{path}/status",
-                action=f"patch the status of node {args.node}",
-                body=patch,
-                content_type=STRATEGIC_MERGE_PATCH,
-            ),
-            action=f"patch the status of node {args.node}",
-        )
+        patched = kube_injection.set_condition(api, args.node, patch)
         # After the write, so a refused or failed injection stays one line of error.
         print(detector.CONDITION_REVERT_WARNING, file=sys.stderr)
         live = LiveNode.from_api(patched)
@@ -346,9 +316,30 @@ def run(args: argparse.Namespace) -> int:
         labels = LiveNode.from_api(node).labels
         expected = Condition(injection.type, injection.status, injection.reason, injection.message)
         if args.via == VIA_KMSG:
-            result["kmsg"] = write_kmsg(api, args, injection.message)
+            result["kmsg"] = kube_injection.write_kmsg(
+                api,
+                node=args.node,
+                namespace=args.namespace,
+                image=args.image,
+                line=injection.message,
+                timeout=args.timeout,
+                warn=_warn,
+            )
         else:
-            result["dcgm"] = inject_dcgm(api, args)
+            result["dcgm"] = kube_injection.inject_dcgm(
+                api,
+                node=args.node,
+                target=kube_injection.DcgmTarget(
+                    selector=args.dcgm_selector,
+                    namespace=args.dcgm_namespace,
+                    container=args.dcgm_container,
+                    host=args.dcgm_host,
+                ),
+                gpu=args.gpu,
+                xid=args.xid,
+                ecc_dbe=args.ecc_dbe,
+                timeout=args.timeout,
+            )
         result["expected"] = {
             "type": expected.type,
             "status": expected.status,
@@ -388,6 +379,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  NodeHeal's policy ({source.origin}): {decision['action']} - {decision['reason']}")
     print(f"  follow it with: nodeheal history --cluster {args.cluster} --node {args.node} --since 1h")
     return 0
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def _dcgm_fault(args: argparse.Namespace) -> str:
@@ -434,220 +429,3 @@ def _explain(
         now=utc_now(),
     )
     return decision.to_json()
-
-
-# ---- --via kmsg ------------------------------------------------------------------------------
-
-
-def write_kmsg(api: KubeTransport, args: argparse.Namespace, line: str) -> dict[str, Any]:
-    """Create the injector pod, wait (bounded) until it has run, and delete it whatever happened."""
-    from nodeheal.kube.client import expect_success, request_json
-
-    namespace = args.namespace
-    pods = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
-    manifest = detector.kmsg_pod(node=args.node, namespace=namespace, line=line, image=args.image)
-    created = expect_success(
-        request_json(api, "POST", pods, action=f"create the injector pod in {namespace}", body=manifest),
-        action=f"create the injector pod in {namespace}",
-    )
-    name = str(created["metadata"]["name"])
-    try:
-        pod = _wait_finished(api, f"{pods}/{quote(name, safe='')}", name, args.timeout)
-    finally:
-        _delete_pod(api, pods, name)
-    phase = str((pod.get("status") or {}).get("phase") or "")
-    if phase != "Succeeded":
-        raise InjectionFailedError(
-            f"injector pod {namespace}/{name} ended {phase}{_terminated(pod)}: nothing was written to "
-            f"{args.node}'s kernel log (it was deleted)"
-        )
-    return {"namespace": namespace, "pod": name, "phase": phase, "line": line, "deleted": True}
-
-
-#: First and largest pause between two reads of the injector pod: it is done in a second or two.
-_FIRST_POLL_SECONDS = 0.1
-_MAX_POLL_SECONDS = 2.0
-
-
-def _wait_finished(api: KubeTransport, path: str, name: str, timeout: float) -> dict[str, Any]:
-    from nodeheal.kube.client import expect_success, request_json
-
-    deadline = time.monotonic() + timeout
-    pause = _FIRST_POLL_SECONDS
-    while True:
-        pod = expect_success(
-            request_json(api, "GET", path, action=f"read pod {name}"), action=f"read pod {name}"
-        )
-        phase = (pod.get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            return pod
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise InjectionFailedError(
-                f"injector pod {name} still {phase or 'Pending'} after {timeout:g} s{_waiting(pod)}; it "
-                "was deleted. Is the node's kubelet up, the image pullable, privileged pods admitted?"
-            )
-        time.sleep(min(pause, left))
-        pause = min(pause * 2, _MAX_POLL_SECONDS)
-
-
-def _delete_pod(api: KubeTransport, pods: str, name: str) -> None:
-    from nodeheal.kube.client import request_json
-
-    try:
-        response = request_json(api, "DELETE", f"{pods}/{quote(name, safe='')}", action=f"delete pod {name}")
-    except NodeHealError as exc:
-        print(
-            f"warning: could not delete injector pod {name} ({exc}); delete it with kubectl", file=sys.stderr
-        )
-        return
-    if not response.ok and response.status != 404:
-        print(
-            f"warning: could not delete injector pod {name} (HTTP {response.status}); delete it with kubectl",
-            file=sys.stderr,
-        )
-
-
-def _terminated(pod: Mapping[str, Any]) -> str:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        done = (status.get("state") or {}).get("terminated")
-        if done:
-            why = done.get("message") or done.get("reason") or ""
-            return f" (exit {done.get('exitCode')}{': ' + why if why else ''})"
-    return ""
-
-
-def _waiting(pod: Mapping[str, Any]) -> str:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        waiting = (status.get("state") or {}).get("waiting")
-        if waiting:
-            return f" ({waiting.get('reason', '')}: {waiting.get('message', '')})"
-    return ""
-
-
-# ---- --via dcgm ------------------------------------------------------------------------------
-
-
-def inject_dcgm(api: KubeTransport, args: argparse.Namespace) -> dict[str, Any]:
-    """Find the node's dcgm-exporter pod and run ``dcgmi test --inject`` in it through pods/exec
-    (a WebSocket upgrade, spoken by the ``kubernetes`` client's ``stream``)."""
-    from nodeheal.kube.client import expect_success, request_json
-
-    field, value = detector.dcgm_injection(args.xid, args.ecc_dbe)
-    argv = detector.dcgmi_command(args.gpu, field, value, args.dcgm_host)
-    where = (
-        f"/api/v1/namespaces/{quote(args.dcgm_namespace, safe='')}/pods"
-        if args.dcgm_namespace
-        else "/api/v1/pods"
-    )
-    action = f"list the dcgm-exporter pods on node {args.node}"
-    query = [("labelSelector", args.dcgm_selector), ("fieldSelector", f"spec.nodeName={args.node}")]
-    listed = expect_success(request_json(api, "GET", where, query=query, action=action), action=action)
-    running = [
-        pod
-        for pod in listed.get("items") or []
-        if (pod.get("status") or {}).get("phase") == "Running"
-        and not (pod.get("metadata") or {}).get("deletionTimestamp")
-    ]
-    if not running:
-        scope = f" in namespace {args.dcgm_namespace}" if args.dcgm_namespace else ""
-        raise InjectionFailedError(
-            f"no running pod matching {args.dcgm_selector} on node {args.node}{scope}: is dcgm-exporter "
-            "deployed there? (--dcgm-selector, --dcgm-namespace)"
-        )
-    pod = running[0]
-    name, namespace = str(pod["metadata"]["name"]), str(pod["metadata"]["namespace"])
-    with generated_client(api) as api_client:
-        stdout, stderr, code = exec_in_pod(
-            api_client, name, namespace, args.dcgm_container, argv, args.timeout
-        )
-    if code != 0:
-        said = (stderr or stdout).strip()
-        raise InjectionFailedError(
-            f"{' '.join(argv)} in pod {namespace}/{name} exited {code}" + (f": {said}" if said else "")
-        )
-    return {
-        "namespace": namespace,
-        "pod": name,
-        "command": argv,
-        "field": field.name,
-        "fieldId": field.field_id,
-        "value": value,
-        "status": "exit 0",
-        "stdout": stdout.strip(),
-    }
-
-
-@contextmanager
-def generated_client(api: KubeTransport) -> Iterator[Any]:
-    """A ``kubernetes.client.ApiClient`` for the same API server and identity as ``api``: the
-    kubeconfig's own client, or one built from an ``--eks`` transport (endpoint, CA, the current
-    IAM token), because a WebSocket needs the client's connection rather than NodeHeal's pool. A CA
-    held as data is written to a file for the time of the exec only (the client reads CA files)."""
-    existing = getattr(api, "api_client", None)
-    if existing is not None:
-        yield existing
-        return
-    from nodeheal.kube.transport import HttpTransport
-
-    if not isinstance(api, HttpTransport):
-        raise ConfigurationError("--via dcgm needs a kubeconfig or --eks to reach the cluster")
-    from kubernetes import client
-
-    configuration = client.Configuration()
-    configuration.host = api.host
-    configuration.verify_ssl = api.verify
-    token = api.bearer_token()
-    if token:
-        configuration.api_key = {"authorization": token}
-        configuration.api_key_prefix = {"authorization": "Bearer"}
-    ca_file: str | None = None
-    try:
-        if api.ca_cert_data:
-            with tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False) as handle:
-                handle.write(api.ca_cert_data)
-                ca_file = handle.name
-        configuration.ssl_ca_cert = ca_file or api.ca_cert_file
-        with client.ApiClient(configuration) as api_client:
-            yield api_client
-    finally:
-        if ca_file is not None:
-            Path(ca_file).unlink()
-
-
-def exec_in_pod(
-    api_client: Any, name: str, namespace: str, container: str | None, argv: list[str], timeout: float
-) -> tuple[str, str, int]:
-    """Run ``argv`` in the pod; its stdout, stderr and exit code (from the error channel's Status)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.stream import stream
-
-    options: dict[str, Any] = {"command": argv, "stdin": False, "stdout": True, "stderr": True, "tty": False}
-    if container:
-        options["container"] = container
-    try:
-        socket = stream(
-            client.CoreV1Api(api_client).connect_get_namespaced_pod_exec,
-            name,
-            namespace,
-            _preload_content=False,
-            **options,
-        )
-    except ApiException as exc:
-        # The handshake's refusal (403, 404, 400 naming the containers) is in the reason text.
-        raise InjectionFailedError(f"exec in pod {namespace}/{name} was refused: {exc.reason}") from None
-    try:
-        socket.run_forever(timeout=timeout)
-        if socket.is_open():
-            raise InjectionFailedError(f"{' '.join(argv)} did not finish within {timeout:g} s")
-        stdout, stderr = socket.read_channel(1), socket.read_channel(2)
-        try:
-            code = socket.returncode
-        except (TypeError, KeyError, IndexError, ValueError):
-            code = None
-    finally:
-        socket.close()
-    if code is None:
-        raise InjectionFailedError(f"exec in pod {namespace}/{name} ended without an exit status")
-    return str(stdout), str(stderr), int(code)

@@ -17,9 +17,10 @@ import kubernetes_validate
 import pytest
 
 from nodeheal import injection
-from nodeheal.commands.inject import XID_REASONS, exec_in_pod, generated_client, xid_message
+from nodeheal.commands.inject import XID_REASONS, xid_message
 from nodeheal.config import RemediationSettings
 from nodeheal.kube.client import http_transport
+from nodeheal.kube.fault_injection import exec_in_pod, generated_client
 from nodeheal.rbac import FAULT_INJECTOR, Permission, function_roles, render_fault_injector_manifest
 from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node, make_pod
 from nodeheal.sim.apiserver.authorizer import AUTHENTICATED_GROUP, RbacAuthorizer, RoleBinding, UserInfo
