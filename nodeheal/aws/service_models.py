@@ -47,7 +47,7 @@ def trim_service_model(model: Mapping[str, Any], operations: Iterable[str]) -> d
     missing = [name for name in wanted if name not in model["operations"]]
     if missing:
         raise ValueError(f"the service model has no operation(s) {', '.join(missing)}")
-    kept_operations = {name: _without_documentation(model["operations"][name]) for name in wanted}
+    kept_operations = {name: without_documentation(model["operations"][name]) for name in wanted}
     shapes: Mapping[str, Any] = model["shapes"]
     reachable: set[str] = set()
     pending = [ref for operation in kept_operations.values() for ref in _operation_shapes(operation)]
@@ -59,7 +59,7 @@ def trim_service_model(model: Mapping[str, Any], operations: Iterable[str]) -> d
         pending.extend(_member_shapes(shapes[name]))
     trimmed: dict[str, Any] = {key: value for key, value in model.items() if key not in _REBUILT_KEYS}
     trimmed["operations"] = kept_operations
-    trimmed["shapes"] = {name: _without_documentation(shapes[name]) for name in sorted(reachable)}
+    trimmed["shapes"] = {name: without_documentation(shapes[name]) for name in sorted(reachable)}
     return trimmed
 
 
@@ -102,9 +102,10 @@ def _member_shapes(shape: Mapping[str, Any]) -> list[str]:
     return refs
 
 
-def _without_documentation(value: Any) -> Any:
+def without_documentation(value: Any) -> Any:
+    """``value`` (a model or any part of one) without its documentation strings."""
     if isinstance(value, dict):
-        return {key: _without_documentation(item) for key, item in value.items() if key != "documentation"}
+        return {key: without_documentation(item) for key, item in value.items() if key != "documentation"}
     if isinstance(value, list):
-        return [_without_documentation(item) for item in value]
+        return [without_documentation(item) for item in value]
     return value

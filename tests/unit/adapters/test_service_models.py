@@ -20,7 +20,12 @@ from moto import mock_aws
 
 from nodeheal.aws import service_models
 from nodeheal.aws.ec2 import Ec2Instances, ownership_tags
-from nodeheal.aws.service_models import TRIMMED_OPERATIONS, trim_service_model, write_trimmed_models
+from nodeheal.aws.service_models import (
+    TRIMMED_OPERATIONS,
+    trim_service_model,
+    without_documentation,
+    write_trimmed_models,
+)
 from nodeheal.runtime import aws_client_factory
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -78,17 +83,9 @@ def test_the_trimmed_model_keeps_the_operations_and_every_shape_they_reach_verba
     assert set(referenced) <= set(shapes)
     # Verbatim but for the documentation strings.
     for name, shape in shapes.items():
-        assert shape == _undocumented(whole["shapes"][name])
+        assert shape == without_documentation(whole["shapes"][name])
     assert "documentation" not in json.dumps(shapes)
     assert len(json.dumps(trimmed)) < len(json.dumps(whole)) / 2
-
-
-def _undocumented(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _undocumented(item) for key, item in value.items() if key != "documentation"}
-    if isinstance(value, list):
-        return [_undocumented(item) for item in value]
-    return value
 
 
 def test_an_operation_the_model_lacks_is_refused(full_ec2_model: dict[str, Any]) -> None:
