@@ -229,12 +229,15 @@ def storm_budget(settings: BudgetSettings, pool_size: int) -> int:
     return min(settings.max_in_flight, settings.max_per_hour, pool_allowance(pool, settings), pool_size)
 
 
-def storm(nodes: int = 1000, timeout: float = 400.0) -> dict[str, Any]:
+def storm(nodes: int = 1000, timeout: float = 900.0) -> dict[str, Any]:
     """``nodes`` GPU nodes fault within one second, with cdk.json's budgets and breaker.
 
     The faults are one Xid 79 transition per node, set in one pass over the store
     (:meth:`SimulatedCluster.inject_many`): each is its own watch event the exporter publishes. Decided
-    means every faulted node has a ledger record (remediated, refused, ...) or a dropped-event record.
+    means every faulted node has a ledger record (remediated, refused, ...) or a dropped-event record;
+    ``decidedSeconds`` is how long that took (about 400 s for 1,000 nodes on two cores, every
+    execution running in moto in this process). A node is lost when, after every execution has
+    ended, the ledger holds no trace of its event: slow is reported as slow, not as lost.
     """
     called = time.monotonic()
     context = bench_context()
@@ -252,17 +255,17 @@ def storm(nodes: int = 1000, timeout: float = 400.0) -> dict[str, Any]:
         injected = time.monotonic() - started
         timed_out = False
         try:
-            records, dropped = pipeline.wait_until_decided(victims, timeout=timeout)
+            pipeline.wait_until_decided(victims, timeout=timeout)
             decided = time.monotonic() - started
         except TimeoutError:
-            # Report what was decided: the nodes left undecided count as lost.
             timed_out, decided = True, float("nan")
-            records, dropped = pipeline.records(), pipeline.dropped_events()
         settled = True
         try:
             pipeline.wait_settled(timeout=60)
         except TimeoutError:
             settled = False
+        # What the ledger holds once every execution has ended.
+        records, dropped = pipeline.records(), pipeline.dropped_events()
         executions = pipeline.executions()
     by_outcome: dict[str, int] = {}
     for record in records:

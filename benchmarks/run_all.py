@@ -265,7 +265,8 @@ def table(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows += [
         _row(
             f"storm: {storm['nodes']} nodes faulted",
-            f"injected in {storm['injectSeconds']:.2f} s; all decided after {storm['decidedSeconds']:.1f} s",
+            f"injected in {storm['injectSeconds']:.2f} s; all decided after {storm['decidedSeconds']:.1f} s"
+            + (" (not all within the limit)" if storm["timedOut"] else ""),
         ),
         _row(
             "storm: remediated / alerted / lost",
