@@ -79,12 +79,16 @@ help:
 $(BIN)/python:
 	@$(STEP) "set-up: virtualenv" $(SETUP_LOGS)/virtualenv.log $(PYTHON) -m venv $(VENV)
 
-# pip's whole output goes to the log (the progress bar would only clutter it).
+# pip's whole output goes to the log (the progress bar would only clutter it). pip compiles what it
+# installs one file at a time, and aws-cdk-lib alone is 176 MB of Python: the packages go in
+# uncompiled and compileall compiles them on every core (a file that does not compile, which pip
+# would skip quietly too, leaves compileall's status non-zero and is left to compile on import).
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml | $(BIN)/python
 	@$(STEP) "set-up: Python packages" $(SETUP_LOGS)/python-packages.log $(SHELL) -ec '\
 		$(PIP) install --progress-bar off --upgrade pip; \
-		$(PIP) install --progress-bar off -r requirements-dev.txt; \
-		$(PIP) install --progress-bar off --no-deps -e .'
+		$(PIP) install --progress-bar off --no-compile -r requirements-dev.txt; \
+		$(PIP) install --progress-bar off --no-deps -e .; \
+		$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_path(\"purelib\"))")" || true'
 	@touch $@
 
 $(SCAN_VENV)/.installed: requirements-scan.txt | $(BIN)/python
