@@ -47,7 +47,7 @@ case "$*" in
   "{pip} --no-deps -e .")
     echo "pip $*" >> "$here/../pip.log"
     printf '#!/bin/sh\\necho "nodeheal $*"\\n' > "$here/nodeheal"; chmod +x "$here/nodeheal" ;;
-  "{pip} -r requirements-dev.txt")
+  "{pip} --no-compile -r requirements-dev.txt")
     echo "pip $*" >> "$here/../pip.log"
     if [ -n "${{FAKE_PIP_FAILS:-}}" ]; then
       i=1; while [ $i -le {failing_lines} ]; do echo "pip output line $i"; i=$((i + 1)); done
@@ -56,6 +56,8 @@ case "$*" in
     fi
     echo "Collecting boto3==1.44.0"; echo "Successfully installed boto3-1.44.0" ;;
   "-m pip "*) echo "pip $*" >> "$here/../pip.log"; echo "Requirement already satisfied: pip" ;;
+  *sysconfig*purelib*) echo "$here/../site-packages" ;;
+  "-m compileall -q -j 0 "*) echo "compileall $6" >> "$here/../pip.log" ;;
   "-m venv "*) mkdir -p "$3/bin" && cp "$0" "$3/bin/python" ;;
   "-m nodeheal.cdk.lambda_asset download")
     mkdir -p build/wheelhouse && cp lambdas/requirements.txt build/wheelhouse/requirements.txt
@@ -178,7 +180,10 @@ def test_a_venv_made_with_another_interpreter_is_recreated_with_python(checkout:
         check=True,
     )
     assert probe.stdout.strip() == "3.12.4"
-    assert f"pip {PIP} -r requirements-dev.txt" in (checkout / ".venv" / "pip.log").read_text()
+    installs = (checkout / ".venv" / "pip.log").read_text()
+    assert f"pip {PIP} --no-compile -r requirements-dev.txt" in installs
+    # Installed uncompiled, then compiled on every core.
+    assert f"compileall {checkout / '.venv' / 'bin' / '..' / 'site-packages'}" in installs
     # The same interpreter again: nothing to rebuild.
     again = make(checkout, ".venv/.installed", f"PYTHON={new}")
     assert again.returncode == 0, again.stderr
