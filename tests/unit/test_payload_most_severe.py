@@ -188,8 +188,12 @@ FATAL = [
     "(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
     f"NVRM: Xid ({DEVICE}): 54, Auxiliary power is not connected to the GPU board",
 ]
-assert all(decided(line).cost < Action.REPLACE.cost for line in LESSER)
-assert all(decided(line) is Action.REPLACE for line in FATAL)
+
+
+def test_the_lines_of_the_property_are_decided_as_it_assumes() -> None:
+    assert all(decided(line).cost < Action.REPLACE.cost for line in LESSER)
+    assert {decided(line) for line in LESSER} == {Action.NONE, Action.ALERT, Action.REBOOT}
+    assert all(decided(line) is Action.REPLACE for line in FATAL)
 
 
 @st.composite
