@@ -4,12 +4,53 @@ Pure: the pods, the drain settings, the node's readiness and the clock in, one :
 per pod out. ``drain_round`` acts on the plan and ``force_drain`` forces only what it waited for,
 so the rules below are the whole drain policy, testable without an API server.
 
+The rules, in order; the first that applies decides the pod's action:
+
+====  ===============================================================  =======================  ==========
+rule  pod                                                              class                    action
+====  ===============================================================  =======================  ==========
+1     controller ownerReference is an ``apps/v1`` DaemonSet            daemonSet                leave
+2     mirror of a static pod                                           mirror                   leave
+3     Succeeded or Failed                                              finished                 leave
+4     annotated ``nodeheal.io/skip-drain: "true"``                     optedOut                 leave
+5     namespace in ``drain.neverDrainNamespaces``                      neverDrainedNamespace    leave
+6     Terminating, past ``drain.skipWaitForDeleteTimeoutSeconds``      stuckTerminating         leave
+      after its deletionTimestamp, on a NotReady node
+7     Terminating                                                      terminating              wait
+8     ``emptyDir`` volume / no controller, and that class's setting    emptyDir / unmanaged     refuse
+      (``drain.emptyDir`` / ``drain.unmanagedPods``) is ``refuse``
+9     ``karpenter.sh/do-not-disrupt``, within                          doNotDisruptHeld         wait
+      ``drain.doNotDisruptWaitSeconds`` of the drain's start
+10    selected by an ``allow-completion`` rule                         allowCompletion          wait
+11    ``emptyDir`` / no controller, and that class's setting is wait   emptyDir / unmanaged     wait
+12    selected by a ``delete-after-timeout`` rule, at or past          deleteAfterTimeout       delete
+      ``drain.deleteAfterSeconds``
+13    selected by a ``delete-after-timeout`` rule                      deleteAfterTimeout       evict
+14    ``emptyDir`` / no controller (the setting is ``evict``)          emptyDir / unmanaged     evict
+15    everything else                                                  immediate                evict
+====  ===============================================================  =======================  ==========
+
+And over the whole node: one pod refused (rule 8) and the round moves no pod at all, whatever
+the others' plans say. ``drain_round`` and ``force_drain`` look for a refusal in the whole plan
+before they evict or delete anything, so a refused node loses nothing, in the first round as in
+any later one. Refusal (8) comes before the holds (9, 10) because a hold would only delay it:
+a held pod whose data a setting protects would be refused when its hold ended, after every
+other pod on the node had been evicted, and an ``allow-completion`` pod would never be refused
+at all, only forced at ``drain.timeoutSeconds`` with its data. Rules 1 to 7 come first because
+those pods lose nothing to NodeHeal: it never moves them.
+
+A pod in both data-loss classes (``emptyDir`` and no controller) is refused when either setting
+says ``refuse``, waited for when either says ``wait``, and recorded under both classes; a pod a
+mode decides is recorded under any data-loss class it is also in.
+
 The classes follow the tools EKS users already run:
 
-* kubectl drain's filters, in its order: pods already deleted (``--skip-wait-for-delete-timeout``),
-  DaemonSet pods, mirror pods, pods with ``emptyDir`` data (``--delete-emptydir-data``) and pods
-  no controller owns (``--force``). kubectl refuses the last two by default; NodeHeal makes each
-  a policy (``drain.emptyDir``, ``drain.unmanagedPods``: evict | refuse | wait).
+* kubectl drain's filters (``pkg/drain/filters.go`` in kubernetes/kubectl), in its order: pods
+  already deleted (``--skip-wait-for-delete-timeout``), DaemonSet pods, mirror pods, pods with
+  ``emptyDir`` data (``--delete-emptydir-data``) and pods no controller owns (``--force``).
+  kubectl refuses the last two by default; NodeHeal makes each a policy (``drain.emptyDir``,
+  ``drain.unmanagedPods``: evict | refuse | wait). Where NodeHeal differs from kubectl, and why,
+  is tabled in docs/operations.md, "Drain policy".
 * NVSentinel node-drainer's eviction modes per namespace (here also per pod label): immediate,
   allow-completion, delete-after-timeout; its system namespaces that are never drained
   (``drain.neverDrainNamespaces``), and a per-pod opt-out (:data:`SKIP_DRAIN_ANNOTATION`).
@@ -151,7 +192,8 @@ def _setting_of(pod_class: PodClass) -> str:
 def plan_pod(
     pod: PodView, settings: DrainSettings, node_state: NodeState, now: datetime, drain_started: datetime
 ) -> PodPlan:
-    """One pod's plan (see the module docstring for the rules and their order)."""
+    """One pod's plan: the module docstring's rules 1 to 15, in their order. Refusing the whole
+    node when one pod is refused is the caller's part (see the module docstring)."""
     elapsed = (now - drain_started).total_seconds()
 
     def plan(action: PodAction, reason: str, *classes: PodClass) -> PodPlan:
@@ -185,6 +227,13 @@ def plan_pod(
                 PodClass.STUCK_TERMINATING,
             )
         return plan(PodAction.WAIT, "Terminating", PodClass.TERMINATING)
+    # Rule 8 before the holds: a pod a refuse setting protects is refused from the first round,
+    # so drain_round moves nothing on the node (not even the pods no setting protects).
+    data_loss = _data_loss_classes(pod)
+    for data_class in data_loss:
+        if _class_policy(data_class, settings) == "refuse":
+            others = tuple(c for c in data_loss if c is not data_class)
+            return plan(PodAction.REFUSE, f"{_setting_of(data_class)} is refuse", data_class, *others)
     if pod.do_not_disrupt and elapsed < settings.do_not_disrupt_wait_seconds:
         return plan(
             PodAction.WAIT,
@@ -193,7 +242,6 @@ def plan_pod(
             PodClass.DO_NOT_DISRUPT_HELD,
         )
     mode = eviction_mode(pod, settings.eviction_modes)
-    data_loss = _data_loss_classes(pod)
     if mode == "allow-completion":
         # Never evicted, so no data is lost by NodeHeal before the drain timeout.
         return plan(
@@ -202,10 +250,6 @@ def plan_pod(
             PodClass.ALLOW_COMPLETION,
             *data_loss,
         )
-    for data_class in data_loss:
-        if _class_policy(data_class, settings) == "refuse":
-            others = tuple(c for c in data_loss if c is not data_class)
-            return plan(PodAction.REFUSE, f"{_setting_of(data_class)} is refuse", data_class, *others)
     for data_class in data_loss:
         if _class_policy(data_class, settings) == "wait":
             others = tuple(c for c in data_loss if c is not data_class)

@@ -89,6 +89,33 @@ def test_a_refused_class_aborts_the_drain_before_anything_is_evicted(pipeline: P
     assert pipeline.lock_holder("gpu-a") is None
 
 
+@pytest.mark.nodeheal_config(
+    {"drain": {"emptyDir": "refuse", "doNotDisruptWaitSeconds": 2, "timeoutSeconds": 60}}
+)
+def test_a_refused_pod_under_a_hold_stops_the_drain_before_the_other_pods_are_evicted(
+    pipeline: Pipeline,
+) -> None:
+    # Issue 24 point 3: the do-not-disrupt hold must not evict the node's other pods first.
+    instance = pipeline.add_gpu_node("gpu-a")
+    pod = make_pod(
+        "ckpt-0", "training", "gpu-a", owner_kind="Job", annotations={"karpenter.sh/do-not-disrupt": "true"}
+    )
+    pod["spec"]["volumes"] = [{"name": "checkpoint", "emptyDir": {}}]
+    pipeline.store.add(pod)
+
+    execution = pipeline.run(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_79))
+
+    assert execution["status"] == "FAILED"
+    assert "Drain aborted" in pipeline.aws.state_names(execution["executionArn"])
+    assert {"trainer-gpu-a-0", "trainer-gpu-a-1", "ckpt-0"} <= pod_names(pipeline)  # nothing evicted
+    assert pipeline.aws.instance_state(instance) == "running"
+    [result] = drain_results(pipeline, execution["executionArn"])  # refused in the first round
+    assert result["refused"] is True and "evicted" not in result
+    record = pipeline.only_record("gpu-a")
+    assert record.outcome is Outcome.DRAIN_ABORTED and record.pods_evicted == 0
+    assert "training/ckpt-0 (drain.emptyDir is refuse)" in record.summary
+
+
 def test_by_default_empty_dir_and_unmanaged_pods_are_evicted_and_recorded(pipeline: Pipeline) -> None:
     instance = pipeline.add_gpu_node("gpu-a")
     add_pod(pipeline, "notebook", owner_kind=None)

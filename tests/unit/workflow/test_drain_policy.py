@@ -13,7 +13,7 @@ import pytest
 from nodeheal.actions import Mode
 from nodeheal.config import DrainSettings, EvictionModeRule, RemediationSettings
 from nodeheal.deploy_config import NodeHealConfig
-from nodeheal.errors import ConfigurationError
+from nodeheal.errors import ConfigurationError, DrainAbortedError
 from nodeheal.kube.event_model import EventType
 from nodeheal.kube.model import PodView
 from nodeheal.kube.pods import DeletionReport, EvictionReport, PodOutcome, PodResult
@@ -232,10 +232,14 @@ def test_do_not_disrupt_pods_are_held_then_evicted() -> None:
     assert planned(held, settings, after=300) == (PodAction.EVICT, (PodClass.IMMEDIATE,))
 
 
-def test_allow_completion_pods_are_waited_for_and_never_refused() -> None:
-    settings = drain(evictionModes=[{"mode": "allow-completion", "namespaces": ["batch"]}], emptyDir="refuse")
-    batch = pod(namespace="batch", empty_dir=True)
-    assert planned(batch, settings, after=10_000) == (
+def test_allow_completion_pods_are_waited_for_not_evicted() -> None:
+    settings = drain(evictionModes=[{"mode": "allow-completion", "namespaces": ["batch"]}], emptyDir="wait")
+    assert planned(pod(namespace="batch"), settings, after=10_000) == (
+        PodAction.WAIT,
+        (PodClass.ALLOW_COMPLETION,),
+    )
+    # A data-loss class set to wait is recorded beside the mode that decided.
+    assert planned(pod(namespace="batch", empty_dir=True), settings) == (
         PodAction.WAIT,
         (PodClass.ALLOW_COMPLETION, PodClass.EMPTY_DIR),
     )
@@ -463,3 +467,123 @@ def test_a_refusal_is_told_on_the_node_as_a_warning() -> None:
     assert (told.reason, told.type, told.action) == ("DrainRefused", EventType.WARNING, "Drain")
     assert told.regarding.name == "gpu-a"
     assert "training/cache-0 (drain.emptyDir is refuse)" in told.note and "stays cordoned" in told.note
+
+
+# -- issue 24 point 3: refuse is decided over the whole node before any hold -----------------------
+
+DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
+BATCH_ALLOW_COMPLETION = [{"mode": "allow-completion", "namespaces": ["batch"]}]
+
+
+@pytest.mark.parametrize(
+    ("settings", "held", "refused_class"),
+    [
+        (
+            {"emptyDir": "refuse"},
+            pod("ckpt-0", empty_dir=True, annotations=DO_NOT_DISRUPT),
+            PodClass.EMPTY_DIR,
+        ),
+        (
+            {"unmanagedPods": "refuse"},
+            pod("debug-0", owner_kind=None, annotations=DO_NOT_DISRUPT),
+            PodClass.UNMANAGED,
+        ),
+        (
+            {"emptyDir": "refuse", "evictionModes": BATCH_ALLOW_COMPLETION},
+            pod("nightly-0", "batch", owner_kind="Job", empty_dir=True),
+            PodClass.EMPTY_DIR,
+        ),
+        (
+            {"unmanagedPods": "refuse", "evictionModes": BATCH_ALLOW_COMPLETION},
+            pod("nightly-0", "batch", owner_kind=None),
+            PodClass.UNMANAGED,
+        ),
+    ],
+    ids=[
+        "emptyDir-doNotDisrupt",
+        "unmanaged-doNotDisrupt",
+        "emptyDir-allowCompletion",
+        "unmanaged-allowCompletion",
+    ],
+)
+def test_a_refused_pod_is_refused_from_the_first_round_whatever_holds_it(
+    settings: dict[str, Any], held: PodView, refused_class: PodClass
+) -> None:
+    drain_settings = drain(doNotDisruptWaitSeconds=300, **settings)
+    # Refused at once, not after the hold, and still refused when the drain times out.
+    for after in (0, 299, 300, 900, 10_000):
+        action, classes = planned(held, drain_settings, after=after)
+        assert (action, classes[0]) == (PodAction.REFUSE, refused_class), after
+
+
+def test_the_holds_still_apply_to_pods_no_refuse_setting_refuses() -> None:
+    settings = drain(emptyDir="refuse", evictionModes=BATCH_ALLOW_COMPLETION)
+    assert planned(pod(annotations=DO_NOT_DISRUPT), settings) == (
+        PodAction.WAIT,
+        (PodClass.DO_NOT_DISRUPT_HELD,),
+    )
+    assert planned(pod("nightly-0", "batch", owner_kind="Job"), settings) == (
+        PodAction.WAIT,
+        (PodClass.ALLOW_COMPLETION,),
+    )
+    # A pod the drain never moves is never refused: it loses nothing to NodeHeal.
+    assert planned(pod(empty_dir=True, owner_kind="DaemonSet"), settings)[0] is PodAction.LEAVE
+    assert planned(pod("ckpt", "kube-system", empty_dir=True), settings)[0] is PodAction.LEAVE
+
+
+def test_a_do_not_disrupt_empty_dir_pod_under_refuse_stops_the_first_round_before_any_eviction() -> None:
+    node = cordoned(live_node(condition=gpu_problem()))
+    remediation = RemediationSettings.from_json({"drain": {"emptyDir": "refuse"}})
+    state = admitted_state(node, settings=remediation)
+    pods = PdbBlockedPods(
+        [pod("trainer-0"), pod("ckpt-0", empty_dir=True, annotations=DO_NOT_DISRUPT), pod("trainer-1")]
+    )
+
+    result = actions.drain_round(
+        state, KubeAccess(FakeNodes({"gpu-a": node}), pods), held_ledger(), NOW, mode=Mode.FULL
+    )
+
+    assert pods.evictions == [] and pods.deletions == []
+    assert result["refused"] is True and result["rounds"] == 1
+    assert "training/ckpt-0 (drain.emptyDir is refuse)" in result["summary"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "held"),
+    [
+        (
+            {"emptyDir": "refuse", "evictionModes": BATCH_ALLOW_COMPLETION},
+            pod("nightly-0", "batch", owner_kind="Job", empty_dir=True),
+        ),
+        ({"unmanagedPods": "refuse"}, pod("debug-0", owner_kind=None, annotations=DO_NOT_DISRUPT)),
+    ],
+    ids=["emptyDir-allowCompletion", "unmanaged-doNotDisrupt"],
+)
+def test_a_held_pod_under_refuse_is_never_waited_for_nor_forced(
+    settings: dict[str, Any], held: PodView
+) -> None:
+    node = cordoned(live_node(condition=gpu_problem()))
+    remediation = RemediationSettings.from_json({"drain": {**settings, "onTimeout": "force"}})
+    pods = PdbBlockedPods([pod("trainer-0"), held])
+
+    first = actions.drain_round(
+        admitted_state(node, settings=remediation),
+        KubeAccess(FakeNodes({"gpu-a": node}), pods),
+        held_ledger(),
+        NOW,
+        mode=Mode.FULL,
+    )
+    assert first["refused"] is True and first["done"] is False
+    # Even if the state machine reached the force step at drain.timeoutSeconds, nothing is deleted.
+    timed_out = admitted_state(
+        node,
+        settings=remediation,
+        extra={
+            "drain": {"startedAt": "2026-11-21T09:40:00.000Z", "rounds": 30, "done": False, "timedOut": True}
+        },
+    )
+    with pytest.raises(DrainAbortedError, match=held.key):
+        actions.force_drain(
+            timed_out, KubeAccess(FakeNodes({"gpu-a": node}), pods), held_ledger(), NOW, mode=Mode.FULL
+        )
+    assert pods.evictions == [] and pods.deletions == []
