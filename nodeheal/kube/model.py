@@ -120,6 +120,9 @@ class PodView:
     empty_dir_volumes: tuple[str, ...] = ()
     #: ``metadata.deletionTimestamp``: when the pod's grace period ends (None: not terminating).
     deletion_timestamp: datetime | None = None
+    #: ``(apiVersion, kind)`` of the controller ownerReference, the first with ``controller: true``
+    #: (kubectl's ``metav1.GetControllerOf``); None when no owner is the controller.
+    controller_ref: tuple[str, str] | None = None
 
     @property
     def key(self) -> str:
@@ -127,7 +130,11 @@ class PodView:
 
     @property
     def is_daemonset_pod(self) -> bool:
-        return "DaemonSet" in self.owner_kinds
+        """As kubectl drain counts them (``pkg/drain/filters.go`` in kubernetes/kubectl,
+        ``daemonSetFilter`` and ``isControllerRefDaemonSet``): the pod's controller ownerReference
+        is kind ``DaemonSet`` with apiVersion ``apps/v1``, both compared exactly. An owner of that
+        kind that is not the controller does not make it one: no DaemonSet recreates the pod."""
+        return self.controller_ref == ("apps/v1", "DaemonSet")
 
     @property
     def is_mirror_pod(self) -> bool:
@@ -170,4 +177,12 @@ class PodView:
                 if volume.get("emptyDir") is not None
             ),
             deletion_timestamp=parse_timestamp(deletion, "metadata.deletionTimestamp") if deletion else None,
+            controller_ref=next(
+                (
+                    (str(o.get("apiVersion", "")), str(o.get("kind", "")))
+                    for o in owners
+                    if o.get("controller")
+                ),
+                None,
+            ),
         )

@@ -587,3 +587,41 @@ def test_a_held_pod_under_refuse_is_never_waited_for_nor_forced(
             timed_out, KubeAccess(FakeNodes({"gpu-a": node}), pods), held_ledger(), NOW, mode=Mode.FULL
         )
     assert pods.evictions == [] and pods.deletions == []
+
+
+# -- DaemonSet pods as kubectl drain counts them ---------------------------------------------------
+
+
+def owned_by(*owners: dict[str, Any]) -> PodView:
+    raw = make_pod("p-0", "training", "gpu-a")
+    raw["metadata"]["ownerReferences"] = [
+        {"name": "owner", "uid": f"uid-{index}", **owner} for index, owner in enumerate(owners)
+    ]
+    return PodView.from_api(raw)
+
+
+def test_a_daemonset_pod_is_one_whose_controller_is_an_apps_v1_daemonset() -> None:
+    # kubectl pkg/drain/filters.go, daemonSetFilter: metav1.GetControllerOf, then isControllerRefDaemonSet.
+    daemon_set = {"apiVersion": "apps/v1", "kind": "DaemonSet"}
+    assert owned_by({**daemon_set, "controller": True}).is_daemonset_pod
+    # An owner reference that is not the controller does not make it one.
+    not_controller = owned_by({**daemon_set, "controller": False})
+    assert not not_controller.is_daemonset_pod and not_controller.needs_eviction
+    assert not owned_by(daemon_set).is_daemonset_pod
+    # A DaemonSet owner beside another controller: the controller decides.
+    beside = owned_by(daemon_set, {"apiVersion": "apps/v1", "kind": "ReplicaSet", "controller": True})
+    assert not beside.is_daemonset_pod
+    # The first controller reference is the controller (GetControllerOf), matched on kind and apiVersion.
+    assert not owned_by(
+        {"apiVersion": "extensions/v1beta1", "kind": "DaemonSet", "controller": True}
+    ).is_daemonset_pod
+    assert not owned_by({"apiVersion": "apps/v1", "kind": "Daemonset", "controller": True}).is_daemonset_pod
+    assert not owned_by(
+        {"apiVersion": "example.com/v1", "kind": "DaemonSet", "controller": True}
+    ).is_daemonset_pod
+
+
+def test_a_pod_with_a_non_controller_daemonset_owner_is_drained_as_the_pod_it_is() -> None:
+    bare = owned_by({"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": False})
+    assert planned(bare) == (PodAction.EVICT, (PodClass.UNMANAGED,))
+    assert planned(bare, drain(unmanagedPods="refuse")) == (PodAction.REFUSE, (PodClass.UNMANAGED,))
