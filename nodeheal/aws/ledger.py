@@ -40,7 +40,13 @@ from nodeheal.timeutil import format_timestamp, utc_now
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView
-from nodeheal.workflow.records import DroppedEvent, RemediationRecord
+from nodeheal.workflow.records import (
+    FINALIZERS,
+    DroppedEvent,
+    ExecutionEnd,
+    RecordWrite,
+    RemediationRecord,
+)
 
 #: Records are history, not state: kept ~13 months so a year-over-year question has an answer.
 RECORD_RETENTION = timedelta(days=400)
@@ -429,8 +435,16 @@ class Ledger:
 
     # -- remediation records ---------------------------------------------------------------------
 
-    def put_record(self, record: RemediationRecord) -> None:
-        """Write (or rewrite, for a retried step) the record of one execution."""
+    @staticmethod
+    def _written_by_finalizer() -> tuple[str, dict[str, Any]]:
+        """The condition "the stored item was written by a finalizer" and its values."""
+        values = {f":finalizer{n}": by for n, by in enumerate(sorted(FINALIZERS))}
+        return f"recordedBy IN ({', '.join(values)})", serialize_item(values)
+
+    def put_record(self, record: RemediationRecord) -> RecordWrite:
+        """Write (or rewrite, for a retried step) the record of one execution, in one conditional
+        write: a finalizer's record never replaces a record step's, which replaces a finalizer's
+        (:func:`nodeheal.workflow.records.replaces_record`). Returns what it found there."""
         item = {
             "pk": f"INSTANCE#{record.cluster}#{record.subject}",
             "sk": record.sort_key,
@@ -439,7 +453,28 @@ class Ledger:
             "expiresAt": _epoch(record.finished_at + RECORD_RETENTION),
             **record.to_item(),
         }
-        self._client.put_item(TableName=self._table, Item=serialize_item(item))
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": serialize_item(item),
+            "ReturnValues": "ALL_OLD",
+        }
+        if record.recorded_by in FINALIZERS:
+            # A record without recordedBy (an earlier version's) is taken as a step's.
+            by_finalizer, values = self._written_by_finalizer()
+            request |= {
+                "ConditionExpression": f"attribute_not_exists(pk) OR {by_finalizer}",
+                "ExpressionAttributeValues": values,
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        try:
+            response = self._client.put_item(**request)
+        except ClientError as error:
+            if not _is_conditional_failure(error):
+                raise
+            kept = error.response.get("Item")
+            return RecordWrite(False, RemediationRecord.from_item(deserialize_item(kept)) if kept else None)
+        old = response.get("Attributes")
+        return RecordWrite(True, RemediationRecord.from_item(deserialize_item(old)) if old else None)
 
     def instance_records(self, cluster: str, subject: str, since: datetime) -> list[RemediationRecord]:
         """The history of one instance: what attempt caps and escalation count (D1)."""
@@ -532,13 +567,22 @@ class Ledger:
 
     def execution_ended(self, cluster: str, execution: str) -> bool:
         """Whether an end of this execution was recorded and its notification sent."""
+        return self.execution_end(cluster, execution) is not None
+
+    def execution_end(self, cluster: str, execution: str) -> ExecutionEnd | None:
+        """This execution's end marker: the outcome recorded and who recorded it (None: not ended)."""
         response = self._client.get_item(
             TableName=self._table, Key=self._end_key(cluster, execution), ConsistentRead=True
         )
-        return "Item" in response
+        if "Item" not in response:
+            return None
+        item = deserialize_item(response["Item"])
+        return ExecutionEnd(outcome=str(item.get("outcome", "")), by=str(item.get("recordedBy", "")))
 
     def mark_execution_ended(self, cluster: str, execution: str, outcome: str, by: str) -> None:
-        """Remember that this execution's end was recorded and notified (idempotent)."""
+        """Remember that this execution's end was recorded and notified: the first end stands,
+        except that a record step's replaces a finalizer's with its own record's outcome
+        (:func:`nodeheal.workflow.records.replaces_end`), in one conditional write."""
         now = self._clock()
         item = {
             "pk": f"EXECUTION#{cluster}#{execution}",
@@ -548,12 +592,17 @@ class Ledger:
             "at": format_timestamp(now, millis=True),
             "expiresAt": _epoch(now + RECORD_RETENTION),
         }
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": serialize_item(item),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+        if by not in FINALIZERS:
+            by_finalizer, values = self._written_by_finalizer()
+            request["ConditionExpression"] += f" OR {by_finalizer}"
+            request["ExpressionAttributeValues"] = values
         try:
-            self._client.put_item(
-                TableName=self._table,
-                Item=serialize_item(item),
-                ConditionExpression="attribute_not_exists(pk)",
-            )
+            self._client.put_item(**request)
         except ClientError as error:
             if not _is_conditional_failure(error):
                 raise

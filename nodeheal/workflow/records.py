@@ -43,6 +43,32 @@ class Outcome(StrEnum):
 #: Outcomes that count as an attempt on the node for the per-node attempt cap.
 ATTEMPT_OUTCOMES = frozenset({Outcome.REPLACED, Outcome.REBOOTED, Outcome.DRAIN_ABORTED, Outcome.FAILED})
 
+#: Who writes an execution's record and end marker: ``Record outcome`` and ``Record failure`` ran
+#: inside the execution and know what happened to the node.
+RECORD_STEP = "workflow"
+#: The writers that account for an end from outside the execution (D6): they know only that it
+#: ended (timed out, aborted, failed with no Catch), never what its last step did.
+FINALIZERS = frozenset({"finalizer", "sweeper"})
+
+
+def replaces_record(writer: str, stored: str) -> bool:
+    """Whether ``writer``'s record of an execution replaces the one ``stored`` wrote.
+
+    A record step's stands over a finalizer's, never the reverse: Step Functions does not stop a
+    running task when its execution times out or is aborted, so ``Record outcome`` may write what
+    happened (``rebooted``) before or after the finalizer writes ``failed``, and whichever order
+    they come in, what happened is what stays (and what the reboot escalation counts). Writers of
+    one kind rewrite each other's: a retry repeats the work of an attempt that died part-way.
+    """
+    return writer not in FINALIZERS or stored in FINALIZERS
+
+
+def replaces_end(writer: str, stored: str) -> bool:
+    """Whether ``writer``'s end marker of an execution replaces the one ``stored`` wrote: only a
+    record step's over a finalizer's, which it corrects to its own record's outcome. Otherwise the
+    first end stands: it was recorded and notified once."""
+    return writer not in FINALIZERS and stored in FINALIZERS
+
 
 def identity_key(instance_id: str, node_uid: str = "", node_name: str = "") -> str:
     """The key locks, history, attempt caps and escalation follow (DESIGN D1): the EC2 instance.
@@ -91,6 +117,8 @@ class RemediationRecord:
     escalated: bool = False
     error: str = ""
     error_cause: str = ""
+    #: Who wrote it: :data:`RECORD_STEP`, or one of :data:`FINALIZERS` (see :func:`replaces_record`).
+    recorded_by: str = RECORD_STEP
 
     @property
     def subject(self) -> str:
@@ -130,6 +158,7 @@ class RemediationRecord:
             "escalated": self.escalated,
             "error": self.error,
             "errorCause": self.error_cause,
+            "recordedBy": self.recorded_by,
         }
 
     @classmethod
@@ -169,7 +198,26 @@ class RemediationRecord:
             escalated=bool(item.get("escalated", False)),
             error=str(item.get("error", "")),
             error_cause=str(item.get("errorCause", "")),
+            # Records of earlier versions do not say: taken as a step's, which no finalizer replaces.
+            recorded_by=str(item.get("recordedBy", RECORD_STEP)),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RecordWrite:
+    """What writing an execution's record did (:func:`replaces_record` decides)."""
+
+    written: bool
+    #: The execution's record found in the ledger: the one replaced, or the one kept instead.
+    previous: RemediationRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionEnd:
+    """An execution's end marker: its end was recorded (with ``outcome``) and notified, by ``by``."""
+
+    outcome: str
+    by: str
 
 
 def node_history(records: Iterable[RemediationRecord], policy: PolicySettings, now: datetime) -> NodeHistory:

@@ -18,7 +18,7 @@ from nodeheal.errors import LedgerContentionError
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView
-from nodeheal.workflow.records import DroppedEvent, RemediationRecord
+from nodeheal.workflow.records import DroppedEvent, ExecutionEnd, RecordWrite, RemediationRecord
 
 TABLE = "nodeheal-ledger"
 #: Records are read back from this far before the simulation's start.
@@ -113,9 +113,9 @@ class DynamoLedger:
         self.on_call("write_admission_state")
         return self._ledger.write_admission_state(state)
 
-    def put_record(self, record: RemediationRecord) -> None:
+    def put_record(self, record: RemediationRecord) -> RecordWrite:
         self.on_call("put_record")
-        self._ledger.put_record(record)
+        return self._ledger.put_record(record)
 
     def instance_records(self, cluster: str, subject: str, since: datetime) -> list[RemediationRecord]:
         self.on_call("instance_records")
@@ -132,6 +132,10 @@ class DynamoLedger:
     def execution_ended(self, cluster: str, execution: str) -> bool:
         self.on_call("execution_ended")
         return self._ledger.execution_ended(cluster, execution)
+
+    def execution_end(self, cluster: str, execution: str) -> ExecutionEnd | None:
+        self.on_call("execution_end")
+        return self._ledger.execution_end(cluster, execution)
 
     def mark_execution_ended(self, cluster: str, execution: str, outcome: str, by: str) -> None:
         self.on_call("mark_execution_ended")

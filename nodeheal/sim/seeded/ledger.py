@@ -3,7 +3,9 @@
 Same conditional semantics as :class:`nodeheal.aws.ledger.Ledger`: locks keyed by identity (the
 instance), expiring at their TTL; preemption conditional on the exact holder and on its claimed
 step having finished; the cluster admission item versioned (a stale write is
-``LedgerContentionError``); records keyed by execution; end markers first-writer-wins.
+``LedgerContentionError``); records and end markers keyed by execution, a record step's standing
+over a finalizer's (:func:`~nodeheal.workflow.records.replaces_record`,
+:func:`~nodeheal.workflow.records.replaces_end`).
 ``tests/unit/workflow/test_ledger_contract.py`` runs one contract against both.
 
 ``on_call`` is called with the operation's name before each operation does anything: the
@@ -22,7 +24,14 @@ from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededE
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView
-from nodeheal.workflow.records import DroppedEvent, RemediationRecord
+from nodeheal.workflow.records import (
+    DroppedEvent,
+    ExecutionEnd,
+    RecordWrite,
+    RemediationRecord,
+    replaces_end,
+    replaces_record,
+)
 
 _EPOCH = datetime(2026, 11, 21, 10, 5, tzinfo=UTC)
 
@@ -44,7 +53,7 @@ class MemoryLedger:
     states: dict[str, ClusterAdmissionState] = field(default_factory=dict)
     records: list[RemediationRecord] = field(default_factory=list)
     dropped: list[DroppedEvent] = field(default_factory=list)
-    ended: dict[str, str] = field(default_factory=dict)
+    ended: dict[str, ExecutionEnd] = field(default_factory=dict)
     #: (cluster, instance, condition type) -> the remembered sighting (the episode memory, D2).
     remembered: dict[tuple[str, str, str], Sighting] = field(default_factory=dict)
     now: datetime = _EPOCH
@@ -182,10 +191,14 @@ class MemoryLedger:
         self.states[state.cluster] = written
         return written
 
-    def put_record(self, record: RemediationRecord) -> None:
+    def put_record(self, record: RemediationRecord) -> RecordWrite:
         self.on_call("put_record")
+        previous = next((r for r in self.records if r.execution == record.execution), None)
+        if previous is not None and not replaces_record(record.recorded_by, previous.recorded_by):
+            return RecordWrite(False, previous)
         self.records = [r for r in self.records if r.execution != record.execution]
         self.records.append(record)
+        return RecordWrite(True, previous)
 
     def instance_records(self, cluster: str, subject: str, since: datetime) -> list[RemediationRecord]:
         self.on_call("instance_records")
@@ -208,9 +221,15 @@ class MemoryLedger:
         self.on_call("execution_ended")
         return execution in self.ended
 
+    def execution_end(self, cluster: str, execution: str) -> ExecutionEnd | None:
+        self.on_call("execution_end")
+        return self.ended.get(execution)
+
     def mark_execution_ended(self, cluster: str, execution: str, outcome: str, by: str) -> None:
         self.on_call("mark_execution_ended")
-        self.ended.setdefault(execution, outcome)
+        stored = self.ended.get(execution)
+        if stored is None or replaces_end(by, stored.by):
+            self.ended[execution] = ExecutionEnd(outcome, by)
 
     def put_dropped_event(self, dropped: DroppedEvent) -> None:
         self.on_call("put_dropped_event")

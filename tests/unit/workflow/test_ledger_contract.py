@@ -18,7 +18,7 @@ from nodeheal.aws.ledger import Ledger
 from nodeheal.errors import LockNotHeldError, SupersededError
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim
-from nodeheal.workflow.records import Outcome, RemediationRecord
+from nodeheal.workflow.records import ExecutionEnd, Outcome, RecordWrite, RemediationRecord
 from tests.aws_fixtures import create_ledger_table
 from tests.unit.workflow.fakes import FakeLedger
 
@@ -132,10 +132,75 @@ def test_history_follows_the_instance_not_the_name(subject: Subject) -> None:
 
 def test_an_execution_ends_once(subject: Subject) -> None:
     ledger = subject.ledger
-    assert not ledger.execution_ended("c", "x")
+    assert not ledger.execution_ended("c", "x") and ledger.execution_end("c", "x") is None
     ledger.mark_execution_ended("c", "x", "replaced", "workflow")
     ledger.mark_execution_ended("c", "x", "failed", "finalizer")  # a later end changes nothing
+    ledger.mark_execution_ended("c", "x", "failed", "workflow")  # nor a record step's over a step's
     assert ledger.execution_ended("c", "x")
+    assert ledger.execution_end("c", "x") == ExecutionEnd("replaced", "workflow")
+
+
+def test_a_record_steps_end_replaces_a_finalizers_and_no_finalizers_replaces_it(subject: Subject) -> None:
+    """Issue 24, point 5: the Record step knows what happened, the finalizer only that the
+    execution ended; the end marker keeps the outcome of the record that stands."""
+    ledger = subject.ledger
+    ledger.mark_execution_ended("c", "x", "failed", "finalizer")
+    ledger.mark_execution_ended("c", "x", "failed", "sweeper")
+    assert ledger.execution_end("c", "x") == ExecutionEnd("failed", "finalizer")
+    ledger.mark_execution_ended("c", "x", "rebooted", "workflow")
+    ledger.mark_execution_ended("c", "x", "failed", "sweeper")
+    assert ledger.execution_end("c", "x") == ExecutionEnd("rebooted", "workflow")
+
+
+def execution_record(outcome: Outcome, by: str, execution: str = "x") -> RemediationRecord:
+    return RemediationRecord(
+        cluster="c",
+        node="gpu-a",
+        execution=execution,
+        started_at=NOW,
+        finished_at=NOW + timedelta(minutes=3),
+        outcome=outcome,
+        action=Action.REBOOT,
+        planned_action=Action.REBOOT,
+        reason="Xid 48",
+        summary=outcome.value,
+        instance_id=INSTANCE,
+        recorded_by=by,
+    )
+
+
+def the_outcome(ledger: Any, execution: str = "x") -> Outcome:
+    (kept,) = [
+        r for r in ledger.instance_records("c", INSTANCE, NOW - timedelta(days=1)) if r.execution == execution
+    ]
+    outcome: Outcome = kept.outcome
+    return outcome
+
+
+def test_a_finalizers_record_never_replaces_a_record_steps(subject: Subject) -> None:
+    ledger = subject.ledger
+    assert ledger.put_record(execution_record(Outcome.REBOOTED, "workflow")) == RecordWrite(True, None)
+    refused = ledger.put_record(execution_record(Outcome.FAILED, "finalizer"))
+    assert not refused.written and refused.previous == execution_record(Outcome.REBOOTED, "workflow")
+    assert not ledger.put_record(execution_record(Outcome.FAILED, "sweeper")).written
+    assert the_outcome(ledger) is Outcome.REBOOTED
+
+
+def test_a_record_steps_record_replaces_a_finalizers(subject: Subject) -> None:
+    ledger = subject.ledger
+    assert ledger.put_record(execution_record(Outcome.FAILED, "finalizer")).written
+    # The sweeper redoes a finalizer that died before its end marker; a record step corrects it.
+    again = ledger.put_record(execution_record(Outcome.FAILED, "sweeper"))
+    assert again.written and again.previous == execution_record(Outcome.FAILED, "finalizer")
+    corrected = ledger.put_record(execution_record(Outcome.REBOOTED, "workflow"))
+    assert corrected.written and corrected.previous == execution_record(Outcome.FAILED, "sweeper")
+    assert the_outcome(ledger) is Outcome.REBOOTED
+    # A retried record step rewrites its own; other executions' records are not involved.
+    assert ledger.put_record(execution_record(Outcome.REBOOTED, "workflow")).written
+    assert ledger.put_record(execution_record(Outcome.FAILED, "finalizer", execution="y")) == RecordWrite(
+        True, None
+    )
+    assert the_outcome(ledger) is Outcome.REBOOTED and the_outcome(ledger, "y") is Outcome.FAILED
 
 
 def test_a_more_severe_contender_stops_a_busy_holder_at_its_next_claim(subject: Subject) -> None:
