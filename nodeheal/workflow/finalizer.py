@@ -15,6 +15,14 @@ Both rebuild the execution's last known state from its history (the last state e
 every step's result), then end it like ``Record failure`` does: a ledger record, the lock and the
 budget slot released, a person notified. The end marker (``Ledger.mark_execution_ended``) makes
 every path idempotent with ``Record outcome``/``Record failure`` and with each other.
+
+Step Functions does not stop a running task when its execution times out or is aborted: a Record
+step may write its record before, while or after the finalizer writes ``failed``. What the Record
+step wrote is what happened, and it stands (``nodeheal.workflow.records.replaces_record``): the
+finalizer's record never replaces it, and a late Record step corrects the finalizer's record and
+end marker. A finalizer that finds a Record step's record without an end leaves the end to that
+step while it may still be running (:data:`RECORD_STEP_LIFETIME`); after that the step died, and
+the sweeper finishes its end.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from typing import Any, Protocol
 
 from nodeheal.errors import InvalidEventError
 from nodeheal.timeutil import format_timestamp
+from nodeheal.timing import TASK_TIMEOUT_SECONDS
 from nodeheal.workflow.ports import LedgerPort, NotifierPort
 from nodeheal.workflow.recording import record_failure
 from nodeheal.workflow.state import WorkflowState
@@ -35,6 +44,13 @@ UNCAUGHT_END_STATUSES = ("FAILED", "TIMED_OUT", "ABORTED")
 
 #: The error each status is recorded under when the execution names none.
 _STATUS_ERRORS = {"TIMED_OUT": "States.Timeout", "ABORTED": "ExecutionAborted", "FAILED": "States.Runtime"}
+
+#: How long after its execution stopped a Record step's Lambda may still be running: Step Functions
+#: does not stop a running task when the execution times out, is aborted or fails, and a Lambda
+#: runs at most its timeout, after up to 10 s of initialisation.
+RECORD_STEP_LIFETIME = timedelta(
+    seconds=max(TASK_TIMEOUT_SECONDS["record"], TASK_TIMEOUT_SECONDS["record-failure"]) + 10
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +80,9 @@ class ExecutionsPort(Protocol):
 @dataclass(frozen=True, slots=True)
 class FinalizeResult:
     execution: str
-    status: str  # recorded | already-recorded | not-ours | still-running | unreadable
+    #: recorded | already-recorded | recording (a Record step's record stands and the step may
+    #: still notify and end it) | not-ours | still-running | unreadable
+    status: str
     detail: str = ""
 
     def to_json(self) -> dict[str, str]:
@@ -97,7 +115,16 @@ def finalize(
     error = ended.error or _STATUS_ERRORS.get(ended.status, ended.status)
     cause = ended.cause or f"the execution ended {ended.status.lower().replace('_', ' ')} outside any Catch"
     with_failure = WorkflowState.parse({**state.raw, "failure": {"Error": error, "Cause": cause}})
-    result = record_failure(with_failure, ledger, notifier, now, region=region, by=by)
+    stopped = ended.stopped_at
+    step_may_be_running = stopped is not None and now < stopped + RECORD_STEP_LIFETIME
+    result = record_failure(
+        with_failure, ledger, notifier, now, region=region, by=by, step_may_be_running=step_may_be_running
+    )
+    if result.get("leftToRecordStep"):
+        # Its record says what happened; it notifies and ends it, or the sweeper does once it died.
+        return FinalizeResult(ended.name, "recording", str(result.get("summary", "")))
+    if result.get("alreadyRecorded"):
+        return FinalizeResult(ended.name, "already-recorded")
     return FinalizeResult(ended.name, "recorded", str(result.get("summary", "")))
 
 

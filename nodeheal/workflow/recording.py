@@ -24,7 +24,7 @@ from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
 from nodeheal.workflow.admission import STOP
 from nodeheal.workflow.ports import LedgerPort, NotifierPort
-from nodeheal.workflow.records import Outcome, RemediationRecord
+from nodeheal.workflow.records import FINALIZERS, RECORD_STEP, Outcome, RemediationRecord, replaces_end
 from nodeheal.workflow.state import WorkflowState
 
 #: Stage boundaries in pipeline order: (name of the stage ending here, where its timestamp is).
@@ -191,8 +191,12 @@ def record_failure(
     now: datetime,
     *,
     region: str,
-    by: str = "workflow",
+    by: str = RECORD_STEP,
+    step_may_be_running: bool = False,
 ) -> dict[str, Any]:
+    """``Record failure``'s end, and the finalizer's (``by`` one of
+    :data:`~nodeheal.workflow.records.FINALIZERS`; ``step_may_be_running``: see
+    :func:`_account_for_end`)."""
     failure = state.step("failure") or {}
     error = str(failure.get("Error", "UnknownError"))
     cause = _cause_text(failure.get("Cause"))
@@ -211,6 +215,7 @@ def record_failure(
         error=error,
         error_cause=cause,
         by=by,
+        step_may_be_running=step_may_be_running,
     )
 
 
@@ -238,7 +243,8 @@ def _finish(
     region: str,
     error: str = "",
     error_cause: str = "",
-    by: str = "workflow",
+    by: str = RECORD_STEP,
+    step_may_be_running: bool = False,
 ) -> dict[str, Any]:
     admission = state.step("admission") or {}
     decision = admission.get("decision") or {}
@@ -283,14 +289,17 @@ def _finish(
         ),
         error=error,
         error_cause=error_cause,
+        recorded_by=by,
     )
-    result = _account_for_end(state, ledger, notifier, record_, region=region, by=by)
+    result = _account_for_end(
+        state, ledger, notifier, record_, region=region, step_may_be_running=step_may_be_running
+    )
     return {
-        **result,
         "outcome": outcome.value,
         "summary": summary,
         "stageSeconds": record_.stage_seconds,
         "at": format_timestamp(now, millis=True),
+        **result,
     }
 
 
@@ -301,25 +310,52 @@ def _account_for_end(
     record_: RemediationRecord,
     *,
     region: str,
-    by: str,
+    step_may_be_running: bool = False,
 ) -> dict[str, Any]:
     """Record, release and notify once per execution, whoever gets here first (D6).
 
     ``Record outcome``, ``Record failure``, the finalizer and the sweeper may all reach one end
-    (a retried task, a failed execution whose Record failure ran). The end marker is written
-    last, so a crash in between repeats the work instead of losing it: the record is rewritten
-    identically, the releases are conditional, and at worst a notification is sent twice.
+    (a retried task, a failed execution whose Record failure ran, a Record step still running when
+    its execution timed out). The end marker is written last, so a crash in between repeats the
+    work instead of losing it: the record is rewritten, the releases are conditional, and at worst
+    a notification is sent twice.
+
+    What a record step wrote is what happened, and it stands (``records.replaces_record`` and
+    ``replaces_end``): a finalizer's record never replaces it, and a record step that finds the
+    finalizer's end (it got there first) replaces the record and the end marker's outcome with
+    its own, without a second notification. A finalizer that finds a record step's record leaves
+    the end to that step while it may still be running (``step_may_be_running``); once it cannot
+    be, the step died after its record, and the finalizer finishes that record's end.
     """
-    if ledger.execution_ended(state.cluster, state.execution.name):
+    cluster, execution, by = state.cluster, state.execution.name, record_.recorded_by
+    ended = ledger.execution_end(cluster, execution)
+    if ended is not None and not replaces_end(by, ended.by):
         _release(state, ledger)
         return {"notification": "", "alreadyRecorded": True}
-    ledger.put_record(record_)
+    written = ledger.put_record(record_)
     _release(state, ledger)
+    # A finalizer marked this end, or wrote its record, before this record step: it told a person.
+    told = ended is not None or (
+        by not in FINALIZERS and written.previous is not None and written.previous.recorded_by in FINALIZERS
+    )
+    if not written.written:
+        # The finalizer found a record step's record: what happened. (A refusal always returns
+        # the record that refused it; without one there is nothing to notify or mark with.)
+        standing = written.previous
+        if step_may_be_running or standing is None:
+            found = {"outcome": standing.outcome.value, "summary": standing.summary} if standing else {}
+            return {"notification": "", "alreadyRecorded": False, "leftToRecordStep": True, **found}
+        record_ = standing
     notified = ""
-    if notifier is not None and _worth_notifying(state, record_):
+    if not told and notifier is not None and _worth_notifying(state, record_):
         notified = notifier.publish(render_notification(record_, state, region=region))
-    ledger.mark_execution_ended(state.cluster, state.execution.name, record_.outcome.value, by)
-    return {"notification": notified, "alreadyRecorded": False}
+    ledger.mark_execution_ended(cluster, execution, record_.outcome.value, by)
+    return {
+        "notification": notified,
+        "alreadyRecorded": False,
+        "outcome": record_.outcome.value,
+        "summary": record_.summary,
+    }
 
 
 def _release(state: WorkflowState, ledger: LedgerPort) -> None:
