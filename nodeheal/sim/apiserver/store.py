@@ -4,7 +4,7 @@
 pod deletion. This class adds what is specific to a cluster: PodDisruptionBudget status as the
 disruption controller keeps it (live, or paused so it lags), the storage side of the eviction
 subresource (whose order of checks lives in `eviction`), controller scales, and the helpers a
-simulation uses to play kubelet, node-problem-detector and reboots.
+simulation uses to play the kubelet, the detectors (``nodeheal.sim.detectors``) and reboots.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from nodeheal.sim import detectors
 from nodeheal.sim.apiserver import codec, messages
 from nodeheal.sim.apiserver import pdb as pdbmath
 from nodeheal.sim.apiserver.clock import Clock
@@ -62,31 +63,27 @@ def _epoch(stamp: str) -> int:
     return int(datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
 
 
-def _condition_setter(type: str, status: str, reason: str, message: str, now: str) -> Callable[[JSON], None]:
-    """The change a detector makes to one node condition (see ClusterStore.set_node_condition)."""
+def _condition_change(condition_type: str, write: detectors.Writer) -> Callable[[JSON], None]:
+    """The change that replaces one node condition with what ``write`` makes of it (appended when
+    the node has none)."""
 
     def change(node: JSON) -> None:
         conditions = node.setdefault("status", {}).setdefault("conditions", [])
-        for cond in conditions:
-            if cond["type"] == type:
-                if cond.get("status") != status:
-                    cond["lastTransitionTime"] = now
-                cond.update(
-                    {"status": status, "reason": reason, "message": message, "lastHeartbeatTime": now}
-                )
+        for index, cond in enumerate(conditions):
+            if cond["type"] == condition_type:
+                conditions[index] = write(cond)
                 return
-        conditions.append(
-            {
-                "type": type,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": now,
-            }
-        )
+        conditions.append(write(None))
 
     return change
+
+
+def _plain_setter(type: str, status: str, reason: str, message: str, now: str) -> Callable[[JSON], None]:
+    return _condition_change(type, lambda cur: detectors.set_plainly(cur, type, status, reason, message, now))
+
+
+def _detector_report(type: str, status: str, reason: str, message: str, now: str) -> Callable[[JSON], None]:
+    return _condition_change(type, lambda cur: detectors.report(cur, type, status, reason, message, now))
 
 
 class ClusterStore(ObjectStore):
@@ -288,17 +285,40 @@ class ClusterStore(ObjectStore):
     def set_node_condition(
         self, name: str, type: str, status: str, reason: str = "", message: str = ""
     ) -> JSON:
-        """Set a node condition the way NPD and the kubelet do: the transition time moves only
-        when the status changes; the heartbeat always moves."""
-        return self.mutate("nodes", name, _condition_setter(type, status, reason, message, rfc3339()))
+        """Set a node condition with a plain setter (``detectors.set_plainly``): the transition time
+        moves only when the status changes, reason and message are replaced, the heartbeat always
+        moves. That is how the kubelet writes its own conditions, and what a test uses to place a
+        condition exactly; NPD and the node monitoring agent write otherwise
+        (:meth:`report_node_condition`)."""
+        return self.mutate("nodes", name, _plain_setter(type, status, reason, message, rfc3339()))
 
     def set_node_conditions(
         self, names: Sequence[str], type: str, status: str, reason: str = "", message: str = ""
     ) -> list[int]:
         """:meth:`set_node_condition` on many nodes at once: one write (and watch event) per node,
         all under one hold of the store's lock. Returns each write's resourceVersion."""
-        setter = _condition_setter(type, status, reason, message, rfc3339())
+        setter = _plain_setter(type, status, reason, message, rfc3339())
         return self.mutate_many("nodes", [(name, setter) for name in names])
+
+    def report_node_condition(
+        self, name: str, type: str, status: str, reason: str = "", message: str = ""
+    ) -> JSON:
+        """Write a node condition as the detector that owns ``type`` does (``detectors.report``):
+        NPD's log monitor for GPUProblem, KernelDeadlock and ReadonlyFilesystem (a new reason moves
+        the transition time and replaces the message, the same reason keeps the old message; False
+        is its start-up), NPD's custom plugin for GPUUnavailable, the node monitoring agent for
+        AcceleratedHardwareReady and its other ``*Ready`` conditions (the transition time kept
+        while the status stays False, the newest reason, the messages joined with "; "; True is
+        its start-up), and a plain setter for the kubelet's conditions."""
+        return self.mutate("nodes", name, _detector_report(type, status, reason, message, rfc3339()))
+
+    def report_node_conditions(
+        self, names: Sequence[str], type: str, status: str, reason: str = "", message: str = ""
+    ) -> list[int]:
+        """:meth:`report_node_condition` on many nodes at once: one write (and watch event) per node,
+        all under one hold of the store's lock. Returns each write's resourceVersion."""
+        change = _detector_report(type, status, reason, message, rfc3339())
+        return self.mutate_many("nodes", [(name, change) for name in names])
 
     def heartbeat(self, name: str) -> JSON:
         """A kubelet status heartbeat: only lastHeartbeatTime (and the resourceVersion) moves.

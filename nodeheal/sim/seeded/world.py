@@ -45,6 +45,7 @@ from nodeheal.kube.model import (
 )
 from nodeheal.kube.nodes import MAX_REASON_LENGTH, NODEHEAL_ANNOTATIONS, CordonResult
 from nodeheal.kube.pods import DeletionReport, EvictionReport, PodOutcome, PodResult
+from nodeheal.sim import detectors
 from nodeheal.sim.apiserver.objects import make_node
 from nodeheal.timeutil import format_timestamp
 
@@ -279,34 +280,51 @@ class World:
         node["metadata"]["resourceVersion"] = str(next(self._rv))
         self.on_node_change(node, False)
 
-    def set_condition(self, name: str, condition_type: str, status: str, reason: str, message: str) -> bool:
-        """What a detector (NPD, the node monitoring agent) or the kubelet writes. The transition
-        time moves only when the status changes, as on a real Node."""
+    def _write_condition(self, name: str, condition_type: str, write: detectors.Writer) -> bool:
         node = self.nodes.get(name)
         if node is None:
             return False
-        stamp = format_timestamp(self.now())
         conditions = node["status"]["conditions"]
-        for condition in conditions:
+        for index, condition in enumerate(conditions):
             if condition["type"] == condition_type:
-                if condition["status"] != status:
-                    condition["lastTransitionTime"] = stamp
-                condition.update(status=status, reason=reason, message=message, lastHeartbeatTime=stamp)
+                conditions[index] = write(condition)
                 break
         else:
-            conditions.insert(
-                len(conditions) - 1,
-                {
-                    "type": condition_type,
-                    "status": status,
-                    "reason": reason,
-                    "message": message,
-                    "lastTransitionTime": stamp,
-                    "lastHeartbeatTime": stamp,
-                },
-            )
+            conditions.insert(len(conditions) - 1, write(None))
         self._touch(node)
         return True
+
+    def set_condition(self, name: str, condition_type: str, status: str, reason: str, message: str) -> bool:
+        """A plain write (``detectors.set_plainly``): the transition time moves only when the
+        status changes, reason and message are replaced. How the kubelet (and the node lifecycle
+        controller) write Ready, and what a test uses to place a condition exactly. The detectors
+        write otherwise: :meth:`report_condition`."""
+        stamp = format_timestamp(self.now())
+        return self._write_condition(
+            name,
+            condition_type,
+            lambda current: detectors.set_plainly(current, condition_type, status, reason, message, stamp),
+        )
+
+    def report_condition(
+        self, name: str, condition_type: str, status: str, reason: str, message: str
+    ) -> bool:
+        """What the detector that owns ``condition_type`` writes for this report
+        (``detectors.report``): NPD's log monitor moves the transition time and replaces the
+        message when the reason changes and keeps the old message when it repeats; the node
+        monitoring agent keeps the transition time while the condition stays False, takes the
+        newest reason and joins the messages with "; "."""
+        stamp = format_timestamp(self.now())
+        return self._write_condition(
+            name,
+            condition_type,
+            lambda current: detectors.report(current, condition_type, status, reason, message, stamp),
+        )
+
+    def restart_detector(self, name: str, condition_type: str) -> bool:
+        """The detector that owns ``condition_type`` starts again (its pod restarts, or the node
+        booted): it writes the condition's start-up state, healthy, with a new transition time."""
+        return self.report_condition(name, condition_type, *detectors.healthy(condition_type))
 
     def delete_node_object(self, name: str) -> JSON | None:
         node = self.nodes.pop(name, None)
@@ -406,8 +424,8 @@ class World:
             for condition in list(node["status"]["conditions"]):
                 kind = condition["type"]
                 if kind != "Ready" and is_bad_status(kind, condition["status"]) and heals:
-                    healthy = "True" if kind == "AcceleratedHardwareReady" else "False"
-                    self.set_condition(name, kind, healthy, "Healthy", "healthy after reboot")
+                    # The detectors start again with the node and write their start-up state.
+                    self.restart_detector(name, kind)
             self.set_condition(name, "Ready", "True", "KubeletReady", "kubelet is posting ready status")
 
         self.at(self.rng.uniform(1, 10), f"{name} goes down for reboot", down)
