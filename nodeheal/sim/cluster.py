@@ -3,7 +3,8 @@
 On top of the fake API server's store it plays the parts of the cluster NodeHeal relies on but
 does not own:
 
-* node-problem-detector: :meth:`SimulatedCluster.inject` sets a Node condition as NPD would;
+* node-problem-detector and the node monitoring agent: :meth:`SimulatedCluster.inject` writes a
+  Node condition as the detector that owns it does (``nodeheal.sim.detectors``);
 * the kubelet after an EC2 reboot (:class:`NodeAgent`): a new boot ID, detectors that start clean,
   and a kubelet that :meth:`SimulatedCluster.kill_kubelet` had killed running again;
 * Karpenter (:class:`KarpenterStandIn`): a deleted NodeClaim has its instance terminated; when an
@@ -70,17 +71,33 @@ XID_79 = Fault(
     "Xid 79 (GPU has fallen off the bus)",
     "GPUProblem",
     "True",
-    "GPUHardwareError",
+    # The reason of the rule this line matches in deploy/node-problem-detector/gpu-monitor.json.
+    "GPUFellOffBus",
     "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus.",
 )
 XID_48 = Fault(
     "Xid 48 (double-bit ECC error)",
     "GPUProblem",
     "True",
-    "GPUHardwareError",
+    "GPUDoubleBitECCError",
     "NVRM: Xid (PCI:0000:a8:00): 48, pid=2411, name=python3, An uncorrectable double bit error (DBE) "
     "has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
 )
+#: A fault NodeHeal decides ``none``, as a detector really writes one: the node monitoring agent
+#: rates Xid 63 (a row-remapping event) fatal and sets AcceleratedHardwareReady=False
+#: (monitors/nvidia/dcgm/dcgm_policies.go, WellKnownXidCodes and handleXidFinding); NVIDIA calls it
+#: informational and NodeHeal's default policy records it and does nothing.
+XID_63 = Fault(
+    "Xid 63 (row remapping event)",
+    "AcceleratedHardwareReady",
+    "False",
+    "NvidiaXID63Error",
+    "detected XID-63 on the instance, review kernel logs for additional information.",
+)
+#: Xid 13 as a condition. No shipped detector writes this: NodeHeal's NPD config makes Xid 13 a
+#: temporary rule (a Node Event, GPUProblem untouched) and the node monitoring agent reports it as
+#: a Warning Event (``NvidiaXID13Warning``). Only a custom permanent NPD rule would; the scenarios
+#: use :data:`XID_63` for a fault decided ``none``.
 XID_13 = Fault(
     "Xid 13 (application error)",
     "GPUProblem",
@@ -448,10 +465,13 @@ class SimulatedCluster:
     # -- what detectors and people do --------------------------------------------------------------
 
     def inject(self, node: str, fault: Fault) -> None:
-        """Set the condition as node-problem-detector (or the node monitoring agent) would."""
+        """Write the condition as its detector does (``ClusterStore.report_node_condition``):
+        node-problem-detector for GPUProblem, the node monitoring agent for AcceleratedHardwareReady."""
         # On the timeline first: the exporter may see the write before this thread runs again.
         self.timeline.emit("fault", "fault", fault.describe(node), node=node)
-        self.store.set_node_condition(node, fault.condition_type, fault.status, fault.reason, fault.message)
+        self.store.report_node_condition(
+            node, fault.condition_type, fault.status, fault.reason, fault.message
+        )
 
     def inject_many(self, nodes: Sequence[str], fault: Fault) -> None:
         """:meth:`inject` on many distinct nodes at once, as a fleet-wide event would set them.
@@ -464,7 +484,9 @@ class SimulatedCluster:
             raise ValueError("inject_many faults distinct nodes; inject twice to flap one node")
         for node in nodes:
             self.timeline.emit("fault", "fault", fault.describe(node), node=node)
-        self.store.set_node_conditions(nodes, fault.condition_type, fault.status, fault.reason, fault.message)
+        self.store.report_node_conditions(
+            nodes, fault.condition_type, fault.status, fault.reason, fault.message
+        )
 
     def kill_kubelet(self, node: str) -> None:
         """The node's kubelet dies with its GPU (the kernel hung on the fallen-off device): pods
@@ -481,10 +503,12 @@ class SimulatedCluster:
         )
 
     def clear(self, node: str, condition_type: str) -> None:
-        """The detector reports the condition healthy again."""
+        """The detector reports the condition healthy again. NPD's log monitor and the node
+        monitoring agent do that only when they start again (their pod restarts): the start-up
+        state, with a new transition time."""
         status = "True" if is_positive_condition(condition_type) else "False"
         reason, message = HEALTHY_CONDITIONS.get(condition_type, (f"{condition_type}Healthy", "healthy"))
-        self.store.set_node_condition(node, condition_type, status, reason, message)
+        self.store.report_node_condition(node, condition_type, status, reason, message)
         self.timeline.emit(
             "fault", "fault-cleared", f"{condition_type} healthy again on {short_node(node)}", node=node
         )

@@ -22,8 +22,8 @@ from nodeheal.kube.model import UNHEALTHY_TAINT_KEY
 from nodeheal.sim.cluster import (
     DCGM_ERROR,
     NOTEBOOK_NAMESPACE,
-    XID_13,
     XID_48,
+    XID_63,
     XID_79,
     ClusterLayout,
     Fault,
@@ -811,10 +811,13 @@ SCENARIOS: dict[str, Scenario] = {
             _replace_play(XID_79),
             _xid79_check,
         ),
+        # A fault decided none as a real detector writes it: NPD's shipped config makes an
+        # application Xid such as 13 a Node Event only, so it never starts a remediation; the node
+        # monitoring agent sets AcceleratedHardwareReady=False for Xid 63, which NodeHeal records.
         Scenario(
-            "xid13",
-            "Xid 13 (application error) -> recorded, nothing touched",
-            _no_action_play(XID_13),
+            "xid63",
+            "Xid 63 (row remapping event, from the node monitoring agent) -> recorded, nothing touched",
+            _no_action_play(XID_63),
             _untouched_check(Outcome.RECORDED, []),
         ),
         Scenario(

@@ -134,35 +134,35 @@ def assert_every_line_names_its_node_and_instance(out: str) -> None:
 
 
 @pytest.fixture
-def xid13_expecting_a_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Scenario xid13 with a check it cannot pass: Xid 13 is recorded, never replaced."""
+def xid63_expecting_a_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scenario xid63 with a check it cannot pass: Xid 63 is recorded, never replaced."""
 
     def expect_replaced(run: scenarios.ScenarioRun) -> None:
         run.expect_outcome(run.only_record(run.subject), Outcome.REPLACED)
 
-    wrong = dataclasses.replace(scenarios.SCENARIOS["xid13"], check=expect_replaced)
-    monkeypatch.setitem(scenarios.SCENARIOS, "xid13", wrong)
+    wrong = dataclasses.replace(scenarios.SCENARIOS["xid63"], check=expect_replaced)
+    monkeypatch.setitem(scenarios.SCENARIOS, "xid63", wrong)
 
 
-@pytest.mark.usefixtures("xid13_expecting_a_replacement")
+@pytest.mark.usefixtures("xid63_expecting_a_replacement")
 def test_demo_exits_1_with_the_reason_when_the_outcome_did_not_happen(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["demo", "--scenario", "xid13"]) == 1
+    assert main(["demo", "--scenario", "xid63"]) == 1
 
     err = capsys.readouterr().err
-    assert "scenario xid13 did not end as expected" in err
+    assert "scenario xid63 did not end as expected" in err
     assert "outcome recorded, expected replaced" in err
 
 
 def test_json_prints_one_document_on_stdout_and_the_story_on_stderr(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["demo", "--scenario", "xid13", "--json"]) == 0
+    assert main(["demo", "--scenario", "xid63", "--json"]) == 0
 
     captured = capsys.readouterr()
     document = json.loads(captured.out)  # nothing but the document: handler logs stay out of stdout
-    assert document["scenario"] == "xid13"
+    assert document["scenario"] == "xid63"
     assert document["ok"] is True and document["problems"] == []
     assert {"path": "mode", "configured": "dry-run", "used": "full"}.items() <= next(
         change for change in document["settingsChanged"] if change["path"] == "mode"
@@ -184,14 +184,14 @@ def test_json_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> N
     assert all(entry["title"] for entry in listed)
 
 
-@pytest.mark.usefixtures("xid13_expecting_a_replacement")
+@pytest.mark.usefixtures("xid63_expecting_a_replacement")
 def test_json_still_exits_1_and_says_why_when_the_outcome_did_not_happen(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["demo", "--scenario", "xid13", "--json"]) == 1
+    assert main(["demo", "--scenario", "xid63", "--json"]) == 1
 
     captured = capsys.readouterr()
     document = json.loads(captured.out)
     assert document["ok"] is False
     assert any("outcome recorded, expected replaced" in problem for problem in document["problems"])
-    assert "scenario xid13 did not end as expected" in captured.err
+    assert "scenario xid63 did not end as expected" in captured.err

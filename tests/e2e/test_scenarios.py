@@ -89,12 +89,12 @@ def test_xid_79_replaced_through_karpenter_deletes_the_nodeclaim() -> None:
         assert len(claims_after) == len(claims_before)
 
 
-def test_xid_13_touches_nothing(play) -> None:
-    run = play("xid13")
+def test_xid_63_touches_nothing(play) -> None:
+    run = play("xid63")
 
     assert run.problems == []
     record = run.pipeline.records(run.subject)[0]
-    assert record.outcome is Outcome.RECORDED and record.xid == 13 and record.action.value == "none"
+    assert record.outcome is Outcome.RECORDED and record.xid == 63 and record.action.value == "none"
     assert "Cordon" not in run.pipeline.state_names(record.execution)
 
 

@@ -16,11 +16,13 @@ from nodeheal.workflow import budget
 if TYPE_CHECKING:
     from nodeheal.sim.seeded.schedule import Simulation
 
-#: The conditions the detectors in the simulated cluster write, with their bad status.
+#: The conditions the simulated detectors write, with their bad status. GPUProblem and
+#: KernelDeadlock are NPD's log monitor's, AcceleratedHardwareReady the node monitoring agent's
+#: (nodeheal.sim.detectors.CONDITIONS); every write goes through ``World.report_condition``.
 GPU_CONDITIONS = (
-    ("GPUProblem", "True", "GPUHardwareError"),
-    ("AcceleratedHardwareReady", "False", "NvidiaXIDError"),
-    ("KernelDeadlock", "True", "DockerHung"),
+    ("GPUProblem", "True"),
+    ("AcceleratedHardwareReady", "False"),
+    ("KernelDeadlock", "True"),
 )
 #: Faults that act on one of the in-flight calls (armed now, consumed by the next matching call).
 ARMED = frozenset(
@@ -36,21 +38,38 @@ ARMED = frozenset(
 )
 
 
-#: The Xid each severity's message carries (nodeheal.sim.seeded.schedule.XID_MESSAGES).
-_XIDS = {"replace": 79, "reboot": 48, "none": 13}
-#: deploy/node-problem-detector/gpu-monitor.json names a reason per Xid class.
-_NPD_REASONS = {"replace": "GPUFellOffBus", "reboot": "GPUDoubleBitECCError", "none": "GPUHardwareError"}
+#: GPUProblem as NodeHeal's NPD config writes it (deploy/node-problem-detector/gpu-monitor.json):
+#: the reason of the permanent rule the kernel line of each severity (schedule.XID_MESSAGES)
+#: matches. No permanent rule of that config is decided ``none``: every Xid the default policy
+#: decides none is a temporary rule there, a Node Event that never touches GPUProblem.
+_NPD_REASONS = {
+    "replace": "GPUFellOffBus",
+    "reboot": "GPUDoubleBitECCError",
+    "alert": "GPURecoveryActionPending",
+}
+#: The Xid of each severity on AcceleratedHardwareReady. The node monitoring agent sets the
+#: condition only for the Xids it rates fatal (monitors/nvidia/dcgm/dcgm_policies.go,
+#: WellKnownXidCodes, which hold 79, 48 and 63), with reason ``NvidiaXID<n>Error`` and the message
+#: of handleXidFinding. Xid 63 is its ``none``: NVIDIA's catalog says informational
+#: (INFORMATIONAL_TREND), and NodeHeal's default policy decides none.
+_NMA_XIDS = {"replace": 79, "reboot": 48, "none": 63}
+NMA_XID_MESSAGE = "detected XID-{xid} on the instance, review kernel logs for additional information."
+#: The lesser faults each GPU condition's detector can write (message-less-severe).
+_LESSER = {"GPUProblem": ("reboot", "alert"), "AcceleratedHardwareReady": ("reboot", "none")}
+#: The log line NPD's DockerHung rule matches (NPD config/kernel-monitor.json): its message.
+DOCKER_HUNG = "task docker:{pid} blocked for more than 120 seconds."
 
 
-def _reason(condition_type: str, severity: str, rng: random.Random) -> str:
-    """The reason a detector writes. The node monitoring agent and NodeHeal's NPD config name the
-    fault class (so a worse fault is a new transition and a new event); a detector that keeps one
-    reason for every fault changes only the message (no event: the workflow must re-read it)."""
+def _fault(condition_type: str, severity: str, rng: random.Random) -> tuple[str, str]:
+    """(reason, message) the detector that owns ``condition_type`` reports for a fault of
+    ``severity``. NPD's log monitor names the rule's reason and carries the kernel line; the node
+    monitoring agent names the Xid in its reason and writes its own sentence."""
     if condition_type == "AcceleratedHardwareReady":
-        return f"NvidiaXID{_XIDS[severity]}Error"
+        xid = _NMA_XIDS[severity]
+        return f"NvidiaXID{xid}Error", NMA_XID_MESSAGE.format(xid=xid)
     if condition_type == "KernelDeadlock":
-        return "DockerHung"
-    return _NPD_REASONS[severity] if rng.random() < 0.5 else "GPUHardwareError"
+        return "DockerHung", DOCKER_HUNG.format(pid=rng.randrange(1000, 9999))
+    return _NPD_REASONS[severity], _message(severity, rng)
 
 
 def _message(severity: str, rng: random.Random) -> str:
@@ -63,7 +82,7 @@ def _message(severity: str, rng: random.Random) -> str:
 def _bad_conditions(sim: Simulation) -> list[tuple[str, str]]:
     found = []
     for name in sorted(sim.world.nodes):
-        for condition_type, _, _ in GPU_CONDITIONS:
+        for condition_type, _ in GPU_CONDITIONS:
             if sim.world.is_bad(name, condition_type):
                 found.append((name, condition_type))
         if sim.world.is_bad(name, "Ready"):
@@ -88,16 +107,21 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
         name = _pick(rng, nodes)
         if name is None:
             return
-        condition_type, status, reason = GPU_CONDITIONS[rng.randrange(len(GPU_CONDITIONS))]
-        if condition_type == "KernelDeadlock":
-            world.set_condition(
-                name, condition_type, status, reason, "task docker:1234 blocked for more than 120 seconds"
-            )
-        else:
-            severity = rng.choice(["replace", "replace", "reboot", "none"])
-            world.set_condition(
-                name, condition_type, status, _reason(condition_type, severity, rng), _message(severity, rng)
-            )
+        condition_type, status = GPU_CONDITIONS[rng.randrange(len(GPU_CONDITIONS))]
+        # KernelDeadlock has one fault (DockerHung); a GPU condition draws how bad its fault is.
+        severity = (
+            "replace"
+            if condition_type == "KernelDeadlock"
+            else rng.choice(["replace", "replace", "reboot", "none"])
+        )
+        if severity == "none":
+            # A fault the default policy decides none, written as a real detector writes one. The
+            # shipped NPD config turns Xid 13 (and every Xid decided none) into a Node Event only,
+            # never GPUProblem; the node monitoring agent sets AcceleratedHardwareReady=False for
+            # Xid 63 (NvidiaXID63Error), which NodeHeal decides none.
+            condition_type, status = "AcceleratedHardwareReady", "False"
+        reason, message = _fault(condition_type, severity, rng)
+        world.report_condition(name, condition_type, status, reason, message)
         return
     bad = _bad_conditions(sim)
     if kind in ("condition-clears", "condition-flaps"):
@@ -106,13 +130,18 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
             return
         name, condition_type = target
         previous = world.condition(name, condition_type) or {}
-        healthy = "True" if condition_type in ("AcceleratedHardwareReady", "Ready") else "False"
-        world.set_condition(name, condition_type, healthy, "Healthy", "the detector reports healthy")
+        if condition_type == "Ready":
+            world.set_condition(name, "Ready", "True", "KubeletReady", "kubelet is posting ready status")
+        else:
+            # NPD's log monitor and the node monitoring agent turn a condition healthy only when
+            # they start again (initialConditions, initializeManagedConditions).
+            world.restart_detector(name, condition_type)
         if kind == "condition-flaps":
             delay = rng.uniform(1, 120)
+            write = world.set_condition if condition_type == "Ready" else world.report_condition
 
             def again() -> None:
-                world.set_condition(
+                write(
                     name,
                     condition_type,
                     str(previous.get("status")),
@@ -131,9 +160,7 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
         other = _pick(rng, others)
         if other is not None:
             severity = rng.choice(["replace", "reboot"])
-            world.set_condition(
-                name, other[0], other[1], _reason(other[0], severity, rng), _message(severity, rng)
-            )
+            world.report_condition(name, other[0], other[1], *_fault(other[0], severity, rng))
         return
     if kind in ("message-more-severe", "message-less-severe"):
         gpu = [(n, t) for n, t in bad if t in ("GPUProblem", "AcceleratedHardwareReady")]
@@ -142,10 +169,14 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
             return
         name, condition_type = target
         current = world.condition(name, condition_type) or {}
-        severity = "replace" if kind == "message-more-severe" else rng.choice(["reboot", "none"])
-        keeps_reason = condition_type == "GPUProblem" and current.get("reason") == "GPUHardwareError"
-        reason = str(current["reason"]) if keeps_reason else _reason(condition_type, severity, rng)
-        world.set_condition(name, condition_type, str(current["status"]), reason, _message(severity, rng))
+        severity = "replace" if kind == "message-more-severe" else rng.choice(_LESSER[condition_type])
+        # As the detector writes it: NPD's log monitor, for another reason, rewrites reason,
+        # message and transition time (for the same reason it keeps the old message); the node
+        # monitoring agent keeps the transition time, takes the newest reason and joins the
+        # messages with "; ".
+        world.report_condition(
+            name, condition_type, str(current["status"]), *_fault(condition_type, severity, rng)
+        )
         return
     if kind == "node-replaced-same-name":
         name = _pick(rng, nodes)

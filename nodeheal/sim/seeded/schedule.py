@@ -57,12 +57,17 @@ from nodeheal.workflow.ports import KubeAccess
 
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 CLUSTER = "training-on-eks"
-#: Messages by severity, as NPD's GPU config and the node monitoring agent write them.
+#: The kernel line of each severity that NodeHeal's NPD config writes onto GPUProblem (its
+#: message; the rule's reason is in nodeheal.sim.seeded.inject). There is no ``none``: the Xids
+#: NodeHeal decides none (13, for one) are temporary rules there, Node Events that never touch
+#: GPUProblem; the simulation's ``none`` fault is the node monitoring agent's Xid 63. Xid 154 moving
+#: to Drain P2P is a permanent rule (GPURecoveryActionPending) that NodeHeal decides ``alert``.
 XID_MESSAGES = {
     "replace": "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus.",
     "reboot": "NVRM: Xid (PCI:0000:97:00): 48, pid=2411, name=python3, "
     "An uncorrectable double bit error (DBE)",
-    "none": "NVRM: Xid (PCI:0000:53:00): 13, pid=2411, name=python3, Graphics SM Warp Exception",
+    "alert": "NVRM: Xid (PCI:0000:53:00): 154, GPU recovery action changed "
+    "from 0x0 (None) to 0x3 (Drain P2P)",
 }
 #: The exporter re-sends every bad condition this often (its default ``resync_seconds``), which is
 #: what recovers an event EventBridge delivered too late for ingest.

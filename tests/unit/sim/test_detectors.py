@@ -10,15 +10,24 @@ server's ``report_node_condition`` and the seeded world's ``report_condition``, 
 from __future__ import annotations
 
 import random
+import re
+from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from nodeheal.config import RemediationSettings
 from nodeheal.sim import detectors
 from nodeheal.sim.apiserver.store import ClusterStore
+from nodeheal.sim.seeded import inject as seeded_inject
+from nodeheal.sim.seeded.faults import PlannedFault
+from nodeheal.sim.seeded.schedule import XID_MESSAGES, classify
 from nodeheal.sim.seeded.world import World
 
+ROOT = Path(__file__).resolve().parents[3]
 T0, T1 = "2026-11-23T08:00:00Z", "2026-11-23T08:05:00Z"
 XID_79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
 XID_48 = "NVRM: Xid (PCI:0000:97:00): 48, pid=2411, name=python3, An uncorrectable double bit error (DBE)"
@@ -306,3 +315,107 @@ def test_the_seeded_world_reports_conditions_as_the_detectors_write_them() -> No
     restarted = world.condition("gpu-a", "AcceleratedHardwareReady") or {}
     assert (restarted["status"], restarted["reason"]) == ("True", "NvidiaGPUIsReady")
     assert restarted["lastTransitionTime"] != before["lastTransitionTime"]
+
+
+# -- the seeded simulation's faults are ones a real detector writes --------------------------------
+
+
+def _shipped_rules() -> list[dict[str, Any]]:
+    import json
+
+    config = json.loads((ROOT / "deploy/node-problem-detector/gpu-monitor.json").read_text(encoding="utf-8"))
+    rules: list[dict[str, Any]] = config["rules"]
+    return rules
+
+
+def _matching(line: str) -> list[tuple[str, str]]:
+    """(type, reason) of every rule of the shipped GPU config the line matches. NPD matches a
+    rule's pattern against the whole line (``^pattern$`` in logbuffer's Match)."""
+    return [(r["type"], r["reason"]) for r in _shipped_rules() if re.fullmatch(r["pattern"], line)]
+
+
+def test_each_kernel_line_the_simulation_writes_matches_the_permanent_rule_of_its_reason() -> None:
+    for severity, reason in seeded_inject._NPD_REASONS.items():
+        assert _matching(XID_MESSAGES[severity]) == [("permanent", reason)], severity
+
+
+def test_xid_13_never_touches_gpu_problem_with_the_shipped_config() -> None:
+    line = "NVRM: Xid (PCI:0000:53:00): 13, pid=2411, name=python3, Graphics SM Warp Exception"
+    assert _matching(line) == [("temporary", "GPUApplicationXid")]
+
+
+def test_the_simulated_gpu_faults_are_decided_as_each_severity_says() -> None:
+    """A gpu-fault's ``none`` is the node monitoring agent's Xid 63, never a GPUProblem: the shipped
+    NPD config has no permanent rule NodeHeal decides none."""
+    settings = RemediationSettings()
+    written: Counter[tuple[str, str, str]] = Counter()
+    for seed in range(300):
+        world, _ = _world()
+        sim = SimpleNamespace(invariants=SimpleNamespace(coverage=Counter()), world=world, armed={})
+        seeded_inject.inject(sim, PlannedFault("gpu-fault", 0, seed))  # type: ignore[arg-type]
+        for cond in world.nodes["gpu-a"]["status"]["conditions"]:
+            if cond["type"] in ("GPUProblem", "AcceleratedHardwareReady", "KernelDeadlock") and cond[
+                "reason"
+            ] not in ("GPUHealthy", "KernelHasNoDeadlock", "FilesystemIsNotReadOnly"):
+                written[(cond["type"], cond["reason"], classify(cond, settings, {}))] += 1
+    assert set(written) == {
+        ("GPUProblem", "GPUFellOffBus", "replace"),
+        ("GPUProblem", "GPUDoubleBitECCError", "reboot"),
+        ("AcceleratedHardwareReady", "NvidiaXID79Error", "replace"),
+        ("AcceleratedHardwareReady", "NvidiaXID48Error", "reboot"),
+        ("AcceleratedHardwareReady", "NvidiaXID63Error", "none"),
+        ("KernelDeadlock", "DockerHung", "replace"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("condition_type", "status", "first", "lesser", "moves"),
+    [
+        ("GPUProblem", "True", "replace", ("reboot", "alert"), True),
+        ("AcceleratedHardwareReady", "False", "replace", ("reboot", "none"), False),
+    ],
+)
+def test_a_lesser_fault_is_written_as_its_detector_writes_it(
+    condition_type: str, status: str, first: str, lesser: tuple[str, ...], moves: bool
+) -> None:
+    settings = RemediationSettings()
+    seen: set[str] = set()
+    for seed in range(40):
+        world, clock = _world()
+        world.report_condition(
+            "gpu-a", condition_type, status, *seeded_inject._fault(condition_type, first, random.Random(0))
+        )
+        before = world.condition("gpu-a", condition_type) or {}
+        clock["now"] += timedelta(minutes=1)
+        sim = SimpleNamespace(invariants=SimpleNamespace(coverage=Counter()), world=world, armed={})
+        seeded_inject.inject(sim, PlannedFault("message-less-severe", 0, seed))  # type: ignore[arg-type]
+        after = world.condition("gpu-a", condition_type) or {}
+        seen.add(classify({**after, "message": after["message"].split("; ")[-1]}, settings, {}))
+        if moves:  # NPD: another reason rewrites reason, message and transition time
+            assert after["lastTransitionTime"] != before["lastTransitionTime"]
+            assert after["message"] != before["message"] and "; " not in after["message"]
+        else:  # the agent: same transition time, newest reason, messages joined
+            assert after["lastTransitionTime"] == before["lastTransitionTime"]
+            assert after["message"] == f"{before['message']}; {after['message'].split('; ')[-1]}"
+        assert after["reason"] != before["reason"]
+    assert seen == set(lesser)
+
+
+# -- the conformance table has a row for each writer -----------------------------------------------
+
+
+def test_the_conformance_table_has_a_row_citing_the_source_of_each_writer() -> None:
+    text = (ROOT / "docs/fake-apiserver.md").read_text(encoding="utf-8")
+    section = text.split("## Detector writes", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        match["writer"]: line
+        for line in section.splitlines()
+        if (match := re.match(r"^\|\s*`(?P<writer>[a-z_]+)`\s*\|", line))
+    }
+    assert set(rows) == set(detectors.WRITERS)
+    for writer, line in rows.items():
+        source = detectors.NMA_REPO if "nma" in writer else detectors.NPD_REPO
+        if writer == "set_plainly":
+            source = detectors.KUBELET_REPO
+        assert source in line, f"the row of {writer} cites no source at the version read"
+        assert f"`detectors.{writer}`" in line or f"`{writer}`" in line
