@@ -226,7 +226,21 @@ class World:
                 "uid": self.new_id("pod-"),
                 "labels": {"app": app},
                 "annotations": {},
-                "ownerReferences": [{"kind": owner, "name": app, "controller": True}] if owner else [],
+                # As the API server returns them: apiVersion, kind, name, uid and the controller flag
+                # (kubectl drain and NodeHeal tell a DaemonSet pod by its apps/v1 controller).
+                "ownerReferences": (
+                    [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": owner,
+                            "name": app,
+                            "uid": f"owner-{namespace}-{app}",
+                            "controller": True,
+                        }
+                    ]
+                    if owner
+                    else []
+                ),
             },
             "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace},
             "status": {"phase": "Running"},
