@@ -22,11 +22,17 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-#: ``Xid`` (any case) then optionally a parenthesised device and a colon, then the number.
+#: ``Xid`` (any case) then optionally a parenthesised device and a colon, then the number: the
+#: driver's kernel line (``NVRM: Xid (PCI:0000:53:00): 79, ...``, NPD's messages). A hyphen counts
+#: as the colon: the EKS node monitoring agent's condition message is ``detected XID-79 on the
+#: instance, review kernel logs for additional information.`` (``monitors/nvidia/dcgm/
+#: dcgm_policies.go``), and it joins the messages of a condition that stays bad with "; " while the
+#: reason becomes the newest fault's (``pkg/manager/node_exporter.go``, ``Fatal``): an Xid 79
+#: followed by an Xid 48 reads ``NvidiaXID48Error`` with both in the message, and the 79 decides.
 #: ``previous Xid N`` is excluded: the driver appends ``caused by previous Xid 149`` to an Xid 45
 #: line, which names an earlier fault (logged on its own line) rather than a new one.
 _XID = re.compile(
-    r"(?<![A-Za-z0-9_])(?<!previous )xid\s*(?:\((?P<device>[^)]*)\))?\s*:?\s*(?P<xid>\d{1,3})(?!\d)",
+    r"(?<![A-Za-z0-9_])(?<!previous )xid\s*(?:\((?P<device>[^)]*)\))?\s*[:-]?\s*(?P<xid>\d{1,3})(?!\d)",
     re.IGNORECASE,
 )
 #: The node monitoring agent's reasons: ``NvidiaXID%dError`` (fatal) and ``NvidiaXID%dWarning``.

@@ -412,3 +412,16 @@ def test_the_same_fault_gets_one_verdict_from_every_detector(fault: str) -> None
 def test_a_double_bit_error_is_rebooted_as_xid_48() -> None:
     result = classify(nma("NvidiaDoubleBitError"), DEFAULTS, Action.ALERT)
     assert (result.action, result.xid, result.signal) == (Action.REBOOT, 48, "xid:48")
+
+
+def test_the_node_monitoring_agents_joined_message_keeps_an_earlier_fatal_xid() -> None:
+    """The agent keeps the transition time, overwrites the reason with the newest fault and joins
+    the messages with "; " (``pkg/manager/node_exporter.go``, ``Fatal``; its Xid message is
+    ``detected XID-%d on the instance, ...``). Xid 79 then Xid 48 reads ``NvidiaXID48Error``, and
+    the Xid 79 in the message still decides replace."""
+    joined = (
+        "detected XID-79 on the instance, review kernel logs for additional information.; "
+        "detected XID-48 on the instance, review kernel logs for additional information."
+    )
+    result = classify(nma("NvidiaXID48Error", joined), DEFAULTS, Action.ALERT)
+    assert (result.action, result.xid) == (Action.REPLACE, 79)
