@@ -110,6 +110,9 @@ class NodeIdentity:
     labels: dict[str, str] = field(default_factory=dict)
     #: Some labels were left out to keep the event within :data:`MAX_LABELS_BYTES`.
     labels_trimmed: bool = False
+    #: ``status.nodeInfo.bootID`` when the exporter saw the condition: the event's report belongs
+    #: to the instance's episode only on the same boot (D19). Empty from exporters before it.
+    boot_id: str = ""
 
     def to_detail(self) -> dict[str, Any]:
         detail: dict[str, Any] = {
@@ -125,6 +128,8 @@ class NodeIdentity:
         }
         if self.labels_trimmed:
             detail["labelsTrimmed"] = True
+        if self.boot_id:
+            detail["bootID"] = self.boot_id
         return detail
 
 
@@ -280,6 +285,7 @@ def _parse_node(raw: dict[str, Any], *, uid_required: bool) -> NodeIdentity:
         capacity_type=_optional_string(raw, "capacityType", "node."),
         labels=kept_labels,
         labels_trimmed=trimmed or raw.get("labelsTrimmed") is True,
+        boot_id=_optional_string(raw, "bootID", "node."),
     )
 
 

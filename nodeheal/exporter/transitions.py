@@ -78,6 +78,7 @@ def node_identity(obj: Mapping[str, Any]) -> NodeIdentity:
         capacity_type=_capacity_type(labels),
         labels=shipped,
         labels_trimmed=trimmed,
+        boot_id=str(((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""),
     )
 
 
