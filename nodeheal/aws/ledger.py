@@ -10,7 +10,7 @@ per-instance lock            LOCK#<cluster>#<instance> / LOCK         one remedi
 cluster admission state      CLUSTER#<cluster> / ADMISSION            budgets, breaker, pause (versioned)
 remediation record           INSTANCE#<cluster>#<instance> / REM#...  history per instance; GSI: per cluster
 end of an execution          EXECUTION#<cluster>#<name> / END        record + notify exactly once per end
-episode memory               EPISODE#<cluster>#<instance> / CONDITION#<type>  worst fault seen (D2)
+episode memory               EPISODE#<cluster>#<instance> / CONDITION#<type>  worst fault seen (D2, D19)
 re-evaluation counter        REEVALUATION#<cluster> / COUNTER         N of the -r<N> names (D3)
 dropped event                DROPPED#<yyyy-mm-dd> / <t>#<id>          why an event started nothing
 ===========================  =======================================  ======================================
@@ -51,8 +51,8 @@ from nodeheal.workflow.records import (
 #: Records are history, not state: kept ~13 months so a year-over-year question has an answer.
 RECORD_RETENTION = timedelta(days=400)
 DROPPED_RETENTION = timedelta(days=30)
-#: A sighting matters only while its condition stays bad on the same boot; a month bounds the
-#: items of instances that went away while bad.
+#: A sighting matters only while its instance's episode runs on the same boot; a month bounds
+#: the items of instances that went away while bad.
 SIGHTING_RETENTION = timedelta(days=30)
 BY_CLUSTER_INDEX = "byCluster"
 
@@ -256,6 +256,24 @@ class Ledger:
                         ":holderExpires": _epoch(holder.expires_at),
                     }
                 ),
+            )
+        except ClientError as error:
+            if _is_conditional_failure(error):
+                return False
+            raise
+        return True
+
+    def withdraw_contention(self, cluster: str, subject: str, execution: str) -> bool:
+        """Take back this execution's contender mark (it stops without taking the node over): the
+        holder then carries on with its own fault instead of stopping for a successor that never
+        comes (D2). One conditional write, only while the mark is this execution's."""
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=self._lock_key(cluster, subject),
+                UpdateExpression="REMOVE contender, contenderAction, contenderCost",
+                ConditionExpression="contender = :me",
+                ExpressionAttributeValues=serialize_item({":me": execution}),
             )
         except ClientError as error:
             if _is_conditional_failure(error):
@@ -520,25 +538,29 @@ class Ledger:
 
     def remember_sighting(self, cluster: str, subject: str, sighting: Sighting) -> bool:
         """Keep ``sighting`` as its condition's entry in the instance's memory unless the stored one
-        should stay (:meth:`Sighting.replaces`), in one conditional write: two executions that saw
-        different messages of one bad period both write, and the worse stays whatever the order.
-        Returns whether it was kept."""
+        should stay (:meth:`Sighting.replaces`, nodeheal.workflow.episode's table), in one
+        conditional write: two executions that saw different messages of one episode both write,
+        and the worse stays whatever the order. Returns whether it was kept."""
         item = sighting.to_item()
+        item.pop("clearedAt", None)
         values = {f":{key}": value for key, value in item.items()}
         values[":expiresAt"] = _epoch(sighting.seen_at + SIGHTING_RETENTION)
-        names = {f"#{key}": key for key in item} | {"#expiresAt": "expiresAt"}
+        names = {f"#{key}": key for key in item} | {"#expiresAt": "expiresAt", "#clearedAt": "clearedAt"}
         assignments = ", ".join(f"#{key} = :{key}" for key in [*item, "expiresAt"])
-        # The xid of a worse sighting without one must not survive from the stored one.
-        remove = "" if "xid" in item else " REMOVE xid"
+        # The xid of a worse sighting without one must not survive from the stored one, and a kept
+        # sighting is of a running episode.
+        remove = " REMOVE #clearedAt" if "xid" in item else " REMOVE xid, #clearedAt"
         try:
             self._client.update_item(
                 TableName=self._table,
                 Key=self._sighting_key(cluster, subject, sighting.condition_type),
                 UpdateExpression=f"SET {assignments}{remove}",
                 ConditionExpression=(
-                    "attribute_not_exists(pk) OR #since < :since OR (#since = :since AND ("
-                    "(#bootId = :bootId AND #nodeUid = :nodeUid AND #cost < :cost) OR "
-                    "((#bootId <> :bootId OR #nodeUid <> :nodeUid) AND #seenAt < :seenAt)))"
+                    "attribute_not_exists(pk) "
+                    "OR ((#bootId <> :bootId OR #nodeUid <> :nodeUid) AND #seenAt < :seenAt) "
+                    "OR (#bootId = :bootId AND #nodeUid = :nodeUid AND ("
+                    "(attribute_exists(#clearedAt) AND #clearedAt < :seenAt) OR "
+                    "(attribute_not_exists(#clearedAt) AND #cost < :cost)))"
                 ),
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=serialize_item(values),
@@ -548,6 +570,45 @@ class Ledger:
                 return False
             raise
         return True
+
+    def clear_sightings(self, cluster: str, subject: str, sightings: list[Sighting], at: datetime) -> int:
+        """End the episode of ``sightings`` (a read at ``at`` saw the node healthy, D19): mark each
+        ``clearedAt``, one conditional write each, only while it is as it was read (same object,
+        boot and ``seenAt``, not cleared): a sighting written since by a later read stays. Returns
+        how many were marked."""
+        marked = 0
+        stamp = format_timestamp(at, millis=True)
+        for sighting in sightings:
+            try:
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._sighting_key(cluster, subject, sighting.condition_type),
+                    UpdateExpression="SET #clearedAt = :at",
+                    ConditionExpression=(
+                        "#nodeUid = :nodeUid AND #bootId = :bootId AND #seenAt = :seenAt "
+                        "AND attribute_not_exists(#clearedAt)"
+                    ),
+                    ExpressionAttributeNames={
+                        "#clearedAt": "clearedAt",
+                        "#nodeUid": "nodeUid",
+                        "#bootId": "bootId",
+                        "#seenAt": "seenAt",
+                    },
+                    ExpressionAttributeValues=serialize_item(
+                        {
+                            ":at": stamp,
+                            ":nodeUid": sighting.node_uid,
+                            ":bootId": sighting.boot_id,
+                            ":seenAt": format_timestamp(sighting.seen_at, millis=True),
+                        }
+                    ),
+                )
+            except ClientError as error:
+                if _is_conditional_failure(error):
+                    continue
+                raise
+            marked += 1
+        return marked
 
     def sightings(self, cluster: str, subject: str) -> list[Sighting]:
         """The instance's remembered sightings, one per condition type (stale ones included: the

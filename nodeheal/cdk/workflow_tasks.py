@@ -84,14 +84,16 @@ class TaskSpec:
         return self.name not in NOT_IDEMPOTENT_TASKS
 
 
-#: record, record-failure and the finalizer: execution_ended (GetItem of the end marker),
-#: put_record (PutItem of the instance's record), release_lock (conditional DeleteItem), giving
-#: the budget slot back (read_admission_state, write_admission_state), mark_execution_ended
-#: (conditional PutItem of the end marker).
+#: record, record-failure and the finalizer: execution_end (GetItem of the end marker),
+#: put_record (PutItem of the instance's record), release_lock (conditional DeleteItem),
+#: withdraw_contention (conditional UpdateItem of the lock, for an execution that contended a
+#: holder), lock_holder (GetItem of the lock: a superseded execution is told to a person when no
+#: successor holds the node), giving the budget slot back (read_admission_state,
+#: write_admission_state), mark_execution_ended (conditional PutItem of the end marker).
 _RECORD = (
     LedgerGrant(("dynamodb:PutItem",), (LedgerItem.RECORDS, LedgerItem.ADMISSION, LedgerItem.END)),
-    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.ADMISSION, LedgerItem.END)),
-    LedgerGrant(("dynamodb:DeleteItem",), (LedgerItem.LOCK,)),
+    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.ADMISSION, LedgerItem.END, LedgerItem.LOCK)),
+    LedgerGrant(("dynamodb:DeleteItem", "dynamodb:UpdateItem"), (LedgerItem.LOCK,)),
 )
 
 WORKFLOW_TASKS: tuple[TaskSpec, ...] = (

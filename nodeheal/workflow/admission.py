@@ -27,7 +27,15 @@ from nodeheal.kube.model import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget, story
-from nodeheal.workflow.episode import Sighting, remembered_worst, sighting_of, sightings_on
+from nodeheal.workflow.episode import (
+    Sighting,
+    episode_ended_at,
+    episode_over_on,
+    remembered_worst,
+    sighting_of,
+    sightings_on,
+    to_clear,
+)
 from nodeheal.workflow.locks import LockClaim, LockView, may_preempt
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.records import Outcome, RemediationRecord, identity_key, node_history
@@ -60,6 +68,9 @@ class Admission:
     waiting_since: datetime | None = None
     #: The execution this one took the lock from (D2), if it preempted one.
     preempted: str = ""
+    #: The holder this execution preempted or contended (``{"execution", "conditionType"}``): if
+    #: this execution's own fault is gone before it acts, it takes over that holder's fault (D2).
+    displaced: Mapping[str, str] | None = None
 
     def to_json(self, event_message: str | None = None) -> dict[str, Any]:
         """The result stored at ``$.admission``. The live condition's message is left out when it
@@ -80,6 +91,7 @@ class Admission:
             "breakerOpened": self.breaker_opened,
             "waitingSince": format_timestamp(self.waiting_since, millis=True) if self.waiting_since else "",
             "preempted": self.preempted,
+            "displaced": dict(self.displaced) if self.displaced else None,
             "at": format_timestamp(self.at, millis=True),
         }
 
@@ -132,24 +144,19 @@ def _admit(
             ),
         )
     live = node.condition(state.condition_type)
-    if live is None or not live.is_bad:
-        shown = f"{live.status}/{live.reason}" if live else "absent"
-        # A waiting or confirming execution may hold the lock from an earlier admit.
-        if previous.lock_held:
-            ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
-        return Admission(
-            STOP,
-            None,
-            admitted_node,
-            live,
-            now,
-            note=f"condition {state.condition_type} is no longer bad on the live node ({shown})",
+    stop_note = _not_bad_note(state.condition_type, live) or _scope_note(state, node, live)
+    switched = ""
+    if live is None or stop_note:
+        taken_over = _displaced_to_take_over(state, ledger, node, admitted_node, previous)
+        if taken_over is None:
+            return _stop(state, ledger, node, admitted_node, live, previous, now, stop_note)
+        # This execution pushed a holder aside (D2) and its own fault is gone: the holder's fault
+        # is still there and nobody else holds the node, so it is handled here, not dropped.
+        switched = (
+            f"{stop_note}; re-admitting {taken_over.type} of execution {previous.displaced_execution}, "
+            "which this execution took the node from"
         )
-    scope_note = out_of_scope(settings.scope, node.labels, live)
-    if scope_note:
-        if previous.lock_held:
-            ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
-        return Admission(STOP, None, admitted_node, live, now, note=f"out-of-scope: {scope_note}")
+        live = taken_over
 
     records = ledger.instance_records(
         state.cluster, admitted_node.subject, since=history_window_start(settings, now)
@@ -164,8 +171,8 @@ def _admit(
         remembered,
         now,
         mode=mode or settings.mode,
-        previous=previous.decision,
-        sighted=_sighted(state, live, node, settings, now),
+        previous=previous.decision if _same_boot(previous, admitted_node) else None,
+        sighted=_sighted(state, live, node, settings, now, episode_ended_at(remembered, node)),
     )
     remaining = (
         _confirmation_remaining(live, decision.confirm_seconds, state, now)
@@ -173,22 +180,39 @@ def _admit(
         else 0
     )
     if not decision.action.mutates_cluster:
-        # An alert or a record touches nothing: no lock, and it never waits behind one.
+        # An alert or a record touches nothing: it takes no lock. But while another execution
+        # remediates the node it waits behind it and is re-evaluated when that one ends (D19): a
+        # lesser message of the fault being handled is no news of its own, and the holder's end
+        # (a reboot, a replacement) decides what is left of it.
         if previous.lock_held:
             ledger.release_lock(state.cluster, admitted_node.subject, state.execution.name)
+        holder = ledger.lock_holder(state.cluster, admitted_node.subject)
+        if holder is not None and holder != state.execution.name:
+            waiting = _behind_holder(state, decision, admitted_node, live, now, previous, holder)
+            if waiting.verdict == WAIT:
+                return replace(
+                    waiting, note=_joined(switched, waiting.note), displaced=previous.displaced_json
+                )
         if remaining > 0:
-            return _confirming(decision, admitted_node, live, now, remaining, lock_held=False)
-        return Admission(PROCEED, decision, admitted_node, live, now)
+            return replace(
+                _confirming(decision, admitted_node, live, now, remaining, lock_held=False),
+                displaced=previous.displaced_json,
+            )
+        return Admission(
+            PROCEED, decision, admitted_node, live, now, note=switched, displaced=previous.displaced_json
+        )
 
     taken = _take_lock(state, ledger, decision, admitted_node, live, now, remaining, previous)
     if isinstance(taken, Admission):
-        return taken
-    preempted = taken
+        return replace(taken, note=_joined(switched, taken.note))
+    preempted, displaced = taken
     if remaining > 0:
         # The lock is held through the wait, so a later fault of the node waits behind this one
         # or preempts it (D2) instead of acting beside it.
         return replace(
-            _confirming(decision, admitted_node, live, now, remaining, lock_held=True), preempted=preempted
+            _confirming(decision, admitted_node, live, now, remaining, lock_held=True),
+            preempted=preempted,
+            displaced=displaced,
         )
 
     verdict = _take_budget_slot(state, kube, ledger, node, admitted_node, now)
@@ -205,10 +229,11 @@ def _admit(
             admitted_node,
             live,
             now,
-            note=verdict.reason,
+            note=_joined(switched, verdict.reason),
             refused=True,
             breaker_opened=verdict.breaker_opened,
             preempted=preempted,
+            displaced=displaced,
         )
     return Admission(
         PROCEED,
@@ -217,8 +242,9 @@ def _admit(
         live,
         now,
         lock_held=True,
-        note=verdict.reason,
+        note=_joined(switched, verdict.reason),
         preempted=preempted,
+        displaced=displaced,
     )
 
 
@@ -253,7 +279,7 @@ def live_decision(
         now=now,
         worst_seen=_worst_seen(
             previous,
-            episode_worst(records, node),
+            episode_worst(records, node, remembered),
             remembered_worst(remembered, node, now),
             sighted,
         ),
@@ -276,25 +302,34 @@ _EPISODE_DECISIONS = frozenset(
 )
 
 
-def episode_worst(records: Sequence[RemediationRecord], node: LiveNode) -> Decision | None:
-    """The most severe fault an earlier execution decided on in this episode of the instance (D2).
+def episode_worst(
+    records: Sequence[RemediationRecord], node: LiveNode, remembered: Sequence[Sighting] = ()
+) -> Decision | None:
+    """The most severe fault an earlier execution decided on in this episode of the instance (D19).
 
-    An earlier record belongs to the episode when the condition it decided on has been bad on the
-    live node without a break since before that execution started (its lastTransitionTime is no
-    later), and no reboot or replacement of the instance was recorded after it. So a fault refused
-    by a budget, or left to a person, still decides when the same dead GPU shows up again under a
-    lesser message: NPD keeps only the latest message, and a lesser one does not mean it healed.
+    A record carries no boot, so the episode memory places it: it belongs to the live node's
+    episode when it is of the same Node object, no reboot or replacement was recorded after it,
+    the memory, if it knows the live boot, knew it when the record ended (a record from before a
+    reboot ended before anything of the new boot was seen; every admit remembers the boot it
+    read), and the memory has not seen the node wholly healthy since it started. Its condition
+    need not be bad now nor have kept its transition time: NPD rewrites both with a lesser reason,
+    and a lesser reason does not mean the GPU healed. So a fault refused by a budget, or left to a
+    person, still decides when the same dead GPU shows up again.
     """
     ended = max(
         (r.finished_at for r in records if r.outcome in (Outcome.REBOOTED, Outcome.REPLACED)), default=None
     )
+    healthy_at = episode_ended_at(remembered, node)
+    boot_seen = [s.seen_at for s in remembered if s.same_episode_object(node)]
     worst: RemediationRecord | None = None
     for record in records:
-        if record.outcome not in _EPISODE_DECISIONS or (ended is not None and record.started_at <= ended):
+        if record.outcome not in _EPISODE_DECISIONS or record.node_uid != node.uid:
             continue
-        condition = node.condition(record.condition.get("type", ""))
-        since = condition.last_transition_time if condition is not None else None
-        if condition is None or not condition.is_bad or since is None or since > record.started_at:
+        if ended is not None and record.started_at <= ended:
+            continue
+        if healthy_at is not None and record.started_at <= healthy_at:
+            continue
+        if boot_seen and not any(seen <= record.finished_at for seen in boot_seen):
             continue
         if worst is None or record.planned_action.cost > worst.planned_action.cost:
             worst = record
@@ -311,14 +346,39 @@ def episode_worst(records: Sequence[RemediationRecord], node: LiveNode) -> Decis
     )
 
 
-def _sighted(
-    state: WorkflowState, live: Condition, node: LiveNode, settings: RemediationSettings, now: datetime
-) -> Decision | None:
-    """What the event itself reported, when it is a sighting of the live condition's current bad
-    period (same type, same transition time): the exporter saw that message on this node, and a
-    lesser one that overwrote it since (NPD keeps only the latest) does not mean it healed (D2)."""
+def _reported_in_episode(
+    state: WorkflowState, live: Condition, node: LiveNode, ended_at: datetime | None
+) -> bool:
+    """Whether the event's own report of ``live``'s condition belongs to the live node's episode
+    (D19): the same Node object (admit checked the uid) and boot. An exporter that does not send
+    the boot (before ``node.bootID``) is trusted only for the same bad period (same transition
+    time), as before."""
     seen = state.event.condition
-    if seen.type != live.type or not seen.is_bad or seen.last_transition_time != live.last_transition_time:
+    if seen.type != live.type or not seen.is_bad:
+        return False
+    if state.event.node.uid and state.event.node.uid != node.uid:
+        return False
+    if ended_at is not None and state.event.observed_at <= ended_at:
+        return False  # seen before NodeHeal read the whole node healthy: an earlier episode
+    if state.event.node.boot_id:
+        return state.event.node.boot_id == node.boot_id
+    return seen.last_transition_time == live.last_transition_time
+
+
+def _sighted(
+    state: WorkflowState,
+    live: Condition,
+    node: LiveNode,
+    settings: RemediationSettings,
+    now: datetime,
+    ended_at: datetime | None,
+) -> Decision | None:
+    """What the event itself reported, when it is a sighting of the live node's episode: the
+    exporter saw that message on this node, and a lesser one that overwrote it since (NPD rewrites
+    reason, message and transition time; the node monitoring agent the reason) does not mean it
+    healed (D19)."""
+    seen = state.event.condition
+    if not _reported_in_episode(state, live, node, ended_at):
         return None
     if seen.message == live.message and seen.reason == live.reason:
         return None  # the live condition decides it anyway
@@ -350,7 +410,7 @@ def _remember_sightings(
         for sighting in sightings_on(node, state.settings.policy, execution=state.execution.name, now=now)
     }
     reported = state.event.condition
-    if reported.type == live.type and reported.last_transition_time == live.last_transition_time:
+    if _reported_in_episode(state, live, node, episode_ended_at(remembered, node)):
         sighting = sighting_of(reported, node, state.settings.policy, execution=state.execution.name, now=now)
         current = seen.get(live.type)
         if sighting is not None and (current is None or sighting.action.cost > current.action.cost):
@@ -376,6 +436,15 @@ class _Previous:
     waiting_since: datetime | None = None
     #: It took the node's lock (to confirm): a stop now must give it back.
     lock_held: bool = False
+    #: The holder it preempted or contended, and that holder's condition type.
+    displaced_execution: str = ""
+    displaced_condition_type: str = ""
+
+    @property
+    def displaced_json(self) -> dict[str, str] | None:
+        if not self.displaced_execution:
+            return None
+        return {"execution": self.displaced_execution, "conditionType": self.displaced_condition_type}
 
 
 def _previous_admission(state: WorkflowState) -> _Previous:
@@ -384,12 +453,86 @@ def _previous_admission(state: WorkflowState) -> _Previous:
         return _Previous()
     decision_raw = raw.get("decision")
     waiting = raw.get("waitingSince")
+    displaced = raw.get("displaced")
+    displaced = displaced if isinstance(displaced, Mapping) else {}
     return _Previous(
         node=state.admitted_node,
         decision=Decision.from_json(decision_raw) if isinstance(decision_raw, Mapping) else None,
         waiting_since=parse_timestamp(waiting, "admission.waitingSince") if waiting else None,
         lock_held=bool(raw.get("lockHeld")),
+        displaced_execution=str(displaced.get("execution", "")),
+        displaced_condition_type=str(displaced.get("conditionType", "")),
     )
+
+
+def _same_boot(previous: _Previous, node: AdmittedNode) -> bool:
+    """An earlier admit's decision counts only on the boot it was made on (D19)."""
+    return previous.node is None or previous.node.boot_id == node.boot_id
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(note for note in notes if note)
+
+
+def _not_bad_note(condition_type: str, live: Condition | None) -> str:
+    if live is not None and live.is_bad:
+        return ""
+    shown = f"{live.status}/{live.reason}" if live else "absent"
+    return f"condition {condition_type} is no longer bad on the live node ({shown})"
+
+
+def _scope_note(state: WorkflowState, node: LiveNode, live: Condition | None) -> str:
+    if live is None:
+        return ""
+    note = out_of_scope(state.settings.scope, node.labels, live)
+    return f"out-of-scope: {note}" if note else ""
+
+
+def _stop(
+    state: WorkflowState,
+    ledger: LedgerPort,
+    node: LiveNode,
+    admitted: AdmittedNode,
+    live: Condition | None,
+    previous: _Previous,
+    now: datetime,
+    note: str,
+) -> Admission:
+    """Stop: this execution's fault is gone (or out of scope) and it took no holder's over.
+
+    A waiting or confirming execution may hold the lock from an earlier admit: it gives it back.
+    A contender mark it left on a holder is withdrawn, so the holder carries on with its own fault
+    instead of stopping for a successor that never comes (D2). And a read of the whole node healthy
+    ends the instance's episode (D19)."""
+    if previous.lock_held:
+        ledger.release_lock(state.cluster, admitted.subject, state.execution.name)
+    if previous.displaced_execution:
+        ledger.withdraw_contention(state.cluster, admitted.subject, state.execution.name)
+    if episode_over_on(node):
+        ended = to_clear(ledger.sightings(state.cluster, admitted.subject), node)
+        if ended:
+            ledger.clear_sightings(state.cluster, admitted.subject, ended, now)
+    return Admission(STOP, None, admitted, live, now, note=note)
+
+
+def _displaced_to_take_over(
+    state: WorkflowState, ledger: LedgerPort, node: LiveNode, admitted: AdmittedNode, previous: _Previous
+) -> Condition | None:
+    """The fault of the holder this execution pushed aside, when this execution must handle it now:
+    its own fault is gone, the holder's is still bad and in scope, and the holder no longer holds
+    the node (it stopped for this execution). While the holder still holds it, it is given back
+    instead (``_stop`` withdraws the contender mark) and the holder goes on."""
+    condition_type = previous.displaced_condition_type
+    if not previous.displaced_execution or not condition_type or condition_type == state.condition_type:
+        return None
+    condition = node.condition(condition_type)
+    if condition is None or not condition.is_bad or condition_type == "Ready":
+        return None
+    if out_of_scope(state.settings.scope, node.labels, condition):
+        return None
+    if ledger.lock_holder(state.cluster, admitted.subject) == previous.displaced_execution:
+        return None
+    return condition
 
 
 def _confirming(
@@ -416,20 +559,22 @@ def _take_lock(
     now: datetime,
     remaining: int,
     previous: _Previous,
-) -> str | Admission:
-    """Take (or keep) the node's lock: the preempted execution's name ("" if none), or the
-    Admission to return when this execution must wait behind the holder or hand over to a person."""
+) -> tuple[str, dict[str, str] | None] | Admission:
+    """Take (or keep) the node's lock: (the preempted execution's name or "", the holder this
+    execution displaced, D2), or the Admission to return when this execution must wait behind the
+    holder or hand over to a person."""
     settings = state.settings
     ttl = timedelta(seconds=settings.lock_ttl_seconds)
     claim = LockClaim(
         node=node.name,
-        condition_type=state.condition_type,
+        condition_type=live.type,
         action=decision.action,
         acts_at=now + timedelta(seconds=remaining),
     )
+    displaced = previous.displaced_json
     lock = ledger.acquire_lock(state.cluster, node.subject, state.execution.name, ttl, claim)
     if lock.acquired:
-        return ""
+        return "", displaced
     holder = lock.held_by
     if holder is not None:
         allowed, only_if_unmutated = may_preempt(claim, holder, now)
@@ -442,15 +587,30 @@ def _take_lock(
             holder=holder,
             require_unmutated=only_if_unmutated,
         ):
-            return holder.execution
-        if allowed and not only_if_unmutated:
+            return holder.execution, {"execution": holder.execution, "conditionType": holder.condition_type}
+        if allowed and not only_if_unmutated and _contend(ledger, state, node, claim, holder):
             # More severe, but a step of the holder may still be running: the holder stops before
             # its next mutation (no reboot of a node this fault calls to replace), then this
             # execution preempts it after the wait.
-            _contend(ledger, state, node, claim, holder)
+            displaced = {"execution": holder.execution, "conditionType": holder.condition_type}
+    waiting = _behind_holder(state, decision, node, live, now, previous, lock.holder or "unknown")
+    return replace(waiting, displaced=displaced)
+
+
+def _behind_holder(
+    state: WorkflowState,
+    decision: Decision,
+    node: AdmittedNode,
+    live: Condition,
+    now: datetime,
+    previous: _Previous,
+    holder_name: str,
+) -> Admission:
+    """Wait behind the execution holding the node, re-evaluating the live node when it ends; past
+    the lock TTL a person decides."""
+    settings = state.settings
     waiting_since = previous.waiting_since or now
     waited = (now - waiting_since).total_seconds()
-    holder_name = lock.holder or "unknown"
     if waited >= settings.lock_ttl_seconds:
         # The holder outlived the lock TTL it was given (renewed by re-admits): a person decides.
         return Admission(
@@ -487,8 +647,8 @@ def _take_lock(
 
 def _contend(
     ledger: LedgerPort, state: WorkflowState, node: AdmittedNode, claim: LockClaim, holder: LockView
-) -> None:
-    ledger.contend(state.cluster, node.subject, state.execution.name, claim, holder=holder)
+) -> bool:
+    return ledger.contend(state.cluster, node.subject, state.execution.name, claim, holder=holder)
 
 
 def _admitted(node: LiveNode, pool_label: str) -> AdmittedNode:

@@ -1,21 +1,48 @@
-"""The memory of an instance's episode: the worst fault NodeHeal has seen on it (DESIGN D2).
+"""The memory of an instance's episode: the worst fault NodeHeal has seen on it (DESIGN D2, D19).
+
+What an episode is (D19). It belongs to an instance (its Node object and boot), not to one
+condition. It starts when any of the instance's conditions goes bad and ends only when
+
+* the instance boots again (``status.nodeInfo.bootID`` changes) or is replaced (another Node
+  object or instance: another key, or another ``nodeUid``), or
+* NodeHeal *sees* every condition that was bad healthy: a live read of the node in which no
+  condition but ``Ready`` is bad (:func:`episode_over_on`).
+
+A change of reason or message does not end it, and neither does a new ``lastTransitionTime``:
+node-problem-detector rewrites ``lastTransitionTime`` together with the reason whenever a log line
+with another reason matches, while the status stays True (``pkg/systemlogmonitor/log_monitor.go``,
+``generateStatus``); the EKS node monitoring agent keeps the time but overwrites the reason with the
+newest and joins the messages with "; " (``pkg/manager/node_exporter.go``). So a lesser reason that
+overwrites Xid 79 is the same dead GPU, and NodeHeal cannot tell from a live read whether a
+condition recovered in between: the worse decision holds, within the same boot of the same
+instance. Only a read that shows the whole node healthy ends it; a read showing one condition
+healthy while another is bad does not, because the bad one may have been bad all along.
 
 Severity only rises within an episode, and an episode outlives any one execution: a fault seen by
 one execution must still decide for the next execution of the same instance, even when the first
-has not written its record yet (its lock expired, or it was superseded and is still stopping) and
-even when the detector has since overwritten the message with a lesser one (NPD keeps only the
-latest). Records alone cannot carry that, because they are written at the end.
+has not written its record yet (its lock expired, or it was superseded and is still stopping).
+Records alone cannot carry that, because they are written at the end.
 
 So every bad condition NodeHeal sees on an instance is remembered in the ledger as a *sighting*,
-one item per condition type, keeping the worst of the condition's current bad period (its
-``lastTransitionTime``): admission remembers what it decides on, and every mutating step
-remembers a condition it reads that is worse than what its execution planned. Admission and the
-reboot step read the memory back.
+one item per condition type keeping the worst fault of that condition in the episode: admission
+remembers what it decides on (and what the event reported), every mutating step remembers a
+condition it reads that is worse than what its execution planned. Admission and the reboot step
+read the memory back. When admission reads the node healthy it marks every sighting of the
+episode ``clearedAt`` (:meth:`Sighting.cleared`); the next bad sighting starts a new episode.
 
-A sighting still counts only while it describes the live node: the same Node object and boot (a
-reboot or a new Node ends the episode; a new instance has another key), the condition still bad
-with the same transition time (a recovery ends its part), and confirmed (bad for its
-classification's confirmation time: a fault still confirming may yet clear).
+The write rule, in one conditional write per item (:meth:`Sighting.replaces`, the same as the
+ledger's condition expression):
+
+==========================================  ====================================================
+stored item                                 the new sighting is kept when
+==========================================  ====================================================
+none                                        always
+another Node object or boot                 it was seen later (a late write from before a
+                                            reboot does not come back)
+same object and boot, episode ended         it was seen after the episode ended
+(``clearedAt`` set)
+same object and boot, episode running       it is worse (severity only rises)
+==========================================  ====================================================
 """
 
 from __future__ import annotations
@@ -50,7 +77,10 @@ class Sighting:
     confirm_seconds: int
     #: The execution that saw it, for the explanation.
     execution: str
+    #: When it was (last) seen bad; the worst fault's own details above.
     seen_at: datetime
+    #: When NodeHeal read the whole node healthy after ``seen_at``: the episode ended (D19).
+    cleared_at: datetime | None = None
 
     def to_item(self) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -67,11 +97,14 @@ class Sighting:
         }
         if self.xid is not None:
             item["xid"] = self.xid
+        if self.cleared_at is not None:
+            item["clearedAt"] = format_timestamp(self.cleared_at, millis=True)
         return item
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any]) -> Sighting:
         xid = item.get("xid")
+        cleared = item.get("clearedAt")
         return cls(
             condition_type=str(item["conditionType"]),
             since=parse_timestamp(str(item["since"]), "sighting.since"),
@@ -83,18 +116,21 @@ class Sighting:
             confirm_seconds=int(item.get("confirmSeconds", 0)),
             execution=str(item.get("execution", "")),
             seen_at=parse_timestamp(str(item["seenAt"]), "sighting.seenAt"),
+            cleared_at=parse_timestamp(str(cleared), "sighting.clearedAt") if cleared else None,
         )
 
     def replaces(self, stored: Sighting) -> bool:
-        """Whether this sighting is kept over ``stored`` (the same rule as the ledger's conditional
-        write): a later bad period; in the same period on the same Node object and boot, a worse
-        fault; on another object or boot, the later sighting (the earlier one no longer describes
-        the live instance, or this one is a late write from before a reboot)."""
-        if self.since != stored.since:
-            return self.since > stored.since
-        if (self.node_uid, self.boot_id) == (stored.node_uid, stored.boot_id):
-            return self.action.cost > stored.action.cost
-        return self.seen_at > stored.seen_at
+        """Whether this sighting is kept over ``stored``: the table in the module docstring, the
+        same rule as the ledger's conditional write."""
+        if (self.node_uid, self.boot_id) != (stored.node_uid, stored.boot_id):
+            return self.seen_at > stored.seen_at
+        if stored.cleared_at is not None:
+            return self.seen_at > stored.cleared_at
+        return self.action.cost > stored.action.cost
+
+    def same_episode_object(self, node: LiveNode) -> bool:
+        """Whether it was seen on the live node's Node object and boot."""
+        return self.node_uid == node.uid and self.boot_id == node.boot_id
 
 
 def sighting_of(
@@ -136,15 +172,51 @@ def worse_than(sightings: Iterable[Sighting], action: Action) -> list[Sighting]:
 
 
 def still_describes(sighting: Sighting, node: LiveNode, now: datetime) -> bool:
-    """Whether the sighting belongs to the live node's current episode and is confirmed."""
+    """Whether the sighting belongs to the live node's current episode (same Node object and boot,
+    the episode not seen over since) and is confirmed. Its own condition need not be bad now, nor
+    carry the same reason or transition time: the episode is the instance's, and only a read of the
+    whole node healthy ends it (D19)."""
+    return (
+        sighting.same_episode_object(node) and sighting.cleared_at is None and _confirmed(sighting, node, now)
+    )
+
+
+def _confirmed(sighting: Sighting, node: LiveNode, now: datetime) -> bool:
+    """A fault with a confirmation time counts once it was bad that long: NodeHeal saw it bad past
+    its confirmation time, or its condition is bad now and has been since long enough (a fault
+    that cleared inside its confirmation time was a flap, which confirmation exists to ignore)."""
+    if sighting.confirm_seconds <= 0:
+        return True
+    if (sighting.seen_at - sighting.since).total_seconds() >= sighting.confirm_seconds:
+        return True
     live = node.condition(sighting.condition_type)
     return (
-        sighting.node_uid == node.uid
-        and sighting.boot_id == node.boot_id
-        and live is not None
+        live is not None
         and live.is_bad
-        and live.last_transition_time == sighting.since
         and (now - sighting.since).total_seconds() >= sighting.confirm_seconds
+    )
+
+
+def episode_over_on(node: LiveNode) -> bool:
+    """Whether this live read sees every condition of the node healthy, which ends its episode
+    (D19). ``Ready`` must be True: a node whose kubelet stopped posting status shows stale
+    conditions, which are not *seen* healthy; ``Ready`` itself is the kubelet's, never a fault
+    NodeHeal remembers."""
+    return node.is_ready and not any(
+        condition.is_bad for condition_type, condition in node.conditions.items() if condition_type != "Ready"
+    )
+
+
+def to_clear(sightings: Iterable[Sighting], node: LiveNode) -> list[Sighting]:
+    """The sightings a healthy read of ``node`` ends: those of its object and boot not yet cleared."""
+    return [s for s in sightings if s.same_episode_object(node) and s.cleared_at is None]
+
+
+def episode_ended_at(sightings: Iterable[Sighting], node: LiveNode) -> datetime | None:
+    """When NodeHeal last saw the live node's object and boot wholly healthy (None: never)."""
+    return max(
+        (s.cleared_at for s in sightings if s.same_episode_object(node) and s.cleared_at is not None),
+        default=None,
     )
 
 

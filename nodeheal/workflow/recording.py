@@ -347,7 +347,7 @@ def _account_for_end(
             return {"notification": "", "alreadyRecorded": False, "leftToRecordStep": True, **found}
         record_ = standing
     notified = ""
-    if not told and notifier is not None and _worth_notifying(state, record_):
+    if not told and notifier is not None and _worth_notifying(state, record_, ledger):
         notified = notifier.publish(render_notification(record_, state, region=region))
     ledger.mark_execution_ended(cluster, execution, record_.outcome.value, by)
     return {
@@ -365,6 +365,11 @@ def _release(state: WorkflowState, ledger: LedgerPort) -> None:
     of its successor's."""
     subject = state.subject
     ledger.release_lock(state.cluster, subject, state.execution.name)
+    if (state.step("admission") or {}).get("displaced"):
+        # It contended a holder and ends without having taken the node over (it stopped, was
+        # aborted or timed out): its mark is withdrawn, so the holder goes on with its own fault
+        # instead of stopping for a successor that never comes (D2).
+        ledger.withdraw_contention(state.cluster, subject, state.execution.name)
     for _ in range(5):
         current = ledger.read_admission_state(state.cluster)
         released = budget.release(current, node=subject, execution=state.execution.name)
@@ -378,9 +383,15 @@ def _release(state: WorkflowState, ledger: LedgerPort) -> None:
     raise LedgerContentionError(f"could not release the budget slot of {state.node_name} after 5 attempts")
 
 
-def _worth_notifying(state: WorkflowState, record_: RemediationRecord) -> bool:
-    if record_.outcome in (Outcome.RECORDED, Outcome.SUPERSEDED):
+def _worth_notifying(state: WorkflowState, record_: RemediationRecord, ledger: LedgerPort) -> bool:
+    if record_.outcome is Outcome.RECORDED:
         return False
+    if record_.outcome is Outcome.SUPERSEDED:
+        # Its successor tells its own story once it holds the node. When none holds it now (the
+        # successor still waits, or ended before taking over), the node carries NodeHeal's cordon
+        # and a fault nobody is remediating this moment: a person hears of it (D2).
+        holder = ledger.lock_holder(state.cluster, state.subject)
+        return holder is None or holder == state.execution.name
     if record_.outcome is Outcome.SKIPPED:
         # Only when NodeHeal left the node cordoned: that needs a person.
         return bool((state.step("cordon") or {}).get("performed"))
@@ -413,7 +424,9 @@ _NEXT_STEPS: dict[Outcome, str] = {
     "if healthy.",
     Outcome.PAUSED: "NodeHeal was paused or its mode lowered mid-remediation; the node is left as described. "
     "Check it, then uncordon it or re-evaluate it once NodeHeal runs again.",
-    Outcome.SUPERSEDED: "Nothing to do: a more urgent remediation of this node took over.",
+    Outcome.SUPERSEDED: "A more urgent remediation of this node was to take over, and none holds the node "
+    "now. It takes this fault over if its own cleared; if no later record of this node follows within "
+    "the lock wait, re-evaluate it: nodeheal retry EXECUTION (this execution's name).",
     Outcome.DRAIN_ABORTED: "The drain timed out (PodDisruptionBudgets or do-not-disrupt pods). The node is "
     "cordoned: move or stop the remaining pods, then terminate the instance or uncordon.",
     Outcome.FAILED: "The remediation failed and the node is left as described. Read the execution history, "

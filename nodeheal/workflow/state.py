@@ -87,6 +87,12 @@ class WorkflowState:
 
     @property
     def condition_type(self) -> str:
+        """The condition this execution remediates: the event's, or the one admit took over from
+        a holder this execution pushed aside when its own fault was gone (D2)."""
+        admission = self.step("admission")
+        condition = admission.get("condition") if admission else None
+        if isinstance(condition, Mapping) and isinstance(condition.get("type"), str) and condition["type"]:
+            return str(condition["type"])
         return self.event.condition.type
 
     @property

@@ -91,6 +91,10 @@ class DynamoLedger:
         self.on_call("contend")
         return self._ledger.contend(cluster, subject, execution, claim, holder=holder)
 
+    def withdraw_contention(self, cluster: str, subject: str, execution: str) -> bool:
+        self.on_call("withdraw_contention")
+        return self._ledger.withdraw_contention(cluster, subject, execution)
+
     def claim_mutation(
         self, cluster: str, subject: str, execution: str, *, step: str, busy_for: timedelta
     ) -> None:
@@ -128,6 +132,10 @@ class DynamoLedger:
     def sightings(self, cluster: str, subject: str) -> list[Sighting]:
         self.on_call("sightings")
         return self._ledger.sightings(cluster, subject)
+
+    def clear_sightings(self, cluster: str, subject: str, sightings: list[Sighting], at: datetime) -> int:
+        self.on_call("clear_sightings")
+        return self._ledger.clear_sightings(cluster, subject, sightings, at)
 
     def execution_ended(self, cluster: str, execution: str) -> bool:
         self.on_call("execution_ended")

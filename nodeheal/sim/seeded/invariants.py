@@ -109,12 +109,12 @@ class Invariants:
             + 120
         )
         self._seen_conditions: dict[tuple[str, str], tuple[str, str, str]] = {}
-        self._boots: dict[str, str] = {}
-        #: (node uid, condition type, bad since) -> each action a message NodeHeal saw in that bad
-        #: period called for, in an event or by reading the Node, with the shortest confirmation
-        #: time it was seen with. A message no event carried and no step read is not "seen": a
-        #: detector may overwrite it before anything reads it.
-        self._seen_worst: dict[tuple[str, str, datetime], dict[str, int]] = {}
+        #: (instance, node uid, boot) -> condition type -> each action a message NodeHeal saw in the
+        #: episode called for (DESIGN D19: the instance's episode, whatever the reason or transition
+        #: time became since), in an event or by reading the Node, with (bad since, confirmation
+        #: seconds) of its earliest confirmation. A message no event carried and no step read is
+        #: not "seen": a detector may overwrite it before anything reads it.
+        self._seen_worst: dict[tuple[str, str, str], dict[str, dict[str, tuple[datetime, int]]]] = {}
         #: Node name -> (resourceVersion, uid, its bad conditions): a node is rescanned when it changes.
         self._node_scans: dict[str, tuple[str, str, list[tuple[tuple[str, str, str], Any, Episode]]]] = {}
         #: (start, duration) of outages: nothing of NodeHeal runs then, so I2's clock stops.
@@ -168,7 +168,9 @@ class Invariants:
 
     # -- what NodeHeal has seen of each condition (I8 holds it to the worst of that) -----------------
 
-    def _saw(self, node_uid: str, condition: Mapping[str, Any], labels: Mapping[str, str]) -> None:
+    def _saw(
+        self, episode: tuple[str, str, str], condition: Mapping[str, Any], labels: Mapping[str, str]
+    ) -> None:
         from nodeheal.sim.seeded.schedule import classify, confirm_seconds
 
         if condition.get("type") == "Ready" or not is_bad_status(
@@ -178,22 +180,51 @@ class Invariants:
         since = condition.get("lastTransitionTime")
         if not since:
             return
-        key = (node_uid, str(condition["type"]), parse_timestamp(str(since), "lastTransitionTime"))
+        bad_since = parse_timestamp(str(since), "lastTransitionTime")
         action = classify(dict(condition), self.sim.settings, labels)
         confirm = confirm_seconds(dict(condition), self.sim.settings, labels)
-        seen = self._seen_worst.setdefault(key, {})
-        seen[action] = min(confirm, seen.get(action, confirm))
+        seen = self._seen_worst.setdefault(episode, {}).setdefault(str(condition["type"]), {})
+        earlier = seen.get(action)
+        if earlier is None or bad_since + timedelta(seconds=confirm) < earlier[0] + timedelta(
+            seconds=earlier[1]
+        ):
+            seen[action] = (bad_since, confirm)
+
+    @staticmethod
+    def _episode_of(node: Mapping[str, Any], instance: str) -> tuple[str, str, str]:
+        return instance, str(node["metadata"]["uid"]), str(node["status"]["nodeInfo"].get("bootID", ""))
+
+    @staticmethod
+    def _wholly_healthy(node: Mapping[str, Any]) -> bool:
+        """What ends an episode when NodeHeal reads it (D19): Ready, and nothing else bad."""
+        conditions = node["status"]["conditions"]
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        return ready and not any(
+            c["type"] != "Ready" and is_bad_status(str(c["type"]), str(c["status"])) for c in conditions
+        )
 
     def saw_node(self, node: Mapping[str, Any]) -> None:
-        """A step read the Node: NodeHeal has seen each of its conditions' current message."""
+        """A step read the Node: NodeHeal has seen each of its conditions' current message, and a
+        read of the whole node healthy ends the instance's episode."""
+        instance = str(node["spec"].get("providerID", "")).rsplit("/", 1)[-1]
+        episode = self._episode_of(node, instance)
+        if self._wholly_healthy(node):
+            self._seen_worst.pop(episode, None)
+            self._worst.pop(instance, None)
+            return
         for condition in node["status"]["conditions"]:
-            self._saw(node["metadata"]["uid"], condition, node["metadata"]["labels"])
+            self._saw(episode, condition, node["metadata"]["labels"])
 
     def saw_event(self, event: Any) -> None:
-        """The exporter shipped this condition: NodeHeal will see it in the event."""
+        """The exporter shipped this condition: NodeHeal will see it in the event, on the boot the
+        event names (the live node's when it names none)."""
         node = self.sim.world.nodes.get(event.node.name)
         labels = node["metadata"]["labels"] if node is not None else dict(event.node.labels)
-        self._saw(event.node.uid, event.condition.to_api(), labels)
+        boot = event.node.boot_id or (
+            str(node["status"]["nodeInfo"].get("bootID", "")) if node is not None else ""
+        )
+        instance = event.node.instance_id or (self.sim.world.instance_of(event.node.name) if node else "")
+        self._saw((instance, event.node.uid, boot), event.condition.to_api(), labels)
 
     def invocation_started(self, invocation: Invocation) -> None:
         self._track_conditions()
@@ -541,33 +572,30 @@ class Invariants:
                 self._node_scans[name] = cached
             bad = cached[2]
             instance = world.instance_of(name)
-            boot = str(node["status"]["nodeInfo"].get("bootID", ""))
-            # A reboot ends the instance's episode (D2); a condition's part ends when it recovers.
-            before = self._worst.get(instance, {}) if self._boots.get(instance, boot) == boot else {}
-            worst: dict[str, tuple[str, str]] = {}
-            for key, _, episode in bad:
+            episode_key = self._episode_of(node, instance)
+            for key, _, _ in bad:
                 live.add(key)
-                condition_type, since = key[1], key[2]
-                earlier = before.get(condition_type)
-                if earlier is not None and earlier[0] == since:
-                    worst[condition_type] = earlier
-                seen = self._seen_worst.get((episode.node_uid, condition_type, episode.since), {})
-                # A fault counts once it is seen by NodeHeal and confirmed: bad for the confirmation
-                # time of the message that called for it (a holder still confirming may be preempted
-                # by a lesser fault that acts sooner, D2; a bad condition whose message changes to
-                # one that needs a longer confirmation is not confirmed for it yet). While its
-                # condition stays bad a lesser message does not lower it.
+            if self._wholly_healthy(node):
+                # The world's episode is over (NodeHeal may not have read it yet, and then holds
+                # on to the worse decision: never a violation of I8, which only looks down).
+                self._seen_worst.pop(episode_key, None)
+                self._worst.pop(instance, None)
+                continue
+            # A fault counts once NodeHeal saw it in this episode (same instance, Node object and
+            # boot) and it is confirmed: bad for the confirmation time of the message that called
+            # for it, from the transition time it was seen with (a holder still confirming may be
+            # preempted by a lesser fault that acts sooner, D2). A lesser message since, even with
+            # a new reason and transition time (NPD rewrites both), does not lower it (D19).
+            worst: dict[str, tuple[str, str]] = {}
+            for condition_type, seen in self._seen_worst.get(episode_key, {}).items():
                 confirmed = [
                     action
-                    for action, confirm in seen.items()
-                    if now - episode.since >= timedelta(seconds=confirm)
+                    for action, (since, confirm) in seen.items()
+                    if now - since >= timedelta(seconds=confirm)
                 ]
-                if condition_type != "Ready" and confirmed:
-                    action = max(confirmed, key=lambda a: SEVERITY.get(a, 0))
-                    if SEVERITY.get(action, 0) > SEVERITY.get(worst.get(condition_type, ("", "none"))[1], 0):
-                        worst[condition_type] = (since, action)
+                if confirmed:
+                    worst[condition_type] = ("", max(confirmed, key=lambda a: SEVERITY.get(a, 0)))
             self._worst[instance] = worst
-            self._boots[instance] = boot
         for key, episode in self.episodes.items():
             if episode.ended_at is None and key not in live:
                 episode.ended_at = now

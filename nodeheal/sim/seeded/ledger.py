@@ -20,7 +20,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from nodeheal.actions import Action
 from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededError
+from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView
@@ -34,6 +36,11 @@ from nodeheal.workflow.records import (
 )
 
 _EPOCH = datetime(2026, 11, 21, 10, 5, tzinfo=UTC)
+
+
+def _millis(at: datetime) -> str:
+    """A time as the DynamoDB ledger stores it (milliseconds), which its conditions compare."""
+    return format_timestamp(at, millis=True)
 
 
 @dataclass
@@ -144,6 +151,14 @@ class MemoryLedger:
         self.locks[subject] = replace(current, contender=execution, contender_action=claim.action)
         return True
 
+    def withdraw_contention(self, cluster: str, subject: str, execution: str) -> bool:
+        self.on_call("withdraw_contention")
+        current = self.locks.get(subject)
+        if current is None or current.contender != execution:
+            return False
+        self.locks[subject] = replace(current, contender="", contender_action=Action.NONE)
+        return True
+
     def claim_mutation(
         self, cluster: str, subject: str, execution: str, *, step: str, busy_for: timedelta
     ) -> None:
@@ -216,6 +231,24 @@ class MemoryLedger:
     def sightings(self, cluster: str, subject: str) -> list[Sighting]:
         self.on_call("sightings")
         return [s for (c, i, _), s in sorted(self.remembered.items()) if (c, i) == (cluster, subject)]
+
+    def clear_sightings(self, cluster: str, subject: str, sightings: list[Sighting], at: datetime) -> int:
+        self.on_call("clear_sightings")
+        marked = 0
+        for sighting in sightings:
+            key = (cluster, subject, sighting.condition_type)
+            stored = self.remembered.get(key)
+            if stored is None or stored.cleared_at is not None:
+                continue
+            same = (stored.node_uid, stored.boot_id, _millis(stored.seen_at)) == (
+                sighting.node_uid,
+                sighting.boot_id,
+                _millis(sighting.seen_at),
+            )
+            if same:
+                self.remembered[key] = replace(stored, cleared_at=at)
+                marked += 1
+        return marked
 
     def execution_ended(self, cluster: str, execution: str) -> bool:
         self.on_call("execution_ended")

@@ -280,10 +280,11 @@ def test_the_episode_memory_keeps_the_worst_of_a_bad_period_in_any_order(subject
     assert ledger.sightings("c", "i-0other") == [] and ledger.sightings("other", INSTANCE) == []
 
 
-def test_a_later_bad_period_or_boot_replaces_a_worse_sighting(subject: Subject) -> None:
-    """A new transition time is a new bad period; a later sighting on another boot (or Node
-    object) replaces one that no longer describes the instance, even when it is lesser; an
-    earlier bad period never comes back over a later one."""
+def test_a_later_boot_replaces_a_worse_sighting_and_a_new_transition_time_does_not(subject: Subject) -> None:
+    """A later sighting on another boot (or Node object) replaces one that no longer describes the
+    instance, even when it is lesser, and an older one from the first boot never comes back. On one
+    boot a new transition time is the same episode (D19: NPD rewrites it with every new reason), so
+    a lesser sighting never replaces a worse one however its transition time moved."""
     ledger = subject.ledger
     ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=1))
     assert ledger.remember_sighting(
@@ -294,9 +295,39 @@ def test_a_later_bad_period_or_boot_replaces_a_worse_sighting(subject: Subject) 
     # An older sighting from the first boot, written late, does not return.
     assert not ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=2))
     later = NOW + timedelta(minutes=5)
-    assert ledger.remember_sighting(
+    assert not ledger.remember_sighting(
         "c", INSTANCE, sighting(Action.ALERT, since=later, seen_in=400, boot="boot-2")
     )
-    assert not ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=500, boot="boot-2"))
+    assert ledger.remember_sighting(
+        "c", INSTANCE, sighting(Action.REPLACE, since=later, seen_in=500, boot="boot-2")
+    )
     (kept,) = ledger.sightings("c", INSTANCE)
-    assert (kept.since, kept.action) == (later, Action.ALERT)
+    assert (kept.since, kept.action, kept.xid) == (later, Action.REPLACE, 79)
+
+
+def test_a_healthy_read_ends_the_episode_and_the_next_sighting_starts_another(subject: Subject) -> None:
+    """D19: only a read of the whole node healthy ends the episode. The clear marks what was read,
+    never a sighting written since; after it, a later sighting replaces even a worse one, and a
+    sighting made before the clear (a late write) does not undo it."""
+    ledger = subject.ledger
+    ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=1))
+    ledger.remember_sighting(
+        "c", INSTANCE, sighting(Action.ALERT, seen_in=1, condition="KernelDeadlock", xid=None)
+    )
+    read = ledger.sightings("c", INSTANCE)
+    # A worse sighting of KernelDeadlock lands between the read and the clear: it stays.
+    assert ledger.remember_sighting(
+        "c", INSTANCE, sighting(Action.REBOOT, seen_in=2, condition="KernelDeadlock", xid=None)
+    )
+    cleared_at = NOW + timedelta(seconds=3)
+    assert ledger.clear_sightings("c", INSTANCE, read, cleared_at) == 1
+    kept = {s.condition_type: s for s in ledger.sightings("c", INSTANCE)}
+    assert kept["GPUProblem"].cleared_at == cleared_at and kept["KernelDeadlock"].cleared_at is None
+    # Clearing twice marks nothing more.
+    assert ledger.clear_sightings("c", INSTANCE, read, cleared_at + timedelta(seconds=1)) == 0
+    # Seen before the clear: a late write of the ended episode does not come back.
+    assert not ledger.remember_sighting("c", INSTANCE, sighting(Action.REPLACE, seen_in=2.5))
+    # Seen after it: the next episode starts, lesser or not.
+    assert ledger.remember_sighting("c", INSTANCE, sighting(Action.ALERT, seen_in=4, xid=13))
+    kept = {s.condition_type: s for s in ledger.sightings("c", INSTANCE)}
+    assert (kept["GPUProblem"].action, kept["GPUProblem"].cleared_at) == (Action.ALERT, None)

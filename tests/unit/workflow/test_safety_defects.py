@@ -339,7 +339,7 @@ def test_defect_3_severity_only_rises_when_a_lesser_message_overwrites_the_condi
     assert first.decision is not None and first.decision.action is Action.REPLACE
     xid13 = "NVRM: Xid (PCI:0000:53:00): 13, pid=1, name=python3, Graphics SM Warp Exception"
     overwritten = live_node(condition=gpu_problem(message=xid13, at="2026-11-21T10:04:30Z"))
-    nodes.nodes["gpu-a"] = replace(overwritten, uid=confirming.uid)
+    nodes.nodes["gpu-a"] = replace(overwritten, uid=confirming.uid, boot_id=confirming.boot_id)
     later = NOW + timedelta(seconds=first.wait_seconds)
     ledger.now = later
     again = admit(
