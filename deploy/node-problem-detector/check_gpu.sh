@@ -1,9 +1,11 @@
 #!/bin/sh
 # node-problem-detector custom plugin: is every GPU this node advertises usable?
 #
-# Exit codes follow the NPD plugin protocol: 0 = OK (GPUProblem=False), 1 = problem
-# (GPUProblem=True), 2 = unknown (the check itself could not run; the condition is left alone).
-# The first line of stdout becomes the condition message (NPD truncates it at 80 bytes).
+# Exit codes follow the NPD plugin protocol (gpu-plugin-monitor.json names the condition):
+# 0 = OK (GPUUnavailable=False), 1 = problem (GPUUnavailable=True), 2 = unknown (the check itself
+# could not run: NPD sets the condition Unknown, which NodeHeal does not act on;
+# pkg/custompluginmonitor/custom_plugin_monitor.go, generateStatus). The first line of stdout
+# becomes the condition message (NPD cuts it at max_output_length, 80 bytes).
 #
 # Two checks:
 #   1. nvidia-smi answers within the timeout (a hung driver makes it block forever);
