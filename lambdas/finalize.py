@@ -52,4 +52,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if recorded:
         metrics.add_metric(name="ExecutionsFinalized", unit=MetricUnit.Count, value=len(recorded))
         logger.warning("executions ended outside any Catch were recorded", extra={"finalized": recorded})
+    left = [r.to_json() for r in results if r.status == "recording"]
+    if left:
+        # Their Record step wrote what happened and may still be running: it ends them, or the
+        # sweeper does once it cannot be running any more.
+        logger.info("ended executions left to the Record step that wrote their record", extra={"left": left})
     return {"results": [r.to_json() for r in results]}
