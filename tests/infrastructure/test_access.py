@@ -238,14 +238,18 @@ def test_defect_10_no_function_may_scan_delete_broadly_or_touch_the_index(full_s
     assert deletes == dict.fromkeys(("admit", "record", "record-failure", "finalize"), (LedgerItem.LOCK,))
     # Updates are the mutating steps' claims on the lock they hold (nodeheal.workflow.guard) and
     # admit marking a busy, less severe holder (contend), and the episode memory every one of them
-    # keeps (remember_sighting, D2): nothing else.
+    # keeps (remember_sighting, D2); the ends of an execution withdraw its contender mark from the
+    # lock (withdraw_contention): nothing else.
     updates: dict[str, set[LedgerItem]] = {}
     for spec in ALL_TASKS:
         for grant in spec.ledger:
             if "dynamodb:UpdateItem" in grant.actions:
                 updates.setdefault(spec.name, set()).update(grant.items)
-    assert set(updates) == {"admit", "cordon", "drain", "force-drain", "terminate", "reboot", "uncordon"}
-    assert all(items == {LedgerItem.LOCK, LedgerItem.EPISODE} for items in updates.values()), updates
+    steps = {"admit", "cordon", "drain", "force-drain", "terminate", "reboot", "uncordon"}
+    ends = {"record", "record-failure", "finalize"}
+    assert set(updates) == steps | ends
+    assert all(updates[name] == {LedgerItem.LOCK, LedgerItem.EPISODE} for name in steps), updates
+    assert all(updates[name] == {LedgerItem.LOCK} for name in ends), updates
     # Only admit and reboot read the memory back (Query of one instance's partition).
     readers = {
         spec.name
