@@ -162,7 +162,8 @@ def _admit(
         state.cluster, admitted_node.subject, since=history_window_start(settings, now)
     )
     remembered = ledger.sightings(state.cluster, admitted_node.subject)
-    _remember_sightings(state, ledger, node, live, admitted_node, remembered, now)
+    ended_at = episode_ended_at(remembered, node)
+    _remember_sightings(state, ledger, node, live, admitted_node, remembered, ended_at, now)
     decision = live_decision(
         live,
         node,
@@ -172,7 +173,7 @@ def _admit(
         now,
         mode=mode or settings.mode,
         previous=previous.decision if _same_boot(previous, admitted_node) else None,
-        sighted=_sighted(state, live, node, settings, now, episode_ended_at(remembered, node)),
+        sighted=_sighted(state, live, node, settings, now, ended_at),
     )
     remaining = (
         _confirmation_remaining(live, decision.confirm_seconds, state, now)
@@ -399,18 +400,19 @@ def _remember_sightings(
     live: Condition,
     admitted: AdmittedNode,
     remembered: Sequence[Sighting],
+    ended_at: datetime | None,
     now: datetime,
 ) -> None:
     """Remember every bad condition of the live node, and the event's own report of this one
     (the exporter saw it; a lesser message may have overwritten it since), in the instance's
-    episode memory (D2), so that a later execution of the instance decides by them too. A
-    condition already remembered as bad or worse in this period is not written again."""
+    episode memory (D2, D19), so that a later execution of the instance decides by them too. A
+    condition already remembered as bad or worse in this episode is not written again."""
     seen = {
         sighting.condition_type: sighting
         for sighting in sightings_on(node, state.settings.policy, execution=state.execution.name, now=now)
     }
     reported = state.event.condition
-    if _reported_in_episode(state, live, node, episode_ended_at(remembered, node)):
+    if _reported_in_episode(state, live, node, ended_at):
         sighting = sighting_of(reported, node, state.settings.policy, execution=state.execution.name, now=now)
         current = seen.get(live.type)
         if sighting is not None and (current is None or sighting.action.cost > current.action.cost):
