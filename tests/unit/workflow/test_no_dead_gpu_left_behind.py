@@ -288,17 +288,22 @@ def _holder_draining(ledger: FakeLedger) -> None:
     ledger.claim_mutation(CLUSTER, INSTANCE, "holder", step="drain", busy_for=MUTATION_BUSY)
 
 
-def test_a_contender_whose_fault_clears_takes_over_the_holders_fault() -> None:
-    """Reproduced with the real admit: C (NVLink, replace) contends H's busy drain; H stops at its
-    next claim and ends superseded; C's condition clears before C polls again. C must not stop: H's
-    fault is still on the node and nobody holds it. C re-admits H's condition (and the episode's
-    worst, its own NVLink fault, still decides)."""
+def _contending() -> tuple[LiveNode, FakeNodes, FakeLedger, WorkflowState, Any]:
+    """H drains (Xid 48, reboot) and C (NVLink, replace) has just contended it: C waits."""
     node = with_conditions(live_node(), XID_48_CONDITION, NVLINK)
     nodes = FakeNodes({"gpu-a": node})
     ledger = FakeLedger()
     _holder_draining(ledger)
     contender = event_state(node, NVLINK, execution="contender")
-    waiting = admit(contender, kube(nodes), ledger, NOW, mode=Mode.FULL)
+    return node, nodes, ledger, contender, admit(contender, kube(nodes), ledger, NOW, mode=Mode.FULL)
+
+
+def test_a_contender_whose_fault_clears_takes_over_the_holders_fault() -> None:
+    """Reproduced with the real admit: C (NVLink, replace) contends H's busy drain; H stops at its
+    next claim and ends superseded; C's condition clears before C polls again. C must not stop: H's
+    fault is still on the node and nobody holds it. C re-admits H's condition (and the episode's
+    worst, its own NVLink fault, still decides)."""
+    node, nodes, ledger, contender, waiting = _contending()
     assert waiting.verdict == WAIT and waiting.displaced == {
         "execution": "holder",
         "conditionType": "GPUProblem",
@@ -321,12 +326,7 @@ def test_a_contender_whose_fault_clears_takes_over_the_holders_fault() -> None:
 def test_a_contender_whose_fault_clears_while_the_holder_runs_hands_the_node_back() -> None:
     """C's fault clears while H still holds the node: C withdraws its mark and stops, and H goes on
     with its own fault instead of stopping for a successor that never comes."""
-    node = with_conditions(live_node(), XID_48_CONDITION, NVLINK)
-    nodes = FakeNodes({"gpu-a": node})
-    ledger = FakeLedger()
-    _holder_draining(ledger)
-    contender = event_state(node, NVLINK, execution="contender")
-    waiting = admit(contender, kube(nodes), ledger, NOW, mode=Mode.FULL)
+    node, nodes, ledger, contender, waiting = _contending()
     assert waiting.verdict == WAIT
     nodes.nodes["gpu-a"] = with_conditions(node, AGENT_HEALTHY)
     stopped = readmit(contender, waiting, nodes, ledger, NOW + timedelta(seconds=10))
@@ -466,12 +466,7 @@ def test_a_contender_that_is_aborted_gives_the_node_back_to_the_holder() -> None
     withdraws the mark, so H's next step goes on instead of stopping for nobody."""
     from nodeheal.workflow.recording import record_failure
 
-    node = with_conditions(live_node(), XID_48_CONDITION, NVLINK)
-    nodes = FakeNodes({"gpu-a": node})
-    ledger = FakeLedger()
-    _holder_draining(ledger)
-    contender = event_state(node, NVLINK, execution="contender")
-    waiting = admit(contender, kube(nodes), ledger, NOW, mode=Mode.FULL)
+    _, _, ledger, contender, waiting = _contending()
     assert waiting.verdict == WAIT
     aborted = WorkflowState.parse(
         {
