@@ -8,7 +8,8 @@ traceback: missing credentials or region and a stack that does not exist are the
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,6 +20,8 @@ DEFAULT_STACK = "NodeHeal"
 LEDGER_OUTPUT = stack_outputs.LEDGER_TABLE_NAME
 BUS_OUTPUT = stack_outputs.EVENT_BUS_NAME
 STATE_MACHINE_OUTPUT = stack_outputs.STATE_MACHINE_ARN
+#: The ``--region`` help of every command: the order :func:`resolve_region` follows.
+REGION_HELP = "AWS region (default: AWS_REGION, else AWS_DEFAULT_REGION, else the profile's region)"
 
 
 class AwsCallError(NodeHealError):
@@ -27,7 +30,7 @@ class AwsCallError(NodeHealError):
 
 def add_aws_arguments(parser: argparse.ArgumentParser, *, table: bool = True) -> None:
     group = parser.add_argument_group("AWS")
-    group.add_argument("--region", help="AWS region (default: AWS_REGION / the profile's region)")
+    group.add_argument("--region", help=REGION_HELP)
     group.add_argument("--profile", help="AWS named profile (default: AWS_PROFILE / the default chain)")
     group.add_argument(
         "--stack",
@@ -38,17 +41,41 @@ def add_aws_arguments(parser: argparse.ArgumentParser, *, table: bool = True) ->
         group.add_argument("--table", help=f"ledger table name (default: the stack's {LEDGER_OUTPUT} output)")
 
 
+def resolve_region(flag: str | None, environ: Mapping[str, str], profile_region: str | None) -> str | None:
+    """The region every AWS client of the CLI uses: ``--region``, else ``AWS_REGION``, else
+    ``AWS_DEFAULT_REGION``, else the profile's region (the AWS config file); None when none says.
+
+    boto3 alone reads ``AWS_DEFAULT_REGION`` and the profile, not ``AWS_REGION``, which is what
+    CloudShell, Lambda and the other SDKs set; the exporter honours it for the same reason
+    (:func:`nodeheal.exporter.settings.resolve_region`).
+    """
+    for candidate in (flag, environ.get("AWS_REGION"), environ.get("AWS_DEFAULT_REGION"), profile_region):
+        region = (candidate or "").strip()
+        if region:
+            return region
+    return None
+
+
 def session(args: argparse.Namespace) -> Any:
     """A boto3 session with a region and credentials, or a ConfigurationError saying what is missing."""
     import boto3
+    import botocore.session
     from botocore.exceptions import BotoCoreError, ProfileNotFound
 
+    core = botocore.session.Session(profile=args.profile or None)
     try:
-        boto_session = boto3.Session(profile_name=args.profile or None, region_name=args.region or None)
+        profile_region = core.get_scoped_config().get("region")
     except ProfileNotFound as exc:
         raise ConfigurationError(str(exc)) from None
-    if not boto_session.region_name:
-        raise ConfigurationError("no AWS region: pass --region or set AWS_REGION")
+    except BotoCoreError as exc:
+        raise ConfigurationError(f"cannot read the AWS config file: {exc}") from None
+    region = resolve_region(args.region, os.environ, profile_region)
+    if region is None:
+        raise ConfigurationError(
+            "no AWS region: pass --region, set AWS_REGION (or AWS_DEFAULT_REGION), or give the "
+            "profile a region (aws configure set region REGION)"
+        )
+    boto_session = boto3.Session(botocore_session=core, region_name=region)
     try:
         credentials = boto_session.get_credentials()
     except BotoCoreError as exc:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeheal import injection as detector
-from nodeheal.commands.aws_access import DEFAULT_STACK, STATE_MACHINE_OUTPUT
+from nodeheal.commands.aws_access import DEFAULT_STACK, REGION_HELP, STATE_MACHINE_OUTPUT
 from nodeheal.commands.kube_access import add_kube_arguments, kube_transport
 from nodeheal.commands.output import confirm, print_json
 from nodeheal.conditions import CONDITION_STATUSES, Condition
@@ -248,7 +248,7 @@ def register(subparsers: Any) -> None:
     )
     add_kube_arguments(parser)
     access = parser.add_argument_group("AWS: --eks, and the deployed policy")
-    access.add_argument("--region", help="AWS region (default: AWS_REGION / the profile's region)")
+    access.add_argument("--region", help=REGION_HELP)
     access.add_argument("--profile", help="AWS profile (default: AWS_PROFILE / the default chain)")
     access.add_argument(
         "--stack",
