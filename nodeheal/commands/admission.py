@@ -37,7 +37,7 @@ from nodeheal.events import NodeConditionEvent
 from nodeheal.timeutil import format_timestamp, utc_now
 from nodeheal.workflow import budget
 from nodeheal.workflow.budget import ClusterAdmissionState
-from nodeheal.workflow.ingest import execution_input, execution_name, reevaluation_name
+from nodeheal.workflow.ingest import execution_input, reevaluation_name
 from nodeheal.workflow.reevaluation import Candidate, Plan, plan, still_bad
 
 #: Attempts of a conditional write that lost a race with an admission (which takes milliseconds).
@@ -371,7 +371,7 @@ def start_reevaluation(
     from nodeheal.runtime import SfnExecutionStarter
 
     number = ledger.next_reevaluation(event.cluster)
-    name = reevaluation_name(execution_name(event), number)
+    name = reevaluation_name(event, number)
     payload = execution_input(event, event_id=f"{started_by}-r{number}", received_at=now)
     try:
         arn = SfnExecutionStarter(workflow.client, workflow.arn).start(name, payload)

@@ -98,8 +98,61 @@ def execution_name(event: NodeConditionEvent) -> str:
     changed within the same second. The Source is not in the key, so a legacy and a 1.1 delivery of
     the same transition by the same node object share a name. The node's DNS suffix
     (``.us-west-2.compute.internal``) is dropped from the prefix: it is the same for every node of
-    a cluster. Parts are shortened when the name would not fit.
+    a cluster.
+
+    People filter executions by ``<cluster>-<node>``, so when the name would pass 80 characters
+    the other parts give way first, in this order, until it fits:
+
+    1. the transition time loses its seconds (``20261121T1000Z``; the hash has them);
+    2. the condition is cut, down to :data:`CONDITION_NAME_CHARS` characters;
+    3. the time is left out, and the condition takes what is left (it may go too);
+    4. the node is cut to what the cluster leaves;
+    5. the cluster is cut to its first :data:`CLUSTER_NAME_CHARS` characters.
+
+    The hash and a re-evaluation's ``-r<N>`` are never cut. So a cluster name of at most 47
+    characters is always whole, with a node name of up to 19 characters (every EC2 host name:
+    ``ip-100-100-100-100``, ``i-`` and 17 hex digits) whole next to it. An EKS cluster name may
+    have 100 characters: a longer one cannot fit, and every name of that cluster starts with its
+    first 47 characters (search by those); a re-evaluation's ``-r<N>`` then takes its room from
+    the node.
+
+    Changing this scheme renames transitions: one delivered before an upgrade and delivered again
+    after it (an exporter resync, an archive replay) is not a duplicate any more, so each
+    transition in flight at the upgrade may get one second execution. That execution is Admit's
+    like any other: it waits behind the first one's lock, and stops when the node was replaced,
+    rebooted healthy or is gone; where the first left the node bad (it alerted, cordoned, was
+    refused or failed), the second decides again on the live node, with the episode's worst fault
+    (D19), and may notify once more.
     """
+    return _named(event, "")
+
+
+def reevaluation_name(event: NodeConditionEvent, number: int) -> str:
+    """The name of an operator's re-evaluation of ``event``'s transition: its name with ``-r<number>``
+    (D3), within the same 80 characters and by the same rule as :func:`execution_name`.
+
+    Deliveries, resyncs and replays of a transition always get its base name, so after it was
+    handled (or refused while the breaker was open) they are all duplicates; a person who wants it
+    looked at again starts a new execution under this name, ``number`` coming from the ledger's
+    counter so no two re-evaluations share one. The suffix is never cut: the time and the
+    condition give way for it, then the node, as for a base name that does not fit.
+    """
+    if number < 1:
+        raise ValueError(f"re-evaluation numbers start at 1, got {number}")
+    return _named(event, f"-r{number}")
+
+
+#: A cluster name longer than this is cut to it (an EKS cluster name may have 100 characters):
+#: with a separator, :data:`NODE_NAME_CHARS` of node and the hash it fills the 80.
+CLUSTER_NAME_CHARS = 47
+#: The longest EC2 host name, ``i-`` and 17 hex digits (``ip-100-100-100-100`` has 18): the node
+#: is whole next to a cluster at its cap.
+NODE_NAME_CHARS = 19
+#: The condition is cut down to this before the time is left out.
+CONDITION_NAME_CHARS = 12
+
+
+def _named(event: NodeConditionEvent, suffix: str) -> str:
     transition = event.condition.last_transition_time or event.observed_at
     stamp = transition.strftime("%Y%m%dT%H%M%SZ")
     key = "\x1f".join(
@@ -114,39 +167,31 @@ def execution_name(event: NodeConditionEvent) -> str:
         )
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:_DIGEST_CHARS]
-    cluster = _clean(event.cluster)
-    node = _clean(event.node.name.split(".", 1)[0])
+    tail = f"-{digest}{suffix}"
+    # Room for "<cluster>-<node>[-<condition>][-<time>]".
+    room = MAX_EXECUTION_NAME - len(tail)
+    if room < 1:
+        raise ValueError(f"no room for a name with the suffix {suffix!r}")
+    head = _cut(_clean(event.cluster), min(CLUSTER_NAME_CHARS, room))
+    node = _cut(_clean(event.node.name.split(".", 1)[0]), room - len(head) - 1)
+    if node:
+        head = f"{head}-{node}"
+    left = room - len(head)
     condition = _clean(event.condition.type)
-    name = f"{cluster}-{node}-{condition}-{stamp}-{digest}"
-    if len(name) <= MAX_EXECUTION_NAME:
-        return name
-    budget = MAX_EXECUTION_NAME - len(stamp) - len(digest) - 4  # four separators
-    cluster_part = cluster[: max(8, budget // 4)]
-    condition_part = condition[: max(8, budget // 4)]
-    node_part = node[: budget - len(cluster_part) - len(condition_part)]
-    return f"{cluster_part}-{node_part}-{condition_part}-{stamp}-{digest}"[:MAX_EXECUTION_NAME]
+    minutes = transition.strftime("%Y%m%dT%H%MZ")
+    for time_part in (stamp, minutes):
+        if len(condition) + len(time_part) + 2 <= left:
+            return f"{head}-{condition}-{time_part}{tail}"
+    cut = _cut(condition, left - len(minutes) - 2)
+    if len(cut) >= min(CONDITION_NAME_CHARS, len(condition)):
+        return f"{head}-{cut}-{minutes}{tail}"
+    cut = _cut(condition, left - 1)
+    return f"{head}-{cut}{tail}" if cut else head + tail
 
 
-#: What stays of a base name when a re-evaluation suffix needs room: ``-<transition time>-<hash>``.
-_NAME_TAIL = len("-20261121T100000Z-") + _DIGEST_CHARS
-
-
-def reevaluation_name(base: str, number: int) -> str:
-    """The name of an operator's re-evaluation of a transition: ``<base name>-r<number>`` (D3).
-
-    Deliveries, resyncs and replays of a transition always get its base name, so after it was
-    handled (or refused while the breaker was open) they are all duplicates; a person who wants it
-    looked at again starts a new execution under this name, ``number`` coming from the ledger's
-    counter so no two re-evaluations share one. When the result would pass 80 characters the
-    readable prefix is cut, never the transition time, the hash or the suffix.
-    """
-    if number < 1:
-        raise ValueError(f"re-evaluation numbers start at 1, got {number}")
-    suffix = f"-r{number}"
-    if len(base) + len(suffix) <= MAX_EXECUTION_NAME:
-        return base + suffix
-    head, tail = base[:-_NAME_TAIL], base[-_NAME_TAIL:]
-    return head[: MAX_EXECUTION_NAME - len(tail) - len(suffix)].rstrip("-") + tail + suffix
+def _cut(part: str, length: int) -> str:
+    """``part`` cut to ``length`` characters without a dangling separator ("" when none fit)."""
+    return part[: max(0, length)].rstrip("-")
 
 
 def execution_input(event: NodeConditionEvent, *, event_id: str, received_at: datetime) -> dict[str, Any]:

@@ -311,13 +311,23 @@ def test_the_ledger_counter_never_gives_a_number_twice(aws: Aws) -> None:
 
 
 def test_re_evaluation_names_keep_the_transition_and_fit_step_functions() -> None:
-    base = "training-on-eks-ip-10-0-158-235-GPUProblem-20261121T100000Z-0123456789ab"
-    assert reevaluation_name(base, 7) == f"{base}-r7"
-    longest = "c" * 20 + "-" + "n" * 18 + "-" + "GPUProblem" + "-20261121T100000Z-0123456789ab"
-    assert len(longest) == MAX_EXECUTION_NAME
+    def event(cluster: str) -> NodeConditionEvent:
+        return NodeConditionEvent.from_detail(
+            {
+                "schemaVersion": "1.1",
+                "cluster": cluster,
+                "node": {"name": "ip-10-0-158-235.us-west-2.compute.internal", "uid": "u-1"},
+                "condition": {**gpu_fault(), "lastTransitionTime": "2026-11-21T10:00:00Z"},
+                "observedAt": "2026-11-21T10:00:01Z",
+            }
+        )
+
+    base = execution_name(event(CLUSTER))
+    assert reevaluation_name(event(CLUSTER), 7) == f"{base}-r7"
+    longest = event("c" * 100)
     name = reevaluation_name(longest, 12345)
-    assert len(name) == MAX_EXECUTION_NAME
-    assert name.endswith("-20261121T100000Z-0123456789ab-r12345")
-    assert name.startswith("c" * 12)
+    assert len(name) <= MAX_EXECUTION_NAME
+    assert name.endswith(execution_name(longest)[-12:] + "-r12345")
+    assert name.startswith("c" * 47 + "-ip-10-0")
     with pytest.raises(ValueError, match="start at 1"):
-        reevaluation_name(base, 0)
+        reevaluation_name(event(CLUSTER), 0)

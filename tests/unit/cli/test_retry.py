@@ -216,7 +216,7 @@ def test_retry_starts_a_new_execution_from_the_failed_ones_event(cli: Cli, aws: 
         f"{BASE}-r<N> (N: the cluster's next re-evaluation number)"
     )
     # Named as every person's re-evaluation is (D3): the base name and -r<N> from the ledger's counter.
-    name = reevaluation_name(BASE, 1)
+    name = reevaluation_name(EVENT, 1)
     assert f"started {name}\n" in result.out
     assert f"nodeheal history show {name}" in result.out
     started = aws.executions()
@@ -234,19 +234,19 @@ def test_retry_and_breaker_reset_share_the_counter_and_the_base_name(cli: Cli, a
     for _ in range(3):  # three re-evaluations a breaker reset started in this cluster
         aws.ledger.next_reevaluation(CLUSTER)
     assert cli("retry", BASE, "--yes").code == 0
-    first = reevaluation_name(BASE, 4)
+    first = reevaluation_name(EVENT, 4)
     assert first in aws.executions()
     # The retry failed too: retrying it keeps the transition's base name, with the next number.
-    again = aws.start("not-a-retry", name=reevaluation_name(BASE, 99))
+    again = aws.start("not-a-retry", name=reevaluation_name(EVENT, 99))
     assert aws.ended(again)["status"] == "FAILED"
-    assert cli("retry", reevaluation_name(BASE, 99), "--yes").code == 0
-    assert reevaluation_name(BASE, 5) in aws.executions()
+    assert cli("retry", reevaluation_name(EVENT, 99), "--yes").code == 0
+    assert reevaluation_name(EVENT, 5) in aws.executions()
 
 
 def test_retry_takes_the_execution_arn(cli: Cli, aws: Aws, failed: str) -> None:
     result = cli("retry", failed, "--yes")
     assert result.code == 0, result.err
-    assert reevaluation_name(BASE, 1) in aws.executions()
+    assert reevaluation_name(EVENT, 1) in aws.executions()
 
 
 def test_a_timed_out_execution_is_retried_on_its_state_machine(cli: Cli, aws: Aws) -> None:
@@ -257,7 +257,7 @@ def test_a_timed_out_execution_is_retried_on_its_state_machine(cli: Cli, aws: Aw
     assert field(result.out, "execution").startswith(f"{BASE} (TIMED_OUT at ")
     # Not recorded yet and no lock in the ledger: the finalizer has not run (it would say so).
     assert field(result.out, "recorded") == "not yet (the finalizer or the sweeper records it within minutes)"
-    assert set(aws.executions(aws.short)) == {BASE, reevaluation_name(BASE, 1)}
+    assert set(aws.executions(aws.short)) == {BASE, reevaluation_name(EVENT, 1)}
     assert aws.executions() == {}
 
 
@@ -278,14 +278,14 @@ def test_an_aborted_execution_still_holding_its_lock_is_retried_and_waits_behind
     assert field(result.out, "recorded").startswith(
         "not yet: it still holds the node's lock until the finalizer"
     )
-    assert reevaluation_name(BASE, 1) in aws.executions()
+    assert reevaluation_name(EVENT, 1) in aws.executions()
 
 
 def test_retry_json_is_one_document(cli: Cli, aws: Aws, failed: str) -> None:
     result = cli("retry", BASE, "--yes", "--json")
     assert result.code == 0, result.err
     document = result.json()
-    name = reevaluation_name(BASE, 1)
+    name = reevaluation_name(EVENT, 1)
     assert (document["cluster"], document["node"]) == (CLUSTER, NODE)
     retried = document["retried"]
     assert (retried["execution"], retried["arn"], retried["status"]) == (BASE, failed, "FAILED")
