@@ -1,7 +1,8 @@
 """The ``nodeheal`` command: one entry point, one module per subcommand under nodeheal.commands.
 
 Exit codes: 0 success, 1 the command ran but found a problem (or a runtime failure), 2 bad input
-or usage. Errors are one clear line on stderr, never a traceback.
+or usage, 141 the reader of stdout went away (a pipe into ``head``). Errors are one clear line on
+stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -34,6 +36,11 @@ COMMAND_MODULES: tuple[str, ...] = (
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: The reader of stdout went away (``nodeheal explain | head -1``): 128 + SIGPIPE (13), what a
+#: shell reports for cat or grep when SIGPIPE ends them. Not 0, which would claim every line was
+#: delivered, and not 1 or 2, which mean the command found a problem or was misused: under
+#: ``set -o pipefail`` a script treats nodeheal as it treats any other tool cut off by its reader.
+EXIT_PIPE_CLOSED = 141
 
 
 #: The distribution whose metadata names the version (pyproject.toml's ``[project] name``).
@@ -89,6 +96,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every command's output goes through here, so a closed pipe is handled once."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            # Flushed here rather than at interpreter exit, whatever ended the command (argparse's
+            # --help exits through SystemExit), so a reader that went away is caught below.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _stdout_closed() -> int:
+    """The Python docs' recipe (library/signal, "Note on SIGPIPE"): point stdout at devnull, so the
+    flush at interpreter exit does not fail again, and exit quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a file descriptor (captured in tests)
+        pass
+    return EXIT_PIPE_CLOSED
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
