@@ -164,11 +164,37 @@ def make_sources_importable() -> None:
     if importlib.util.find_spec("stacks") is not None and importlib.util.find_spec("lambdas") is not None:
         return
     root = checkout_root()
-    if (root / "stacks" / "nodeheal_stack.py").is_file() and (root / "lambdas").is_dir():
+    if _is_checkout(root):
         sys.path.insert(0, str(root))
         return
-    raise ConfigurationError(
-        "this command needs the source checkout (stacks/ and lambdas/ next to nodeheal/); run it there"
+    raise ConfigurationError(_needs_editable_install(Path.cwd()))
+
+
+def _needs_editable_install(cwd: Path) -> str:
+    """Why the sources are missing (nodeheal was installed from a built package, which carries
+    neither ``stacks/`` nor ``lambdas/``) and what to do, told apart by whether ``cwd`` is in a
+    checkout: there, the person is where they should be and lacks only an editable install."""
+    package = Path(__file__).resolve().parents[1]
+    checkout = next((d for d in (cwd, *cwd.parents) if _is_checkout(d)), None)
+    if checkout is not None:
+        return (
+            f"nodeheal is installed from a built package ({package}), not from this checkout "
+            f"({checkout}), and a built package carries neither stacks/ nor lambdas/: in {checkout}, "
+            "install it editable with `pip install -e '.[demo]'` (`make demo` does, into .venv)"
+        )
+    return (
+        f"nodeheal is installed from a built package ({package}), which carries neither stacks/ nor "
+        "lambdas/: this command runs them from NodeHeal's source checkout. In a clone of the "
+        "repository, install it editable with `pip install -e '.[demo]'` (`make demo` does, into "
+        ".venv) and run it there"
+    )
+
+
+def _is_checkout(directory: Path) -> bool:
+    return (
+        (directory / "stacks" / "nodeheal_stack.py").is_file()
+        and (directory / "lambdas").is_dir()
+        and (directory / "nodeheal" / "__init__.py").is_file()
     )
 
 
