@@ -233,6 +233,8 @@ def _play(
             patience=max(1.0, DEFAULT_SPEED / speed),
         )
         records = pipeline.records()
+        if run.expected:
+            out.write(f"\n{run.expected}\n")
         out.write("\nremediation history (ledger):\n")
         out.write(_indent(history_table(records)) + "\n\n")
         out.write(notification_section(pipeline, run.subject) + "\n\n")
@@ -283,6 +285,7 @@ def demo_document(
         "cluster": pipeline.cluster_name,
         "subject": run.subject,
         "outcome": mine[-1].outcome.value if mine else None,
+        "expected": run.expected,
         "stageSeconds": {k: round(v, 3) for k, v in mine[-1].stage_seconds.items()} if mine else {},
         "workloadRunningAfterSeconds": round(timeline.elapsed(healed[-1]), 3) if healed else None,
         "executions": [

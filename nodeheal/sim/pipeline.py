@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from nodeheal.aws.executions import deployed_settings
 from nodeheal.aws.ledger import Ledger
-from nodeheal.conditions import Condition
+from nodeheal.conditions import Condition, is_bad_status
 from nodeheal.config import RemediationSettings
 from nodeheal.deploy_config import FILE_CONTEXT_PATH, NodeHealConfig
 from nodeheal.errors import STOP_ERRORS
@@ -35,6 +35,7 @@ from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, P
 from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.exporter.transitions import node_identity
+from nodeheal.patterns import match
 from nodeheal.sim.apiserver.authorizer import (
     FunctionCredentials,
     RbacAuthorizer,
@@ -226,6 +227,11 @@ def _node_and_instance(detail: Any) -> tuple[str, str | None]:
     return str(node.get("name") or ""), str(node.get("instanceID") or "") or None
 
 
+class PipelineStoppedError(Exception):
+    """What the pipeline saw makes waiting for what follows pointless (the message says why): an
+    event the exporter sent for a bad condition that no rule matched never reaches ingest."""
+
+
 def wait_until(
     predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05, what: str = "condition"
 ) -> None:
@@ -341,6 +347,10 @@ class LocalPipeline:
         self._read_notifications = read_notifications
         self._inbox_url = ""
         self._notifications: list[ReceivedNotification] = []
+        #: The pattern of each rule that hands events to ingest, as deployed on the bus.
+        self._rule_patterns: dict[str, Mapping[str, Any]] = {}
+        #: Why waiting is pointless (see :meth:`stop_waiting`); empty while it is not.
+        self._stopped = ""
         self.cluster_name = CLUSTER
         #: The deployment's Source prefix, and the Source this cluster's exporter sends.
         self.event_source_prefix = ""
@@ -375,6 +385,7 @@ class LocalPipeline:
             self._pump = aws.start_rule_targets()
             self._pump.on_matched.append(self._on_matched)
             self._pump.on_delivery.append(self._on_delivery)
+            self._rule_patterns = self._deployed_patterns()
             self.start_exporter()
         except BaseException:
             self.__exit__(None, None, None)
@@ -496,6 +507,63 @@ class LocalPipeline:
             instance=instance,
             at=publication.at,
         )
+        # A recovery is meant to match no rule. A bad condition the rules do not forward is never
+        # remediated: nothing a scenario waits for can follow, and the person watching is told why.
+        if not is_bad_status(str(condition.get("type", "")), str(condition.get("status", ""))):
+            return
+        why = self._why_not_matched(publication)
+        if not why:
+            return
+        self.timeline.emit(
+            "eventbridge",
+            "not-matched",
+            f"no rule matched event {publication.event_id[:8]}: {why}",
+            node=node,
+            instance=instance,
+        )
+        self.stop_waiting(
+            f"no rule matched the exporter's event for {short_node(node)} "
+            f"({condition.get('type')}={condition.get('status')}), so nothing follows it: {why} "
+            "(`nodeheal test-pattern` gives the same answer for this event)"
+        )
+
+    def _deployed_patterns(self) -> dict[str, Mapping[str, Any]]:
+        """The pattern of every rule on the bus that hands events to ingest, as deployed (what
+        ``nodeheal test-pattern --deployed`` reads): moto decides with these which events go on."""
+        events = self.aws.client("events")
+        patterns: dict[str, Mapping[str, Any]] = {}
+        for page in events.get_paginator("list_rules").paginate(EventBusName=self.aws.event_bus_name):
+            for rule in page.get("Rules", []):
+                if rule["Name"] in self.aws.rule_probes and rule.get("EventPattern"):
+                    patterns[rule["Name"]] = json.loads(rule["EventPattern"])
+        return patterns
+
+    def _why_not_matched(self, publication: Publication) -> str:
+        """Why no rule for condition events matches ``publication``, with the reasons test-pattern
+        prints (nodeheal.patterns); empty when one matches."""
+        envelope = self.aws.event_envelope(
+            publication.detail, source=str(publication.entry.get("Source", "")), event_id=publication.event_id
+        )
+        for_conditions = {
+            name: pattern
+            for name, pattern in self._rule_patterns.items()
+            if DETAIL_TYPE_CONDITION_CHANGED in (pattern.get("detail-type") or ())
+        }
+        results = {name: match(pattern, envelope) for name, pattern in for_conditions.items()}
+        if not results or any(result.matched for result in results.values()):
+            return ""
+        return "; ".join(f"rule {name}: {'; '.join(result.reasons)}" for name, result in results.items())
+
+    def stop_waiting(self, reason: str) -> None:
+        """Make every wait of this pipeline for what follows (records, timeline events, settling)
+        raise :class:`PipelineStoppedError` with ``reason``, now and from now on."""
+        with self._decisions:
+            self._stopped = self._stopped or reason
+            self._decisions.notify_all()
+
+    def _check_stopped(self) -> None:
+        if self._stopped:
+            raise PipelineStoppedError(self._stopped)
 
     def _on_matched(self, rule: str, envelope: Mapping[str, Any]) -> None:
         if envelope.get("detail-type") != DETAIL_TYPE_CONDITION_CHANGED:
@@ -711,6 +779,7 @@ class LocalPipeline:
         """Wait until :meth:`settled` holds twice in a row with no new timeline event between."""
         deadline = time.monotonic() + timeout
         while True:
+            self._check_stopped()
             before = len(self.timeline.events())
             if self.settled():
                 time.sleep(0.3)
@@ -722,10 +791,11 @@ class LocalPipeline:
 
     def wait_for(self, kind: str, *, node: str | None = None, count: int = 1, timeout: float = 30.0) -> None:
         wait_until(
-            lambda: len(self.timeline.events(kind, node=node)) >= count,
+            lambda: self._stopped or len(self.timeline.events(kind, node=node)) >= count,
             timeout=timeout,
             what=f"{count} timeline event(s) {kind!r}" + (f" for {short_node(node)}" if node else ""),
         )
+        self._check_stopped()
 
     def wait_for_records(
         self, count: int, *, node: str | None = None, timeout: float = 30.0
@@ -774,7 +844,7 @@ class LocalPipeline:
         read_at = -1  # how many decisions had been reported when the ledger was last read
 
         def worth_reading() -> bool:
-            return self._decision_count() != read_at and reported()
+            return bool(self._stopped) or (self._decision_count() != read_at and reported())
 
         while True:
             with self._decisions:
@@ -783,6 +853,7 @@ class LocalPipeline:
                     timeout=max(0.0, min(LEDGER_RECHECK_SECONDS, deadline - time.monotonic())),
                 )
                 read_at = self._decision_count()
+            self._check_stopped()
             found = complete()
             if found is not None:
                 return found

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
+from nodeheal.actions import Action
 from nodeheal.events import cluster_source
 from nodeheal.kube.model import UNHEALTHY_TAINT_KEY
 from nodeheal.sim.cluster import (
@@ -29,7 +30,7 @@ from nodeheal.sim.cluster import (
     Fault,
 )
 from nodeheal.sim.local_aws import Invocation, iter_task_results
-from nodeheal.sim.pipeline import LocalPipeline, align_to_second, wait_until
+from nodeheal.sim.pipeline import LocalPipeline, PipelineStoppedError, align_to_second, wait_until
 from nodeheal.sim.timeline import short_node
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.budget import BreakerState
@@ -54,6 +55,8 @@ class ScenarioRun:
     facts: dict[str, Any] = field(default_factory=dict)
     #: Multiplies every wait: a demo at low speed takes longer in wall-clock time.
     patience: float = 1.0
+    #: What the scenario expected once the decision was known, for people (the demo prints it).
+    expected: str = ""
     _faulted: bool = False
 
     def seconds(self, timeout: float) -> float:
@@ -220,7 +223,7 @@ class Scenario:
         try:
             self.play(run)
             pipeline.wait_settled(timeout=settle_timeout)
-        except (ScenarioTimeoutError, TimeoutError) as exc:
+        except (ScenarioTimeoutError, TimeoutError, PipelineStoppedError) as exc:
             run.problems.append(str(exc))
             return run
         self.check(run)
@@ -236,26 +239,69 @@ def _replace_play(fault: Fault) -> Callable[[ScenarioRun], None]:
     def play(run: ScenarioRun) -> None:
         node = run.subject = run.pipeline.cluster.gpu_nodes[0]
         run.facts["instance"] = run.pipeline.cluster.instance_of(node)
+        run.facts["pods"] = sorted(p["metadata"]["name"] for p in run.pipeline.cluster.pods_on(node))
         run.inject(node, fault)
-        run.await_records(1, node)
-        run.await_event("workload-running")
+        record = run.await_records(1, node)[-1]
+        # The workload is disrupted, and so comes back, only when the node was drained: a
+        # configuration that decides less (xidActions {"79": "cordon"}) leaves it where it is.
+        if record.action.mutates_instance:
+            run.await_event("workload-running")
 
     return play
 
 
+#: What a decision that drains nothing leaves: (outcome, notification severities).
+_UNDRAINED = {
+    Action.NONE: (Outcome.RECORDED, []),
+    Action.ALERT: (Outcome.ALERTED, ["action-required"]),
+    Action.CORDON: (Outcome.CORDONED, ["action-required"]),
+}
+
+
 def _xid79_check(run: ScenarioRun) -> None:
+    """Xid 79 is replaced by default; a configuration that decides otherwise (``policy.xidActions``)
+    is checked against what that decision must leave, not against a replacement."""
     node, instance = run.subject, run.facts["instance"]
     record = run.only_record(node)
-    run.expect_outcome(record, Outcome.REPLACED)
-    if record is not None:
-        run.expect(record.xid == 79, f"record has xid {record.xid}")
+    run.expect_executions(1)
+    if record is None:
+        return
+    run.expect(record.xid == 79, f"record has xid {record.xid}")
+    action = record.action
+    if action is Action.REPLACE:
+        run.expected = "expected after a replace: the worker evicted, the instance terminated, a new node"
+        run.expect_outcome(record, Outcome.REPLACED)
         run.expect(
             record.pods_evicted == 1, f"{record.pods_evicted} pods evicted, expected the training worker"
         )
-    run.expect_replaced(node, instance)
-    run.expect_workload_running()
-    run.expect_executions(1)
-    run.expect_notifications(["info"])
+        run.expect_replaced(node, instance)
+        run.expect_workload_running()
+        run.expect_notifications(["info"])
+    elif action is Action.REBOOT:
+        run.expected = "expected after a reboot: the worker evicted, the instance rebooted and back"
+        run.expect_outcome(record, Outcome.REBOOTED)
+        run.expect_untouched(node, instance)
+        run.expect_workload_running()
+        run.expect_lock_free(node)
+    else:
+        outcome, severities = _UNDRAINED[action]
+        run.expected = (
+            f"expected after {'an' if action is Action.ALERT else 'a'} {action.value} (the policy's "
+            f"decision): outcome {outcome.value}, "
+            + ("the node cordoned, " if action is Action.CORDON else "the node untouched, ")
+            + "its pods left in place, the instance running"
+        )
+        run.expect_outcome(record, outcome)
+        if action is Action.CORDON:
+            run.expect_cordoned(node)
+            run.expect_instance(instance, gone=False)
+        else:
+            run.expect_untouched(node, instance)
+        pods = sorted(p["metadata"]["name"] for p in run.pipeline.cluster.pods_on(node))
+        run.expect(
+            pods == run.facts["pods"], f"pods on {short_node(node)} changed: {run.facts['pods']} -> {pods}"
+        )
+        run.expect_notifications(severities)
 
 
 def _no_action_play(fault: Fault) -> Callable[[ScenarioRun], None]:

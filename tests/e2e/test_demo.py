@@ -7,13 +7,14 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nodeheal.cli import main
-from nodeheal.commands import demo
+from nodeheal.commands import demo, test_pattern
 from nodeheal.sim import scenarios
 from nodeheal.sim.timeline import NODE_COLUMN
 from nodeheal.workflow.records import Outcome
@@ -195,3 +196,53 @@ def test_json_still_exits_1_and_says_why_when_the_outcome_did_not_happen(
     assert document["ok"] is False
     assert any("outcome recorded, expected replaced" in problem for problem in document["problems"])
     assert "scenario xid63 did not end as expected" in captured.err
+
+
+def config_with(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    """The checkout's cdk.json with ``change`` applied to its ``context.nodeheal``."""
+    document = json.loads((ROOT / "cdk.json").read_text())
+    change(document["context"]["nodeheal"])
+    config = tmp_path / "cdk.json"
+    config.write_text(json.dumps(document))
+    return config
+
+
+def test_a_rule_that_does_not_match_the_node_is_said_at_once_with_test_patterns_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = config_with(tmp_path, lambda nodeheal: nodeheal["rule"].update(nodeLabels={"team": ["ml"]}))
+
+    assert main(["demo", "--config", str(config)]) == 1
+
+    captured = capsys.readouterr()
+    # What test-pattern says about an Xid 79 event of a node without the label.
+    from nodeheal.sim.pipeline import TEMPLATES, demo_context
+
+    context, _ = demo_context(json.loads(config.read_text())["context"]["nodeheal"], demo.DEFAULT_SPEED)
+    rules = test_pattern.template_rules(TEMPLATES.get(context).template)
+    example = ROOT / "examples" / "events" / "xid79-fallen-off-the-bus.json"
+    events = list(test_pattern.read_events([str(example)], source="nodeheal.exporter."))
+    (verdict,) = [v for v in test_pattern.evaluate(rules, events) if v.rule.startswith("IngestRule")]
+    why = "; ".join(verdict.reasons)
+    assert why == 'detail.node.labels.team: is missing; expected "ml"'
+    story = captured.out[captured.out.index("\ntimeline (") :]
+    line = next(line for line in story.splitlines() if "no rule matched" in line)
+    assert line.split()[1] == "eventbridge" and why in line
+    # The demo stops at once with that reason, instead of waiting for a remediation.
+    assert "scenario xid79 did not end as expected" in captured.err
+    assert why in captured.err and "not reached within" not in captured.err
+    assert "started execution" not in story
+
+
+def test_a_cordon_decision_is_what_the_demo_then_expects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = config_with(tmp_path, lambda nodeheal: nodeheal["policy"].update(xidActions={"79": "cordon"}))
+
+    assert main(["demo", "--config", str(config), "--json"]) == 0
+
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert document["ok"] is True and document["outcome"] == "cordoned"
+    assert "expected after a cordon" in captured.err
+    assert "EC2 TerminateInstances" not in captured.err and "evicted" not in captured.err
