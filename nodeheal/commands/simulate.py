@@ -1,8 +1,10 @@
 """``nodeheal simulate``: run seeded schedules of the remediation workflow against the invariants.
 
-``--seed N`` replays one schedule exactly and prints its trace; ``--schedules N`` runs many and
-prints the rate and the fault coverage. A violation prints the seed, the invariant, and the
-schedule shrunk to the fewest faults that still break it (``--plan`` replays such a list).
+Nothing is deployed: the stack is synthesized and its state machine definition runs in this
+process. ``--seed N`` replays one schedule exactly and prints its trace (each admission's decision
+and the rule that made it included); ``--schedules N`` runs many and prints the rate and the
+fault coverage. A violation prints the seed, the invariant, and the schedule shrunk to the fewest
+faults that still break it (``--plan`` replays such a list).
 """
 
 from __future__ import annotations
@@ -23,13 +25,20 @@ def register(subparsers: Any) -> None:
         "simulate",
         help="run seeded, fault-injecting schedules of the workflow and check the safety invariants",
         description=(
-            "Run the deployed state machine with the real handlers over a simulated cluster, "
-            "injecting faults at every step, and check NodeHeal's safety invariants after each. "
-            "Exits 1 on a violation, with the seed and a shrunk trace."
+            "Synthesize NodeHeal's CDK stack and run its state machine definition in this process, "
+            "with the real Lambda handlers, over a simulated cluster on a virtual clock (nothing is "
+            "deployed and no AWS account is used), injecting faults at every step, and check "
+            "NodeHeal's safety invariants after each. Exits 1 on a violation, with the seed and a "
+            "shrunk trace."
         ),
     )
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--seed", type=_non_negative, help="replay this one schedule and print its trace")
+    what.add_argument(
+        "--seed",
+        type=_non_negative,
+        help="replay this one schedule and print its trace: every state, and each admission's "
+        "decision with the rule that made it",
+    )
     what.add_argument(
         "--schedules", type=_positive, default=100, help="how many schedules to run (default 100)"
     )

@@ -144,6 +144,33 @@ class TraceLine:
         return f"{(self.at - start).total_seconds():9.1f}s #{self.point:<5d} {self.text}"
 
 
+#: The most characters of one admission's trace line after the execution's name: the reason grows
+#: with every adjustment made to the classification, and a trace line stays one line.
+ADMISSION_TRACE_CHARS = 400
+
+
+def admission_trace(execution: str, result: Any) -> str:
+    """The trace line of one admission: the verdict, the action decided, and the rule that made it
+    (what the classification asked for and the decision's reason), then admit's note. A longer one
+    loses its middle (the catalog's text), not the rule that starts it or the adjustments that end it."""
+    admission = result if isinstance(result, Mapping) else {}
+    decision = admission.get("decision")
+    said = str(admission.get("verdict") or "?")
+    if isinstance(decision, Mapping):
+        said += (
+            f", {decision.get('action')} (rule: {decision.get('plannedAction')}; {decision.get('reason')})"
+        )
+    else:
+        said += ", no decision"
+    if admission.get("note"):
+        said += ("; " if isinstance(decision, Mapping) else ": ") + str(admission["note"])
+    said = " ".join(said.split())
+    if len(said) > ADMISSION_TRACE_CHARS:
+        head = ADMISSION_TRACE_CHARS // 3
+        said = f"{said[:head]} ... {said[head + 5 - ADMISSION_TRACE_CHARS :]}"
+    return f"  admit {execution}: {said}"
+
+
 class _SimContext:
     """What Powertools and the handlers read from the Lambda context object."""
 
@@ -523,6 +550,8 @@ class Simulation:
             )
             if outcome.error:
                 execution.last_error_state = state_name
+            elif function.name == "admit":
+                self.log(admission_trace(execution.run.name, outcome.output))
             return outcome
 
         return invoke
