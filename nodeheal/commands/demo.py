@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import io
 import json
 import logging
 import os
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -227,11 +229,13 @@ def _play(
         pipeline.timeline.subscribe(TimelinePrinter(pipeline.timeline, out))
         out.write("\ntimeline (seconds since the fault, who, the node and EC2 instance it is about, what):\n")
         # At low speeds every wait takes longer in wall-clock time: so may the scenario.
-        run = scenario.run(
-            pipeline,
-            settle_timeout=max(60.0, 60.0 * DEFAULT_SPEED / speed),
-            patience=max(1.0, DEFAULT_SPEED / speed),
-        )
+        with tempfile.TemporaryDirectory(prefix="nodeheal-demo-") as directory:
+            run = scenario.run(
+                pipeline,
+                settle_timeout=max(60.0, 60.0 * DEFAULT_SPEED / speed),
+                patience=max(1.0, DEFAULT_SPEED / speed),
+                operator=CliOperator(pipeline, Path(directory)),
+            )
         records = pipeline.records()
         if run.expected:
             out.write(f"\n{run.expected}\n")
@@ -254,10 +258,68 @@ def _play(
     return 0
 
 
+class CliOperator:
+    """A person at a terminal during a scenario: runs the real ``nodeheal`` commands against the
+    local pipeline, through a kubeconfig of the fake API server's administrator, and reads their
+    JSON (:class:`nodeheal.sim.scenarios.Operator`). The simulation does not import the CLI, so the
+    demo and the tests hand it one."""
+
+    def __init__(self, pipeline: Any, directory: Path) -> None:
+        self._pipeline = pipeline
+        self._kubeconfig = directory / "kubeconfig"
+        self._kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "sim", "cluster": {"server": pipeline.server.url}}],
+                    "users": [{"name": "sre", "user": {"token": pipeline.authorizer.admin_token()}}],
+                    "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sre"}}],
+                    "current-context": "sim",
+                }
+            ),
+            encoding="utf-8",
+        )
+
+    def breaker_reset(self, cluster: str) -> dict[str, Any]:
+        """``nodeheal breaker reset --cluster CLUSTER --yes --json``: what it printed."""
+        from nodeheal.commands import admission
+
+        aws = self._pipeline.aws
+        parser = argparse.ArgumentParser(prog="nodeheal")
+        admission.register(parser.add_subparsers())
+        args = parser.parse_args(
+            [
+                "breaker",
+                "reset",
+                "--cluster",
+                cluster,
+                "--yes",
+                "--json",
+                "--region",
+                aws.region,
+                "--table",
+                aws.table_name,
+                "--state-machine",
+                aws.state_machine_arn,
+                "--kubeconfig",
+                str(self._kubeconfig),
+            ]
+        )
+        printed = io.StringIO()
+        # moto is not thread-safe: the command takes its turn between the handlers' invocations.
+        with aws.between_invocations(), contextlib.redirect_stdout(printed):
+            code = args.func(args)
+        if code != 0:
+            raise RuntimeError(f"nodeheal breaker reset exited {code}: {printed.getvalue()[-500:]}")
+        document: dict[str, Any] = json.loads(printed.getvalue())
+        return document
+
+
 def demo_document(
     name: str,
     speed: float,
-    config_path: Path,
+    config_path: Path | str,
     overrides: list[Any],
     pipeline: Any,
     run: Any,

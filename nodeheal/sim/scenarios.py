@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from nodeheal.actions import Action
 from nodeheal.events import cluster_source
@@ -43,6 +43,16 @@ class ScenarioTimeoutError(Exception):
     """The pipeline did not get where the scenario needs it (a wait timed out)."""
 
 
+class Operator(Protocol):
+    """A person at a terminal during a scenario, running the real ``nodeheal`` commands against the
+    pipeline. The simulation does not import the CLI: ``nodeheal demo`` and the tests hand one to
+    :meth:`Scenario.run` (nodeheal.commands.demo.CliOperator)."""
+
+    def breaker_reset(self, cluster: str) -> Mapping[str, Any]:
+        """``nodeheal breaker reset --cluster CLUSTER --yes --json``: the document it printed."""
+        ...
+
+
 @dataclass
 class ScenarioRun:
     """One play of a scenario: the pipeline, what it is about, and what went wrong."""
@@ -57,6 +67,8 @@ class ScenarioRun:
     patience: float = 1.0
     #: What the scenario expected once the decision was known, for people (the demo prints it).
     expected: str = ""
+    #: The person who runs commands, for the scenarios that need one (storm: ``breaker reset``).
+    operator: Operator | None = None
     _faulted: bool = False
 
     def seconds(self, timeout: float) -> float:
@@ -216,10 +228,15 @@ class Scenario:
     layout: ClusterLayout = field(default_factory=ClusterLayout)
 
     def run(
-        self, pipeline: LocalPipeline, *, settle_timeout: float = 60.0, patience: float = 1.0
+        self,
+        pipeline: LocalPipeline,
+        *,
+        settle_timeout: float = 60.0,
+        patience: float = 1.0,
+        operator: Operator | None = None,
     ) -> ScenarioRun:
         """Play, wait until nothing is in flight, check. Problems are in ``run.problems``."""
-        run = ScenarioRun(pipeline, patience=patience)
+        run = ScenarioRun(pipeline, patience=patience, operator=operator)
         try:
             self.play(run)
             pipeline.wait_settled(timeout=settle_timeout)
@@ -525,16 +542,18 @@ def _storm_play(run: ScenarioRun) -> None:
     run.await_records(len(faulted), timeout=90)
     pipeline.wait_settled(timeout=run.seconds(60))
     run.facts["breaker"] = pipeline.ledger.read_admission_state(pipeline.cluster_name).breaker
-    run.facts["executions"] = len(pipeline.executions())
+    run.facts["storm_records"] = pipeline.records()
     run.facts["notifications"] = pipeline.aws.notifications()
-    # A person closes the breaker (the ledger item, as `nodeheal breaker reset --no-reevaluate`
-    # writes it), then the exporter restarts and re-sends every condition still bad: nothing may be
-    # replayed. (The reset's re-evaluations are tests/e2e/test_breaker_reset.py's.)
+    # 1. A person closes the breaker only (the ledger item, as `nodeheal breaker reset
+    #    --no-reevaluate` writes it), then the exporter restarts and re-sends every condition
+    #    still bad: nothing may be replayed (DESIGN D13, invariant 5).
     ledger = pipeline.ledger
     state = ledger.read_admission_state(pipeline.cluster_name)
     ledger.write_admission_state(replace(state, breaker=BreakerState(), recent_refusals=()))
     pipeline.timeline.emit(
-        "operator", "breaker-reset", "circuit breaker reset by a person (ledger admission state)"
+        "operator",
+        "breaker-reset",
+        "circuit breaker closed by a person, without re-evaluation (breaker reset --no-reevaluate)",
     )
     still_bad = [node for node in faulted if cluster.node(node) is not None]
     run.facts["deliveries_before_restart"] = before = len(pipeline.condition_deliveries())
@@ -544,15 +563,81 @@ def _storm_play(run: ScenarioRun) -> None:
         timeout=run.seconds(30),
         what="the restarted exporter's resync",
     )
+    pipeline.wait_settled(timeout=run.seconds(60))
+    run.facts["executions_after_close"] = len(pipeline.executions())
+    run.facts["records_after_close"] = len(pipeline.records())
+    run.facts["late_deliveries"] = pipeline.condition_deliveries()[before:]
+    run.facts["left_schedulable"] = [node for node in still_bad if _schedulable(run, node)]
+    condition = f"{XID_79.condition_type}={XID_79.status}"
+    pipeline.timeline.emit(
+        "operator",
+        "still-bad",
+        f"{len(still_bad)} node(s) still have {condition} and stay schedulable, their pods on a "
+        "dead GPU: the resync was a duplicate and a close-only reset re-evaluates nothing. "
+        "`nodeheal breaker reset` without --no-reevaluate re-reads them and starts -r<N> executions",
+    )
+    # 2. The real reset: it reads the live nodes and re-evaluates the ones still bad, as many as the
+    #    budgets have room for now; a person runs it again for the rest once those have ended.
+    _reevaluate_until_done(run, still_bad)
+
+
+def _schedulable(run: ScenarioRun, node: str) -> bool:
+    obj = run.pipeline.cluster.node(node) or {}
+    return (
+        not obj.get("spec", {}).get("unschedulable")
+        and UNHEALTHY_TAINT_KEY not in taint_keys(obj)
+        and run.pipeline.aws.instance_state(run.facts["instances"][node]) == "running"
+    )
+
+
+def _reevaluate_until_done(run: ScenarioRun, nodes: list[str]) -> None:
+    """``nodeheal breaker reset`` until no node of ``nodes`` waits for budget room, waiting after each
+    for the executions it started; each on the timeline."""
+    pipeline, operator = run.pipeline, run.operator
+    if operator is None:
+        raise ScenarioTimeoutError(
+            "this scenario needs a person to run `nodeheal breaker reset` (an operator)"
+        )
+    reevaluations: dict[str, str] = run.facts.setdefault("reevaluations", {})
+    for _ in nodes:
+        document = operator.breaker_reset(pipeline.cluster_name)
+        (view,) = document["clusters"]
+        started = [n for n in view["nodes"] if n["started"]]
+        waiting = sorted({n["node"] for n in view["nodes"] if n["plan"] == "later"})
+        pipeline.timeline.emit(
+            "operator",
+            "breaker-reset",
+            f"nodeheal breaker reset --cluster {pipeline.cluster_name}: breaker "
+            f"{'closed' if view['closed'] else 'already closed'}; {len(started)} re-evaluation(s) started"
+            + (f", {len(waiting)} node(s) wait for budget room (the next reset)" if waiting else ""),
+        )
+        for entry in started:
+            reevaluations[entry["node"]] = entry["execution"]
+            pipeline.timeline.emit(
+                "operator",
+                "reevaluation-started",
+                f"re-evaluation started: {entry['execution']}",
+                node=entry["node"],
+                execution=entry["execution"],
+            )
+        for entry in started:
+            done = [r for r in pipeline.records(entry["node"]) if r.execution == entry["execution"]]
+            if not done:
+                run.await_records(len(pipeline.records(entry["node"])) + 1, entry["node"])
+        pipeline.wait_settled(timeout=run.seconds(60))
+        if not started or not waiting:
+            return
 
 
 def _storm_check(run: ScenarioRun) -> None:
     pipeline = run.pipeline
     faulted: list[str] = run.facts["faulted"]
+    instances: dict[str, str] = run.facts["instances"]
     budgets = pipeline.remediation_settings.budgets
     allowed = min(budgets.max_in_flight, budgets.max_per_hour)
-    records = pipeline.records()
-    outcomes = Counter(r.outcome for r in records)
+    # 1. The storm: the budgets let `allowed` through, the breaker opened, the rest were refused.
+    storm: list[RemediationRecord] = run.facts["storm_records"]
+    outcomes = Counter(r.outcome for r in storm)
     run.expect(
         outcomes[Outcome.REPLACED] == allowed,
         f"{outcomes[Outcome.REPLACED]} replaced, expected exactly {allowed} (budgets)",
@@ -561,7 +646,7 @@ def _storm_check(run: ScenarioRun) -> None:
         outcomes[Outcome.REFUSED] == len(faulted) - allowed,
         f"{outcomes[Outcome.REFUSED]} refused, expected {len(faulted) - allowed}",
     )
-    run.expect(len(records) == len(faulted), f"{len(records)} records for {len(faulted)} faults")
+    run.expect(len(storm) == len(faulted), f"{len(storm)} records for {len(faulted)} faults")
     breaker: BreakerState = run.facts["breaker"]
     run.expect(breaker.open, "the circuit breaker did not open")
     severities = Counter(m["attributes"].get("severity") for m in run.facts["notifications"])
@@ -569,27 +654,49 @@ def _storm_check(run: ScenarioRun) -> None:
         severities["action-required"] == len(faulted) - allowed,
         f"alerts {dict(severities)}: every refused node must be alerted",
     )
-    for record in records:
+    refused = sorted(r.node for r in storm if r.outcome is Outcome.REFUSED)
+    for record in storm:
         if record.outcome is Outcome.REFUSED:
             run.expect(
                 record.planned_action.value == "replace" and record.action.value == "alert",
                 f"{short_node(record.node)} refused as {record.action.value}",
             )
-            run.expect_untouched(record.node, run.facts["instances"][record.node])
-        elif record.outcome is Outcome.REPLACED:
-            run.expect_replaced(record.node, run.facts["instances"][record.node])
-    # After the reset and the exporter's resync: no new execution, every resync a duplicate.
+    # 2. The close-only reset and the exporter's resync: no new execution, every resync a duplicate,
+    #    and the refused nodes left as they were, schedulable.
     run.expect(
-        len(pipeline.executions()) == run.facts["executions"],
-        f"executions grew from {run.facts['executions']} to {len(pipeline.executions())} after the "
-        "reset: an event was replayed",
+        run.facts["executions_after_close"] == len(storm),
+        f"executions grew from {len(storm)} to {run.facts['executions_after_close']} after the "
+        "close-only reset: an event was replayed",
     )
-    late = pipeline.condition_deliveries()[run.facts["deliveries_before_restart"] :]
+    late = run.facts["late_deliveries"]
     run.expect(
         all(d.result.get("status") == "duplicate" for d in late),
         f"after the reset: {[d.result.get('status') for d in late]}",
     )
-    run.expect(len(pipeline.records()) == len(faulted), "new ledger records after the reset")
+    run.expect(
+        run.facts["records_after_close"] == len(storm), "new ledger records after the close-only reset"
+    )
+    run.expect(
+        sorted(run.facts["left_schedulable"]) == refused,
+        f"after the close-only reset {run.facts['left_schedulable']} were schedulable, expected {refused}",
+    )
+    # 3. The real reset re-evaluated each of them under a -r<N> name, and each was replaced.
+    reevaluations: dict[str, str] = run.facts.get("reevaluations", {})
+    run.expect(sorted(reevaluations) == refused, f"re-evaluated {sorted(reevaluations)}, expected {refused}")
+    outcome_of = {r.execution: r.outcome.value for r in pipeline.records()}
+    for execution in sorted(reevaluations.values()):
+        found = outcome_of.get(execution, "no record")
+        run.expect(found == Outcome.REPLACED.value, f"re-evaluation {execution}: {found}, expected replaced")
+    for node in faulted:
+        run.expect_replaced(node, instances[node])
+    run.expect(
+        run.terminate_calls() == len(faulted),
+        f"{run.terminate_calls()} EC2 terminations, expected {len(faulted)}",
+    )
+    run.expect(
+        not pipeline.ledger.read_admission_state(pipeline.cluster_name).breaker.open,
+        "the circuit breaker opened again",
+    )
     run.expect_workload_running()
 
 
@@ -909,10 +1016,13 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "storm",
-            "40% of GPU nodes fault at once -> budgets hold, breaker opens, no replay after reset",
+            "40% of GPU nodes fault at once -> budgets hold, breaker opens; a close-only reset "
+            "replays nothing, the real reset re-evaluates the rest",
             _storm_play,
             _storm_check,
-            context={"budgets": {"maxPerHour": 2}},
+            # Room within the hour for every faulted node, so the real reset can heal them all;
+            # maxInFlight alone trips the breaker.
+            context={"budgets": {"maxInFlight": 2, "maxPerHour": 6}},
             layout=ClusterLayout(gpu_nodes=15),
         ),
         Scenario(

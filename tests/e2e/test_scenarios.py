@@ -4,10 +4,13 @@ the scenario's own check found; the assertions below add what each test is speci
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from nodeheal.commands.demo import CliOperator
 from nodeheal.kube.model import ANNOTATION_EXECUTION
 from nodeheal.sim.pipeline import LocalPipeline, synthesized
 from nodeheal.sim.scenarios import SCENARIOS, ScenarioRun, task_outputs
@@ -174,23 +177,43 @@ def test_flapping_condition_remediates_at_most_once(play) -> None:
     assert len({r.execution for r in flapping}) == 2  # two transitions, two names, one remediation
 
 
-def test_storm_budgets_hold_breaker_opens_and_nothing_is_replayed_after_reset(play) -> None:
-    run = play("storm")
+def test_storm_budgets_hold_breaker_opens_nothing_is_replayed_and_the_real_reset_heals_the_rest(
+    tmp_path: Path,
+) -> None:
+    scenario = SCENARIOS["storm"]
+    with LocalPipeline(synthesized(scenario.context), layout=scenario.layout) as pipeline:
+        run = scenario.run(pipeline, operator=CliOperator(pipeline, tmp_path))
 
-    assert run.problems == []
-    refused = [r for r in run.pipeline.records() if r.outcome is Outcome.REFUSED]
-    assert any("circuit breaker is open" in r.reason for r in refused)
-    assert any("budget:" in r.reason for r in refused)
-    assert len(run.facts["faulted"]) == 6  # 40% of the 15 GPU nodes
-    # Six nodes at once: every line about one of them names it and the instance behind the name.
-    instances: dict[str, str] = run.facts["instances"]
-    about_faulted = [e for e in run.pipeline.timeline.events() if e.node in instances]
-    assert {e.node for e in about_faulted} == set(instances)
-    assert all(e.instance == instances[e.node] for e in about_faulted), [
-        (e.kind, e.node, e.instance) for e in about_faulted if e.instance != instances[e.node]
-    ]
-    launched = run.pipeline.timeline.events("instance-launched")
-    assert launched and all(e.instance and not e.node for e in launched)
+        assert run.problems == []
+        faulted: list[str] = run.facts["faulted"]
+        assert len(faulted) == 6  # 40% of the 15 GPU nodes
+        records = run.pipeline.records()
+        refused = [r for r in records if r.outcome is Outcome.REFUSED]
+        assert any("circuit breaker is open" in r.reason for r in refused)
+        assert any("budget:" in r.reason for r in refused)
+        # The close-only reset replayed nothing and left the refused nodes schedulable on dead GPUs;
+        # the timeline says so, and that the real reset re-evaluates them.
+        left = run.facts["left_schedulable"]
+        assert sorted(left) == sorted(r.node for r in refused) and len(left) == 4
+        texts = list(run.pipeline.timeline_texts())
+        assert any(t.startswith("4 node(s) still have GPUProblem=True and stay schedulable") for t in texts)
+        assert any("nodeheal breaker reset --cluster training-on-eks" in t for t in texts)
+        # The real reset's -r<N> executions handled all four: every faulted node was replaced.
+        reevaluated = {r.node: r for r in records if r.execution in run.facts["reevaluations"].values()}
+        assert sorted(reevaluated) == sorted(left)
+        assert all(r.outcome is Outcome.REPLACED for r in reevaluated.values())
+        assert all(re.search(r"-r\d+$", name) for name in run.facts["reevaluations"].values())
+        started = [t for t in texts if t.startswith("re-evaluation started: ")]
+        assert len(started) == 4
+        # Six nodes at once: every line about one of them names it and the instance behind the name.
+        instances: dict[str, str] = run.facts["instances"]
+        about_faulted = [e for e in run.pipeline.timeline.events() if e.node in instances]
+        assert {e.node for e in about_faulted} == set(instances)
+        assert all(e.instance == instances[e.node] for e in about_faulted), [
+            (e.kind, e.node, e.instance) for e in about_faulted if e.instance != instances[e.node]
+        ]
+        launched = run.pipeline.timeline.events("instance-launched")
+        assert launched and all(e.instance and not e.node for e in launched)
 
 
 def test_a_subscriber_of_the_topic_reads_each_notification_as_sns_delivered_it() -> None:
