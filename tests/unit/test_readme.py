@@ -10,6 +10,7 @@ from typing import Any
 
 from nodeheal.cli import build_parser
 from nodeheal.deploy_config import NodeHealConfig
+from nodeheal.workflow.records import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = json.loads((ROOT / "cdk.json").read_text())["context"]["nodeheal"]
@@ -153,3 +154,21 @@ def test_the_readme_recommends_node_22_and_keeps_20_working() -> None:
     assert "Node.js 22+ (20 still works)" in makefile
     # Node 20 keeps working without jsii's end-of-life banner burying make's output.
     assert "export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20" in makefile
+
+
+def test_the_outcome_lists_name_every_outcome_a_record_can_have() -> None:
+    outcomes = [outcome.value for outcome in Outcome]
+    readme = (ROOT / "README.md").read_text()
+    history = " ".join(paragraph_with(readme, "**History**").split())
+    listed = re.search(r"the outcome \(((?:`[a-z-]+`(?:, )?)+)[;)]", history)
+    assert listed, "the History bullet lists the outcomes in parentheses"
+    assert re.findall(r"`([a-z-]+)`", listed.group(1)) == outcomes
+    # The guide's table says what each means, one row each, in the same order.
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    rows = re.findall(
+        r"^\| `([a-z-]+)` \| [^|]+ \|$",
+        operations[operations.index("| outcome | what happened |") :].split("\n\n")[0],
+        flags=re.MULTILINE,
+    )
+    assert rows == outcomes
+    assert "`--outcome` (repeatable: one of the outcomes below)" in " ".join(operations.split())
