@@ -8,8 +8,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nodeheal.cli import build_parser
 from nodeheal.deploy_config import NodeHealConfig
+from nodeheal.errors import ConfigurationError
 from nodeheal.workflow.records import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,3 +175,16 @@ def test_the_outcome_lists_name_every_outcome_a_record_can_have() -> None:
     )
     assert rows == outcomes
     assert "`--outcome` (repeatable: one of the outcomes below)" in " ".join(operations.split())
+
+
+def test_the_guide_keeps_the_drain_settings_global_as_the_config_does() -> None:
+    """Per-pool drain settings would change the worst-case timing (D5): there are none."""
+    with pytest.raises(ConfigurationError, match=r"nodePools\.gpu\.drain"):
+        NodeHealConfig.from_cdk_context(
+            {**SHIPPED, "policy": {"nodePools": {"gpu": {"drain": {"onTimeout": "force"}}}}}
+        )
+    operations = " ".join((ROOT / "docs" / "operations.md").read_text().split())
+    for sentence in re.split(r"(?<=\.) ", operations):
+        if "drain." in sentence:
+            assert not re.search(r"\b(for a pool|per pool|per-pool)\b", sentence), sentence
+    assert "The drain settings are global" in operations
