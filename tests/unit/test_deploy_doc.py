@@ -165,3 +165,14 @@ def test_the_readme_points_to_the_guide_and_stays_short() -> None:
     summary = readme[start : readme.index("\n### ", start)]
     assert "[docs/deploy.md](docs/deploy.md)" in summary
     assert len(summary.strip().splitlines()) <= 16
+
+
+def test_the_build_step_names_the_security_scanners_virtualenv() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    scan_venv = re.search(r"^SCAN_VENV := (\S+)$", makefile, flags=re.MULTILINE)
+    assert scan_venv
+    # make synth bootstraps it with the rest.
+    assert re.search(r"^synth: bootstrap\b", makefile, flags=re.MULTILINE)
+    assert "$(SCAN_VENV)/.installed" in makefile.split("\nbootstrap:", 1)[1].split("\n\n", 1)[0]
+    build = " ".join(section("3. Build and deploy the stack").split())
+    assert f"`{scan_venv.group(1)}/`" in build and "security scanner" in build

@@ -188,3 +188,17 @@ def test_the_guide_keeps_the_drain_settings_global_as_the_config_does() -> None:
         if "drain." in sentence:
             assert not re.search(r"\b(for a pool|per pool|per-pool)\b", sentence), sentence
     assert "The drain settings are global" in operations
+
+
+def test_the_set_up_steps_name_every_step_make_runs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    quick_start = " ".join(
+        readme[readme.index("## Quick start") : readme.index("<!-- not runnable: make test")].split()
+    )
+    makefile = (ROOT / "Makefile").read_text()
+    steps = re.findall(r'\$\(STEP\) "set-up: ([^"]+)"', makefile)
+    assert "security scanner" in steps
+    for step in steps:
+        assert step.lower() in quick_start.lower(), step
+    scan_venv = re.search(r"^SCAN_VENV := (\S+)$", makefile, flags=re.MULTILINE)
+    assert scan_venv and f"`{scan_venv.group(1)}/`" in quick_start
