@@ -167,6 +167,23 @@ def test_the_readme_points_to_the_guide_and_stays_short() -> None:
     assert len(summary.strip().splitlines()) <= 16
 
 
+def test_the_guide_says_what_owner_is_in_the_released_image_path() -> None:
+    """The release workflow pushes under the lower-cased owner of the repository the tag ran in."""
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
+    (naming,) = [
+        step for step in workflow["jobs"]["exporter-image"]["steps"] if step.get("name") == "Image name"
+    ]
+    assert (
+        naming["run"]
+        == 'echo "IMAGE=ghcr.io/${GITHUB_REPOSITORY_OWNER,,}/nodeheal-exporter" >> "${GITHUB_ENV}"'
+    )
+    image = section("4. The exporter image")
+    assert set(re.findall(r"ghcr\.io/(\w+)/nodeheal-exporter", image)) == {"OWNER"}
+    text = " ".join(image.split())
+    assert "`OWNER` is the GitHub user or organization that owns the repository" in text
+    assert "in lower case" in text and "`GITHUB_REPOSITORY_OWNER`" in text
+
+
 def test_the_build_step_names_the_security_scanners_virtualenv() -> None:
     makefile = (ROOT / "Makefile").read_text()
     scan_venv = re.search(r"^SCAN_VENV := (\S+)$", makefile, flags=re.MULTILINE)
