@@ -52,8 +52,8 @@ pytestmark = [
         reason=f"no Lambda wheelhouse at {WHEELHOUSE}: run `make lambda-deps` once (needs the package index)",
     ),
     pytest.mark.skipif(not CDK.exists(), reason="node_modules is absent: run `make bootstrap`"),
-    # 68 s on the shared 2-core machine under load (the wheel a few seconds; cdk synth with bundling
-    # the rest), about 36 s of CPU.
+    # 43 s on the shared 2-core machine, 68 s when it is busy (the wheel a few seconds; cdk synth
+    # with bundling the rest), about 36 s of CPU.
     pytest.mark.timeout(240),
 ]
 
