@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from nodeheal.sim.seeded.faults import PlannedFault
 from nodeheal.sim.seeded.runner import ScheduleResult, plan_for, run_schedule, shrink
 from nodeheal.sim.seeded.template import SimTemplate
 from nodeheal.workflow import actions, admission, ingest
+from tests.simulation.before_the_fixes import REVERTS, Patch
 
 #: Seeds searched per defect (each is found within the first 100 today but the contender mark,
 #: which needs two conditions bad at once and is found at seed 6).
@@ -27,7 +27,9 @@ SEARCH = 1000
 
 
 def _old_drain_list(state: Any, kube: Any) -> Any:
-    return kube.pods.list_on_node(state.node_name)
+    """The pods listed by the node's name after the guard's proof, and the node as read then: no
+    second proof after the list (the caller now takes the node too, for its readiness)."""
+    return kube.pods.list_on_node(state.node_name), kube.nodes.get(state.node_name)
 
 
 def _old_budget_pool(labels: Any, pool_label: str) -> tuple[str, str]:
@@ -36,15 +38,6 @@ def _old_budget_pool(labels: Any, pool_label: str) -> tuple[str, str]:
         pool,
         f"{pool_label}={pool}" if pool else f"kubernetes.io/hostname={labels.get('kubernetes.io/hostname')}",
     )
-
-
-@dataclass(frozen=True)
-class Patch:
-    """One function or constant of NodeHeal replaced by the code before a fix."""
-
-    module: Any
-    name: str
-    before_the_fix: Any
 
 
 #: The ledger's episode memory (nodeheal.workflow.episode): admission's and the reboot step's.
@@ -61,11 +54,17 @@ FIXES: dict[str, tuple[tuple[Patch, ...], tuple[Patch, ...]]] = {
     "reboot escalation": (REBOOT_ESCALATION, EPISODE_MEMORY),
     "future-dated drop": ((Patch(ingest, "FUTURE_TOLERANCE", ingest.timedelta(days=3650)),), ()),
     "pool of every node": ((Patch(admission, "budget_pool", _old_budget_pool),), ()),
-    "episode memory": ((Patch(admission, "episode_worst", lambda records, node: None),), EPISODE_MEMORY),
+    "episode memory": (
+        (Patch(admission, "episode_worst", lambda records, node, remembered=(): None),),
+        EPISODE_MEMORY,
+    ),
     "contender mark": (
         (Patch(admission, "_contend", lambda ledger, state, node, claim, holder: None),),
         EPISODE_MEMORY + REBOOT_ESCALATION,
     ),
+    # The dropped-fault class (tests/simulation/before_the_fixes.py): found with the fault kinds
+    # every seed draws, nothing planned by hand and no layer taken out behind them.
+    **{fix: (patches, ()) for fix, patches in REVERTS.items()},
 }
 
 #: Faults added to the seed's own plan where the defect needs a rare combination: a node replaced
@@ -117,6 +116,11 @@ _SHIPPED = {
         ("pool of every node", "I3 budgets"),
         ("episode memory", "I8 severity only rises"),
         ("contender mark", "I8 severity only rises"),
+        ("episode across a new reason", "I8 severity only rises"),
+        ("contender takes over or gives back", "I2 no bad condition dropped"),
+        ("refuse before the holds", "I14 refuse evicts nothing"),
+        ("the worst line survives the cut", "I8 severity only rises"),
+        ("Record outcome stands over the finalizer", "I15 what is recorded is what happened"),
     ],
 )
 def test_the_simulation_finds_the_defect_again_without_its_fix(
@@ -143,6 +147,7 @@ def test_the_simulation_finds_the_defect_again_without_its_fix(
     assert found is not None, f"{invariant} not broken in {SEARCH} schedules without the {fix} fix"
     shrunk = shrink(template, found, same_defect=the_fixs_defect)
     assert shrunk.violation is not None and shrunk.violation.invariant == invariant
+    print(f"\n{fix}: seed {shrunk.seed}, plan {' '.join(f.describe() for f in shrunk.plan)}")
     assert len(shrunk.plan) <= len(found.plan)
     assert any("VIOLATION" in line for line in shrunk.trace)
     assert _passes_with_the_fix_alone(

@@ -29,12 +29,19 @@ I6     forged, foreign, stale and future-dated events start nothing;            
        duplicates and replays only reach their original's name
 I7     a step that began in dry-run, cordon-only or paused mutates nothing        8
 I8     at each destructive step the condition was still bad when the step         1, 7
-       began, and no reboot where a confirmed fault calls for replacement
+       began, and no reboot where a confirmed fault of the instance's episode
+       (D19) calls for replacement
 I9     two executions never mutate a node at once; a superseded one never again   4
 I10    nothing is force-deleted past a PDB on a node that is no longer bad        7
 I11    no state exceeds 64 KiB (D17); none hits States.DataLimitExceeded          9
 I12    no remediation admitted while the breaker is open; only a person closes    5
        it
+I13    every fault NodeHeal saw in an episode of an instance (D19: until a reboot, 4, D19
+       a replacement, or a read of the whole node healthy) reaches, within D5's
+       bound, a recorded decision at least as severe as its own
+I14    a drain whose node holds a pod a refuse setting protects moves no pod      7
+I15    an execution whose Record outcome ran keeps that outcome, in its record    9
+       and its end marker, whatever the finalizer wrote meanwhile
 R1     a single injected transient fault (5xx, throttle, deadline, Lambda         D6
        timeout) never ends a remediation in Record failure
 E1     every Kubernetes Event a step tells names its execution and the function   D8

@@ -422,6 +422,9 @@ class Execution:
         if shaped and _size(payload) > MAX_PAYLOAD_BYTES:
             raise _StateError("States.DataLimitExceeded", f"the input of task {self.current!r} is too large")
         outcome = invoke(self.current, str(state.get("Resource", "")), payload)
+        if self.done:
+            # Stopped (timed out, aborted) while the task ran: Step Functions drops its result.
+            return "stopped while the task ran"
         if outcome.error is None:
             result = outcome.output
             if "ResultSelector" in state:

@@ -164,6 +164,9 @@ class DynamoLedger:
     def observed_ended(self, cluster: str, execution: str) -> bool:
         return self._ledger.execution_ended(cluster, execution)
 
+    def observed_end(self, cluster: str, execution: str) -> ExecutionEnd | None:
+        return self._ledger.execution_end(cluster, execution)
+
     def observed_locks(self, cluster: str) -> list[tuple[str, LockView]]:
         return self._ledger.held_locks(cluster)
 

@@ -51,10 +51,34 @@ PLATFORM_FAULTS = (
     "mode-flip",
     "breaker-reset",
 )
-FAULT_KINDS = CLUSTER_FAULTS + EVENT_FAULTS + PLATFORM_FAULTS
+#: The class of faults behind which a fatal fault used to be dropped (DESIGN D19, the issue "no
+#: dead GPU left behind"). Each is drawn from a stream of its own (:func:`draw_dropped_fault_plan`),
+#: so the kinds above are drawn for a seed exactly as before these existed.
+DROPPED_FAULTS = (
+    # A lesser reason lands on a bad condition, written as its detector writes it (NPD: new reason,
+    # message and transition time; the node monitoring agent: newest reason, joined message), just
+    # before the next admit reads the node, before a drain round, or before the instance action.
+    "lesser-reason-before-admit",
+    "lesser-reason-mid-drain",
+    "lesser-reason-before-instance-action",
+    # The next execution that contends a busy holder ends before it takes the node over: its
+    # condition clears, its node goes, it is aborted or it times out.
+    "contender-ends",
+    # A refuse-class pod (emptyDir, unmanaged) that a hold also covers (do-not-disrupt, an
+    # allow-completion mode), beside ordinary pods, under a refuse setting.
+    "refuse-beside-held",
+    # A multi-line NPD message (its log buffer matched across lines) of lesser Xids whose fatal
+    # line comes last, over the 4 KiB bound.
+    "fatal-xid-last",
+    # The execution times out while its Record outcome task runs: the finalizer runs meanwhile.
+    "timeout-in-record",
+)
+FAULT_KINDS = CLUSTER_FAULTS + EVENT_FAULTS + PLATFORM_FAULTS + DROPPED_FAULTS
+#: How often each kind of :data:`DROPPED_FAULTS` is planned in a schedule.
+DROPPED_FAULT_CHANCE = 0.15
 
 #: Relative weights when drawing a plan: the load first, then what most often goes wrong.
-_WEIGHTS = dict.fromkeys(FAULT_KINDS, 1.0)
+_WEIGHTS = dict.fromkeys(CLUSTER_FAULTS + EVENT_FAULTS + PLATFORM_FAULTS, 1.0)
 _WEIGHTS.update(
     {
         "gpu-fault": 0.0,  # drawn separately, every plan has some
@@ -97,9 +121,23 @@ def draw_plan(rng: random.Random, *, horizon_points: int = 400) -> list[PlannedF
         PlannedFault("gpu-fault", rng.randrange(0, horizon_points // 2), rng.randrange(1 << 30))
         for _ in range(rng.randint(1, 4))
     ]
-    kinds = [k for k in FAULT_KINDS if _WEIGHTS[k] > 0]
+    kinds = [k for k in _WEIGHTS if _WEIGHTS[k] > 0]
     weights = [_WEIGHTS[k] for k in kinds]
     for _ in range(rng.randint(2, 8)):
         kind = rng.choices(kinds, weights)[0]
         plan.append(PlannedFault(kind, rng.randrange(0, horizon_points), rng.randrange(1 << 30)))
     return sorted(plan, key=lambda f: (f.at_point, f.kind, f.seed))
+
+
+def draw_dropped_fault_plan(
+    rng: random.Random, *, horizon_points: int = 400, chance: float = DROPPED_FAULT_CHANCE
+) -> list[PlannedFault]:
+    """Each kind of :data:`DROPPED_FAULTS` with probability ``chance``, at a random point, from
+    ``rng`` alone: a stream of its own, so :func:`draw_plan` draws for a seed what it always did."""
+    plan: list[PlannedFault] = []
+    for kind in DROPPED_FAULTS:
+        if rng.random() < chance:
+            plan.append(PlannedFault(kind, rng.randrange(0, horizon_points), rng.randrange(1 << 30)))
+        else:
+            rng.random(), rng.random()  # keep every kind's draws where they are, whatever came before
+    return plan

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from nodeheal.actions import Mode
+from nodeheal.actions import Action, Mode
 from nodeheal.events import NodeConditionEvent
 from nodeheal.sim.seeded.faults import EVENT_FAULTS, PlannedFault
 from nodeheal.workflow import budget
@@ -34,8 +34,23 @@ ARMED = frozenset(
         "ledger-contention",
         "ec2-throttled",
         "finalizer-event-lost",
+        # The dropped-fault class: each fires at the next call it targets (nodeheal.sim.seeded.faults).
+        "lesser-reason-before-admit",
+        "lesser-reason-mid-drain",
+        "lesser-reason-before-instance-action",
+        "contender-ends",
+        "timeout-in-record",
     }
 )
+#: The function each lesser-reason fault fires before (the simulation's hook, before the handler runs).
+LESSER_REASON_BEFORE = {
+    "lesser-reason-before-admit": ("admit",),
+    "lesser-reason-mid-drain": ("drain",),
+    "lesser-reason-before-instance-action": ("reboot", "terminate"),
+}
+#: The pods that a refuse setting refuses while a hold covers them (refuse-beside-held): an app
+#: label an allow-completion eviction mode names in such a schedule's settings.
+HELD_CHECKPOINT_APP = "checkpointer"
 
 
 #: GPUProblem as NodeHeal's NPD config writes it (deploy/node-problem-detector/gpu-monitor.json):
@@ -92,6 +107,38 @@ def _bad_conditions(sim: Simulation) -> list[tuple[str, str]]:
 
 def _pick(rng: random.Random, items: list[Any]) -> Any:
     return items[rng.randrange(len(items))] if items else None
+
+
+def write_lesser_reason(sim: Simulation, name: str, condition_type: str, rng: random.Random) -> bool:
+    """A lesser fault on a bad GPU condition, as its detector writes it (message-less-severe and
+    the lesser-reason faults): NPD's log monitor, for another reason, rewrites reason, message and
+    transition time (for the same reason it keeps the old message); the node monitoring agent
+    keeps the transition time, takes the newest reason and joins the messages with "; "."""
+    world = sim.world
+    if condition_type not in _LESSER or not world.is_bad(name, condition_type):
+        return False
+    current = world.condition(name, condition_type) or {}
+    severity = rng.choice(_LESSER[condition_type])
+    return world.report_condition(
+        name, condition_type, str(current["status"]), *_fault(condition_type, severity, rng)
+    )
+
+
+#: Lesser Xids of the multi-line message whose fatal line comes last (fatal-xid-last): about 130
+#: bytes each, as the driver logs them; forty of them exceed the 4 KiB bound on their own.
+_LESSER_XID_LINE = (
+    "NVRM: Xid (PCI:0000:53:00): 13, pid={pid}, name=python3, Graphics SM Warp Exception on "
+    "(GPC 0, TPC 1, SM 0): Out Of Range Address"
+)
+
+
+def fatal_xid_last_message(rng: random.Random) -> str:
+    """NPD's message when a rule's pattern matched across its log buffer (``log_buffer.go`` joins
+    the buffered lines with newlines): many lesser Xid lines, the fatal Xid 79 last."""
+    from nodeheal.sim.seeded.schedule import XID_MESSAGES
+
+    lines = [_LESSER_XID_LINE.format(pid=rng.randrange(1000, 9999)) for _ in range(rng.randint(35, 45))]
+    return "\n".join([*lines, XID_MESSAGES["replace"]])
 
 
 def inject(sim: Simulation, fault: PlannedFault) -> None:
@@ -168,15 +215,22 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
         if target is None:
             return
         name, condition_type = target
+        if kind == "message-less-severe":
+            write_lesser_reason(sim, name, condition_type, rng)
+            return
         current = world.condition(name, condition_type) or {}
-        severity = "replace" if kind == "message-more-severe" else rng.choice(_LESSER[condition_type])
-        # As the detector writes it: NPD's log monitor, for another reason, rewrites reason,
-        # message and transition time (for the same reason it keeps the old message); the node
-        # monitoring agent keeps the transition time, takes the newest reason and joins the
-        # messages with "; ".
+        # As the detector writes it (write_lesser_reason says how).
         world.report_condition(
-            name, condition_type, str(current["status"]), *_fault(condition_type, severity, rng)
+            name, condition_type, str(current["status"]), *_fault(condition_type, "replace", rng)
         )
+        return
+    if kind == "fatal-xid-last":
+        name = _pick(rng, nodes)
+        if name is not None:
+            world.report_condition(name, "GPUProblem", "True", "GPUXidErrors", fatal_xid_last_message(rng))
+        return
+    if kind == "refuse-beside-held":
+        _refuse_beside_held(sim, rng)
         return
     if kind == "node-replaced-same-name":
         name = _pick(rng, nodes)
@@ -286,3 +340,52 @@ def _event_fault(sim: Simulation, kind: str, rng: random.Random) -> None:
     elif kind == "oversized-event":
         huge = event.condition.message + " " + "x" * rng.randrange(5_000, 200_000)
         sim._publish(replace(event, condition=replace(event.condition, message=huge)), "oversized")
+
+
+def _refuse_beside_held(sim: Simulation, rng: random.Random) -> None:
+    """A pod that a refuse setting refuses and a hold covers, on a node with ordinary pods: a
+    do-not-disrupt pod or an allow-completion one, with an emptyDir under ``emptyDir: refuse`` or
+    unmanaged under ``unmanagedPods: refuse`` (the schedule's settings say which, see
+    ``Simulation._settings``). A bad node is preferred: its drain is the one that must refuse."""
+    world = sim.world
+    drain = sim.settings.drain
+    classes = [
+        c
+        for c, setting in (("emptyDir", drain.empty_dir), ("unmanaged", drain.unmanaged_pods))
+        if setting == "refuse"
+    ]
+    if not classes:
+        return
+    bad = sorted({name for name, _ in _bad_conditions(sim)})
+    name = _pick(rng, bad) or _pick(rng, sorted(world.nodes))
+    if name is None:
+        return
+    refused = rng.choice(classes)
+    pod = world.add_pod(
+        name,
+        HELD_CHECKPOINT_APP,
+        owner=None if refused == "unmanaged" else "ReplicaSet",
+        empty_dir=refused == "emptyDir",
+    )
+    if rng.random() < 0.5:
+        pod["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] = "true"
+    sim.log(f"  {pod['metadata']['name']} on {name.split('.')[0]}: {refused}, held")
+
+
+def provoke_a_contender(sim: Simulation, name: str, rng: random.Random) -> None:
+    """contender-ends needs a contender: a node whose lock holder is about to mutate it for a lesser
+    fault gets a replace-class fault on another of its GPU conditions, so the execution that fault
+    starts finds the holder's step running and waits to take the node over (D2). The armed fault
+    ends that execution before it does (``Simulation._after_admit``)."""
+    world = sim.world
+    held = {
+        lock.node: lock
+        for _, lock in sim.ledger.observed_locks(world.cluster)
+        if lock.action.cost < Action.REPLACE.cost
+    }
+    if name not in world.nodes or name not in held:
+        return
+    healthy = [c for c in GPU_CONDITIONS if c[0] != "KernelDeadlock" and not world.is_bad(name, c[0])]
+    other = _pick(rng, healthy)
+    if other is not None:
+        world.report_condition(name, other[0], other[1], *_fault(other[0], "replace", rng))

@@ -8,6 +8,7 @@ NodeHeal's own bookkeeping wherever the two could differ.
 
 from __future__ import annotations
 
+import fnmatch
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,6 +88,9 @@ class Invariants:
         self.sim = sim
         self.violations: list[Violation] = []
         self.coverage: Counter[str] = Counter(dict.fromkeys(FAULT_KINDS, 0))
+        #: Armed faults that found the call they aim at (a contender to end, a Record step to time
+        #: out): drawn is not the same as exercised.
+        self.fired: Counter[str] = Counter()
         self.journal: list[Mutation] = []
         #: instance -> (execution, its Mutation) of the last mutation, for I9.
         self._last_mutator: dict[str, str] = {}
@@ -112,9 +116,15 @@ class Invariants:
         #: (instance, node uid, boot) -> condition type -> each action a message NodeHeal saw in the
         #: episode called for (DESIGN D19: the instance's episode, whatever the reason or transition
         #: time became since), in an event or by reading the Node, with (bad since, confirmation
-        #: seconds) of its earliest confirmation. A message no event carried and no step read is
-        #: not "seen": a detector may overwrite it before anything reads it.
-        self._seen_worst: dict[tuple[str, str, str], dict[str, dict[str, tuple[datetime, int]]]] = {}
+        #: seconds) of its earliest confirmation and when NodeHeal first saw it. A message no event
+        #: carried and no step read is not "seen": a detector may overwrite it before anything reads it.
+        self._seen_worst: dict[
+            tuple[str, str, str], dict[str, dict[str, tuple[datetime, int, datetime]]]
+        ] = {}
+        #: Invocation number -> the refuse-class pods on its node when a drain step began (I14).
+        self._refused_at_start: dict[int, list[str]] = {}
+        #: Execution -> the outcome its Record step returned (I15).
+        self._recorded_by_step: dict[str, str] = {}
         #: Node name -> (resourceVersion, uid, its bad conditions): a node is rescanned when it changes.
         self._node_scans: dict[str, tuple[str, str, list[tuple[tuple[str, str, str], Any, Episode]]]] = {}
         #: (start, duration) of outages: nothing of NodeHeal runs then, so I2's clock stops.
@@ -185,10 +195,9 @@ class Invariants:
         confirm = confirm_seconds(dict(condition), self.sim.settings, labels)
         seen = self._seen_worst.setdefault(episode, {}).setdefault(str(condition["type"]), {})
         earlier = seen.get(action)
-        if earlier is None or bad_since + timedelta(seconds=confirm) < earlier[0] + timedelta(
-            seconds=earlier[1]
-        ):
-            seen[action] = (bad_since, confirm)
+        confirmed_at = bad_since + timedelta(seconds=confirm)
+        if earlier is None or confirmed_at < earlier[0] + timedelta(seconds=earlier[1]):
+            seen[action] = (bad_since, confirm, earlier[2] if earlier is not None else self.sim.clock)
 
     @staticmethod
     def _episode_of(node: Mapping[str, Any], instance: str) -> tuple[str, str, str]:
@@ -228,6 +237,11 @@ class Invariants:
 
     def invocation_started(self, invocation: Invocation) -> None:
         self._track_conditions()
+        if invocation.function in ("drain", "force-drain"):
+            node = str(invocation.admitted.get("name", ""))
+            refused = [pod for pod in self.sim.world.pods_on(node) if self._refuse_class(pod)]
+            if refused:
+                self._refused_at_start[invocation.number] = [str(p["metadata"]["name"]) for p in refused]
         instance = str(invocation.admitted.get("instanceId", ""))
         invocation.worst_at_start = max(
             (action for _, action in self._worst.get(instance, {}).values()),
@@ -247,6 +261,7 @@ class Invariants:
             )
             return
         self.check_i1_identity(mutation, invocation)
+        self.check_i14_refuse_evicts_nothing(mutation, invocation)
         self.check_i7_mode_and_pause(mutation, invocation)
         self.check_i8_still_bad(mutation, invocation)
         self.check_i9_one_mutator(mutation, invocation)
@@ -293,13 +308,21 @@ class Invariants:
         self._track_conditions()
         self.check_i12_breaker_closed_only_by_a_person()
         self.check_i2_decided(final=False)
+        self.check_i13_decided_as_severe(final=False)
         self.check_e1_events()
 
     def at_end(self) -> None:
         self._track_conditions()
         self.check_i4_accounted()
         self.check_i2_decided(final=True)
+        self.check_i13_decided_as_severe(final=True)
+        self.check_i15_recorded_what_happened()
         self.check_e1_events()
+
+    def task_returned(self, function: str, execution: str, result: Any) -> None:
+        """A handler returned (its result reaches the state machine unless the run stopped)."""
+        if function == "record" and execution and isinstance(result, Mapping) and result.get("outcome"):
+            self._recorded_by_step[execution] = str(result["outcome"])
 
     # -- the checks ----------------------------------------------------------------------------------
 
@@ -557,6 +580,122 @@ class Invariants:
                     f"{slot.execution} ended but still holds a budget slot ({subject})",
                 )
 
+    # -- I13, I14, I15: no fault dropped below its severity; refuse; what is recorded happened -------
+
+    def check_i13_decided_as_severe(self, *, final: bool) -> None:
+        """I13: within an episode of an instance (D19), every fault NodeHeal saw reaches, within the
+        remediation bound after it was confirmed and seen, a recorded decision at least as severe
+        as its own (a decision lowered by a budget, the mode or the attempt cap keeps what it
+        planned; a superseded or skipped record decides nothing while the episode goes on)."""
+        now = self.sim.clock
+        records = None
+        for name, node in self.sim.world.nodes.items():
+            instance = self.sim.world.instance_of(name)
+            episode_key = self._episode_of(node, instance)
+            seen = self._seen_worst.get(episode_key)
+            if not seen or self._wholly_healthy(node):
+                continue
+            faults = [
+                (SEVERITY.get(action, 0), action, condition_type, since, confirm, seen_at)
+                for condition_type, actions in seen.items()
+                for action, (since, confirm, seen_at) in actions.items()
+            ]
+            start = min(fault[5] for fault in faults)
+            for severity, action, condition_type, since, confirm, seen_at in sorted(faults, reverse=True):
+                if severity <= SEVERITY["none"]:
+                    break
+                due_from = max(since + timedelta(seconds=confirm), seen_at)
+                outage = sum(
+                    (
+                        min(at + d, now) - max(at, due_from)
+                        for at, d in self.outages
+                        if at + d > due_from and at < now
+                    ),
+                    timedelta(),
+                )
+                if now < due_from + self.bound + outage:
+                    break  # not due yet (a lesser fault's due time is no earlier to matter)
+                if records is None:
+                    records = self.sim.ledger.observed_records(self.sim.world.cluster)
+                if not any(self._decides_at_least(record, node, start, severity) for record in records):
+                    self.fail(
+                        "I13 no fault decided below its severity",
+                        f"{condition_type} on {name.split('.')[0]} showed a fault calling for {action} "
+                        f"(seen {seen_at:%H:%M:%S}), and no decision of this episode is as severe",
+                    )
+                break  # the worst decides for the lesser ones
+
+    @staticmethod
+    def _decides_at_least(record: Any, node: Mapping[str, Any], start: datetime, severity: int) -> bool:
+        if record.node_uid != node["metadata"]["uid"] or record.finished_at < start:
+            return False
+        if record.outcome in (Outcome.SUPERSEDED, Outcome.SKIPPED):
+            return False
+        return max(SEVERITY[record.action.value], SEVERITY[record.planned_action.value]) >= severity
+
+    def _refuse_class(self, pod: Mapping[str, Any]) -> bool:
+        """A pod a refuse setting protects, by kubectl drain's own facts (pkg/drain/filters.go) and
+        NodeHeal's documented exclusions, independent of the drain policy's code: running, not
+        terminating, not a mirror pod, not a DaemonSet's, not opted out, not in a never-drained
+        namespace; with an emptyDir under ``emptyDir: refuse`` or with no controller under
+        ``unmanagedPods: refuse``."""
+        drain = self.sim.settings.drain
+        metadata = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed") or metadata.get("deletionTimestamp"):
+            return False
+        annotations = metadata.get("annotations") or {}
+        if (
+            "kubernetes.io/config.mirror" in annotations
+            or annotations.get("nodeheal.io/skip-drain") == "true"
+        ):
+            return False
+        namespace = str(metadata.get("namespace", ""))
+        if any(fnmatch.fnmatchcase(namespace, glob) for glob in drain.never_drain_namespaces):
+            return False
+        controller = next((o for o in metadata.get("ownerReferences") or () if o.get("controller")), None)
+        if controller is not None and (controller.get("apiVersion"), controller.get("kind")) == (
+            "apps/v1",
+            "DaemonSet",
+        ):
+            return False
+        empty_dir = any("emptyDir" in volume for volume in spec.get("volumes") or ())
+        return (empty_dir and drain.empty_dir == "refuse") or (
+            controller is None and drain.unmanaged_pods == "refuse"
+        )
+
+    def check_i14_refuse_evicts_nothing(self, mutation: Mutation, invocation: Invocation) -> None:
+        """I14: a drain whose node holds a pod a refuse setting protects moves no pod at all, as
+        kubectl drain refuses before it evicts anything, whatever holds the other pods."""
+        if mutation.kind not in ("evict", "force-delete"):
+            return
+        refused = self._refused_at_start.get(invocation.number)
+        if refused:
+            self.fail(
+                "I14 refuse evicts nothing",
+                f"{mutation.kind} of {mutation.pod} by {invocation.execution} while {refused[0]} on the "
+                "node is one a refuse setting protects",
+            )
+
+    def check_i15_recorded_what_happened(self) -> None:
+        """I15: an execution whose Record outcome step ran to its end keeps the outcome that step
+        recorded, in its record and its end marker, whatever the finalizer wrote meanwhile."""
+        ledger = self.sim.ledger
+        cluster = self.sim.world.cluster
+        records = {r.execution: r for r in ledger.observed_records(cluster)}
+        for execution, outcome in sorted(self._recorded_by_step.items()):
+            record = records.get(execution)
+            end = ledger.observed_end(cluster, execution)
+            kept = record.outcome.value if record is not None else "none"
+            ended = end.outcome if end is not None else "none"
+            if kept != outcome or ended != outcome:
+                self.fail(
+                    "I15 what is recorded is what happened",
+                    f"{execution}: Record outcome recorded {outcome}; the record says {kept} and the end "
+                    f"marker {ended}",
+                )
+
     # -- I2: every bad condition reaches a recorded decision ---------------------------------------------
 
     def _track_conditions(self) -> None:
@@ -590,7 +729,7 @@ class Invariants:
             for condition_type, seen in self._seen_worst.get(episode_key, {}).items():
                 confirmed = [
                     action
-                    for action, (since, confirm) in seen.items()
+                    for action, (since, confirm, _) in seen.items()
                     if now - since >= timedelta(seconds=confirm)
                 ]
                 if confirmed:

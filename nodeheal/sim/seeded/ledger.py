@@ -279,6 +279,9 @@ class MemoryLedger:
     def observed_ended(self, cluster: str, execution: str) -> bool:
         return execution in self.ended
 
+    def observed_end(self, cluster: str, execution: str) -> ExecutionEnd | None:
+        return self.ended.get(execution)
+
     def observed_locks(self, cluster: str) -> list[tuple[str, LockView]]:
         return [(subject, lock) for subject, lock in self.locks.items() if lock.expires_at > self._now()]
 

@@ -10,7 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeheal.sim.pipeline import FAST_CONTEXT, deep_merge
-from nodeheal.sim.seeded.faults import FAULT_KINDS, PlannedFault, draw_plan
+from nodeheal.sim.seeded.faults import (
+    DROPPED_FAULT_CHANCE,
+    FAULT_KINDS,
+    PlannedFault,
+    draw_dropped_fault_plan,
+    draw_plan,
+)
 from nodeheal.sim.seeded.invariants import InvariantViolated, Violation
 from nodeheal.sim.seeded.schedule import SimOptions, Simulation, prepare_handlers
 from nodeheal.sim.seeded.template import SimTemplate
@@ -35,6 +41,8 @@ class ScheduleResult:
     executions: int
     coverage: Counter[str]
     trace: list[str] = field(default_factory=list)
+    #: Armed faults that found the call they aim at (nodeheal.sim.seeded.invariants.Invariants.fired).
+    fired: Counter[str] = field(default_factory=Counter)
     #: An exception the simulation itself raised (a bug of the harness, or of NodeHeal outside a step).
     crash: str = ""
 
@@ -49,8 +57,13 @@ def load_template(context: dict[str, Any] | None = None) -> SimTemplate:
     return SimTemplate.read(TEMPLATES.get(context or FAST_CONTEXT))
 
 
-def plan_for(seed: int) -> list[PlannedFault]:
-    return draw_plan(random.Random(seed * 7919 + 1))
+def plan_for(seed: int, *, dropped_fault_chance: float = DROPPED_FAULT_CHANCE) -> list[PlannedFault]:
+    """The seed's plan: the faults it always drew, and the dropped-fault class from a stream of
+    its own. ``dropped_fault_chance`` is the emphasis a search may give that class (every seed)."""
+    plan = draw_plan(random.Random(seed * 7919 + 1)) + draw_dropped_fault_plan(
+        random.Random(seed * 104729 + 3), chance=dropped_fault_chance
+    )
+    return sorted(plan, key=lambda f: (f.at_point, f.kind, f.seed))
 
 
 def run_schedule(
@@ -118,6 +131,7 @@ def _run(
         steps=sim.steps,
         executions=len(sim.executions),
         coverage=sim.invariants.coverage,
+        fired=sim.invariants.fired,
         trace=[line.render(sim.trace[0].at) for line in sim.trace] if sim.trace else [],
         crash=crash,
     )
@@ -178,6 +192,7 @@ class Campaign:
     schedules: int = 0
     failures: list[ScheduleResult] = field(default_factory=list)
     coverage: Counter[str] = field(default_factory=lambda: Counter(dict.fromkeys(FAULT_KINDS, 0)))
+    fired: Counter[str] = field(default_factory=Counter)
     steps: int = 0
     executions: int = 0
     seconds: float = 0.0
@@ -203,6 +218,7 @@ def run_campaign(
         campaign.steps += result.steps
         campaign.executions += result.executions
         campaign.coverage.update(result.coverage)
+        campaign.fired.update(result.fired)
         if on_result is not None:
             on_result(result)
         if not result.ok:

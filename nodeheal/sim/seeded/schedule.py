@@ -110,6 +110,11 @@ class Invocation:
 
     @property
     def condition_type(self) -> str:
+        """The condition the execution remediates: admit's (it takes over the fault of a holder it
+        pushed aside when its own is gone, D2), else the event's."""
+        admitted = ((self.payload or {}).get("admission") or {}).get("condition") or {}
+        if admitted.get("type"):
+            return str(admitted["type"])
         return str((((self.payload or {}).get("event") or {}).get("condition") or {}).get("type", ""))
 
 
@@ -346,6 +351,8 @@ class Simulation:
         self.delivering: Delivery | None = None
         self.sent_events: list[Delivery] = []
         self.armed: dict[str, int] = {}
+        #: Executions whose drain contender-ends has provoked a contender for already.
+        self._provoked: set[str] = set()
         self.settings = self._settings(settings_overrides)
         self.definition = self._definition()
         self.machine = asl.StateMachine.from_definition(self.definition)
@@ -376,7 +383,22 @@ class Simulation:
         if overrides is not None:
             overrides(self.rng, raw)
         self._draw_drain_policy(raw["drain"])
+        if any(fault.kind == "refuse-beside-held" for fault in self.plan):
+            self._refuse_some_class(raw["drain"])
         return RemediationSettings.from_json(raw, check_timing=True)
+
+    def _refuse_some_class(self, drain: dict[str, Any]) -> None:
+        """A schedule that plans refuse-beside-held refuses at least one class of pod, and holds the
+        pods that fault adds with an allow-completion mode (from a stream of its own)."""
+        from nodeheal.sim.seeded.inject import HELD_CHECKPOINT_APP
+
+        rng = random.Random(self.seed ^ 0x2EF05E)
+        if "refuse" not in (drain["emptyDir"], drain["unmanagedPods"]):
+            drain[rng.choice(["emptyDir", "unmanagedPods"])] = "refuse"
+        drain["evictionModes"] = [
+            *drain.get("evictionModes", []),
+            {"mode": "allow-completion", "podLabels": {"app": HELD_CHECKPOINT_APP}},
+        ]
 
     def _draw_drain_policy(self, drain: dict[str, Any]) -> None:
         """The drain policy (nodeheal.workflow.drain_policy), drawn from a stream of its own so a
@@ -516,6 +538,8 @@ class Simulation:
         if execution and self._consume("lambda-killed-after-side-effect"):
             invocation.lose_result = True
         self.invariants.invocation_started(invocation)
+        if execution:
+            self._before_handler(function.name, execution)
         runtime = SimRuntime(self, function)
         context = _SimContext(function, invocation, self.now)
         self.stack.append(invocation)
@@ -540,7 +564,60 @@ class Simulation:
             return asl.TaskOutcome(
                 error="Sandbox.Timedout", cause="Task timed out (killed after its side effects)"
             )
+        if execution and function.name == "admit":
+            self._after_admit(execution, result)
+        self.invariants.task_returned(function.name, execution, result)
         return asl.TaskOutcome(output=json.loads(json.dumps(result)))
+
+    # -- the dropped-fault class: faults aimed at one step of one execution --------------------------
+
+    def _before_handler(self, function: str, execution: str) -> None:
+        """lesser-reason-*: a lesser reason lands on the execution's condition just before the
+        step reads the node."""
+        from nodeheal.sim.seeded.inject import LESSER_REASON_BEFORE, provoke_a_contender, write_lesser_reason
+
+        sim_execution = self.executions.get(execution)
+        if sim_execution is None:
+            return
+        if function == "drain" and self.armed.get("contender-ends") and execution not in self._provoked:
+            # contender-ends aims at an execution that waits to take a node over: a drain round
+            # about to claim the node for a lesser fault gets a replace-class fault beside it.
+            self._provoked.add(execution)
+            provoke_a_contender(self, sim_execution.key[1], self.fault_rng)
+        for kind, functions in LESSER_REASON_BEFORE.items():
+            if function not in functions or not self.armed.get(kind):
+                continue
+            node, condition_type = sim_execution.key[1], sim_execution.key[3]
+            if write_lesser_reason(self, node, condition_type, self.fault_rng):
+                self._consume(kind)
+                self.log(f"  {kind}: {condition_type} on {node.split('.')[0]} now reads a lesser fault")
+
+    def _after_admit(self, execution: str, result: Any) -> None:
+        """contender-ends: an execution that just contended a busy holder (it waits to take the
+        node over) ends before it does: its condition clears, its node goes, or it is aborted or
+        times out."""
+        if not isinstance(result, Mapping) or result.get("verdict") != "wait" or not result.get("displaced"):
+            return
+        sim_execution = self.executions.get(execution)
+        if sim_execution is None or not self._consume("contender-ends"):
+            return
+        node, condition_type = sim_execution.key[1], sim_execution.key[3]
+        how = self.fault_rng.choice(["clears", "node-goes", "aborted", "timed-out"])
+        self.log(f"  contender-ends: {execution} ({condition_type}) {how} before it takes the node over")
+        if how == "clears" and node in self.world.nodes:
+            if condition_type == "Ready":
+                self.world.set_condition(
+                    node, "Ready", "True", "KubeletReady", "kubelet is posting ready status"
+                )
+            else:
+                self.world.restart_detector(node, condition_type)
+        elif how == "node-goes" and node in self.world.nodes:
+            self.world.instances[self.world.instance_of(node)].state = "terminated"
+            self.world.delete_node_object(node)
+        elif how == "aborted":
+            sim_execution.run.stop("ABORTED", self.clock, "", "aborted while it waited to take the node over")
+        elif how == "timed-out":
+            sim_execution.run.stop("TIMED_OUT", self.clock, "States.Timeout", "timed out while it waited")
 
     def _task(self, execution: SimExecution) -> asl.Invoke:
         def invoke(state_name: str, resource: str, payload: Any) -> asl.TaskOutcome:
@@ -582,6 +659,7 @@ class Simulation:
         invocation = self.caller()
         if invocation is not None:
             self._call_faults(invocation, operation)
+            self._timeout_in_record(invocation)
             if len(self.stack) <= self.options.max_nesting and self.rng.random() < self.options.interleave:
                 self._step(nested=True)
         self._due_faults()
@@ -600,6 +678,21 @@ class Simulation:
         if kube and self._consume("api-timeout"):
             self._note_transient(invocation)
             self._spend(invocation, invocation.timeout_seconds + 1, operation)
+
+    def _timeout_in_record(self, invocation: Invocation) -> None:
+        """timeout-in-record: the execution times out while its Record outcome task runs, and the
+        finalizer runs on its status-change event at once, while that task is still running."""
+        if invocation.function != "record" or not invocation.execution:
+            return
+        execution = self.executions.get(invocation.execution)
+        if execution is None or execution.run.done or not self._consume("timeout-in-record"):
+            return
+        self.log(f"  timeout-in-record: {execution.run.name} times out while Record outcome runs")
+        execution.run.stop(
+            "TIMED_OUT", self.clock, "States.Timeout", "the execution ran past its TimeoutSeconds"
+        )
+        self.last_end_at = self.clock
+        self._finalizer_event(execution.run.arn)
 
     def _note_transient(self, invocation: Invocation) -> None:
         execution = self.executions.get(invocation.execution)
@@ -628,6 +721,7 @@ class Simulation:
     def _consume(self, kind: str) -> bool:
         if self.armed.get(kind, 0) > 0:
             self.armed[kind] -= 1
+            self.invariants.fired[kind] += 1
             return True
         return False
 
