@@ -218,19 +218,18 @@ def synthesize_template(config_path: str) -> Mapping[str, Any]:
     nodeheal = context.get("nodeheal") if isinstance(context, dict) else None
     if not isinstance(nodeheal, dict):
         raise ConfigurationError(f"{config_path} has no context.nodeheal object")
-    # The CDK app (stacks/) lives next to cdk.json, as `cdk synth` finds it; it is not part of the
-    # installed nodeheal package.
-    app_dir = str(Path(config_path).resolve().parent)
-    if app_dir not in sys.path:
-        sys.path.insert(0, app_dir)
+    # The stack (stacks/) is the checkout's, the one this package runs from, wherever the cdk.json
+    # is: as for `demo --config`, the file holds settings, not code.
+    from nodeheal.commands.demo import make_sources_importable
     from nodeheal.sim.template import SynthesizedApp, quiet_jsii
 
     quiet_jsii()
     try:
+        make_sources_importable()
         import stacks.nodeheal_stack  # noqa: F401
-    except ImportError as exc:
+    except (ConfigurationError, ImportError) as exc:
         raise ConfigurationError(
-            f"synthesizing needs the NodeHeal CDK app and aws-cdk-lib next to {config_path} ({exc}); "
+            f"synthesizing {config_path} needs NodeHeal's source checkout and aws-cdk-lib ({exc}); "
             "pass --template cdk.out/NodeHeal.template.json instead"
         ) from None
     return SynthesizedApp.synthesize(nodeheal).template
