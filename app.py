@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CDK entry point: ``cdk synth`` / ``cdk deploy`` (see cdk.json for every setting).
 
-Configuration errors are reported as one line and a non-zero exit, before any construct exists.
+Configuration errors are reported all at once, with a non-zero exit, before any construct exists.
 cdk-nag's AwsSolutions pack validates the synthesized templates unless the ``nag`` context is false
 (``cdk synth -c nag=false``).
 """

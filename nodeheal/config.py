@@ -17,8 +17,15 @@ from typing import Any
 
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import CONDITION_STATUSES
-from nodeheal.errors import ConfigurationError
-from nodeheal.settings_reader import SettingsReader
+from nodeheal.settings_reader import SettingsReader, all_problems, problem, salvage
+
+#: The ``action`` values a setting may name.
+ACTION_NAMES = tuple(action.value for action in Action)
+
+
+def _action(value: Any, where: str) -> Action:
+    """``value`` as an action; one that is not is reported, and ``alert`` stands in for it."""
+    return salvage(lambda: Action.parse(str(value), where), Action.ALERT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +43,10 @@ class ConditionRule:
     @classmethod
     def parse(cls, raw: Any, where: str) -> ConditionRule:
         if isinstance(raw, str):
-            return cls(action=Action.parse(raw, where))
+            return cls(action=_action(raw, where))
         reader = SettingsReader(raw, where)
         rule = cls(
-            action=Action.parse(reader.string("action"), f"{where}.action"),
+            action=Action(reader.choice("action", ACTION_NAMES)),
             confirm_seconds=reader.integer("confirmSeconds", 0, minimum=0, maximum=86_400),
         )
         reader.finish()
@@ -81,7 +88,7 @@ class ScopeCondition:
         reader.finish()
         bad = [s for s in condition.statuses if s not in CONDITION_STATUSES]
         if bad:
-            raise ConfigurationError(f"{where}.statuses has {bad}; allowed: True, False, Unknown")
+            problem(f"{where}.statuses has {bad}; allowed: True, False, Unknown")
         return condition
 
 
@@ -109,7 +116,7 @@ class ScopeSettings:
         default_conditions = [{"type": t, "statuses": list(s)} for t, s in DEFAULT_SCOPE_CONDITIONS]
         conditions = reader.each("conditions", ScopeCondition.parse, default_conditions)
         if not conditions:
-            raise ConfigurationError(f"{reader.where('conditions')} must list at least one condition")
+            problem(f"{reader.where('conditions')} must list at least one condition")
         labels_reader = reader.child("nodeLabels")
         labels = {key: labels_reader.string_list(key, non_empty=True) for key in labels_reader.key_names()}
         labels_reader.finish()
@@ -143,10 +150,11 @@ class PolicyOverrides:
         xid_actions: dict[int, Action] = {}
         for key, value in xid_raw.items():
             if not str(key).isdigit():
-                raise ConfigurationError(f"{reader.where('xidActions')} key {key!r} is not an Xid number")
-            xid_actions[int(key)] = Action.parse(str(value), f"{reader.where('xidActions')}.{key}")
+                problem(f"{reader.where('xidActions')} key {key!r} is not an Xid number")
+                continue
+            xid_actions[int(key)] = _action(value, f"{reader.where('xidActions')}.{key}")
         reason_actions = {
-            str(key): Action.parse(str(value), f"{reader.where('reasonActions')}.{key}")
+            str(key): _action(value, f"{reader.where('reasonActions')}.{key}")
             for key, value in reader.mapping("reasonActions", {}).items()
         }
         condition_rules = {
@@ -202,7 +210,7 @@ class PolicySettings:
         pools_reader.finish()
         settings = cls(
             overrides=overrides,
-            unknown_action=Action.parse(reader.string("unknownAction", "alert"), "policy.unknownAction"),
+            unknown_action=Action(reader.choice("unknownAction", ACTION_NAMES, Action.ALERT.value)),
             reboot_escalation_hours=reader.integer("rebootEscalationHours", 24, minimum=0, maximum=720),
             max_attempts_per_node=reader.integer("maxAttemptsPerNode", 3, minimum=1, maximum=100),
             attempt_window_hours=reader.integer("attemptWindowHours", 24, minimum=1, maximum=720),
@@ -279,10 +287,11 @@ def _namespace_patterns(reader: SettingsReader, key: str, default: Any) -> tuple
     patterns = reader.string_list(key, default)
     bad = [pattern for pattern in patterns if not _NAMESPACE_PATTERN.fullmatch(pattern)]
     if bad:
-        raise ConfigurationError(
+        problem(
             f"{reader.where(key)} has {bad}: each entry is a namespace name or a shell-style pattern "
             "over namespace names (lower-case letters, digits, '-', and the wildcards * ? [...])"
         )
+        return tuple(default)
     return patterns
 
 
@@ -311,9 +320,8 @@ class EvictionModeRule:
         labels = reader.mapping("podLabels", {})
         bad = [key for key, value in labels.items() if not isinstance(value, str) or not str(key).strip()]
         if bad:
-            raise ConfigurationError(
-                f"{reader.where('podLabels')} maps label keys to string values; {bad} do not"
-            )
+            problem(f"{reader.where('podLabels')} maps label keys to string values; {bad} do not")
+            labels = {key: value for key, value in labels.items() if key not in bad}
         reader.finish()
         return cls(mode=mode, namespaces=namespaces, pod_labels=_frozen(labels))
 
@@ -420,7 +428,7 @@ class DrainSettings:
             and not settings.allow_immediate_force
         ):
             timeout, on_timeout = reader.where("timeoutSeconds"), reader.where("onTimeout")
-            raise ConfigurationError(
+            problem(
                 f'{timeout} is 0 with {on_timeout} "force": every pod the first eviction round does not '
                 "remove would be force-deleted at once, past its PodDisruptionBudget. Give the drain time, "
                 f'set {on_timeout} to "abort", or set {reader.where("allowImmediateForce")} to true if '
@@ -552,10 +560,14 @@ class RemediationSettings:
 
     @classmethod
     def from_json(cls, raw: Any, path: str = "settings", *, check_timing: bool = True) -> RemediationSettings:
-        reader = SettingsReader(raw, path)
-        scope = ScopeSettings.read(reader.child("scope"))
-        settings = dataclasses.replace(cls.read(reader, check_timing=check_timing), scope=scope)
-        reader.finish()
+        """Every problem of ``raw`` in one ConfigurationError (the timing checks' after the others')."""
+        with all_problems():
+            reader = SettingsReader(raw, path)
+            scope = ScopeSettings.read(reader.child("scope"))
+            settings = dataclasses.replace(cls.read(reader, check_timing=False), scope=scope)
+            reader.finish()
+            if check_timing:
+                report_timing(settings, reader)
         return settings
 
     @classmethod
@@ -580,31 +592,34 @@ class RemediationSettings:
             delete_node_after_terminate=reader.boolean("deleteNodeAfterTerminate", False),
         )
         if settings.delete_node_after_terminate and settings.replace.deletes_nodeclaim:
-            raise ConfigurationError(
+            problem(
                 f"{reader.where('deleteNodeAfterTerminate')} is true with {reader.where('replace')}.method "
                 f'"{REPLACE_DELETE_NODECLAIM}": Karpenter\'s termination removes the Node itself, after '
                 "its own drain; deleting the Node first would cut that drain short. Leave it false"
             )
         if check_timing:
-            _check_timing(settings, reader)
+            report_timing(settings, reader)
         return settings
 
 
-def _check_timing(settings: RemediationSettings, reader: SettingsReader) -> None:
+def report_timing(settings: RemediationSettings, reader: SettingsReader) -> None:
+    """Report what the durations of ``settings`` break together (D5): a lock TTL that does not
+    cover one execution's worst case, a retry backoff that waits too long. Run after the per-key
+    checks, on the values they let through (a refused one counts as its default)."""
     # nodeheal.timing reads the built-in policy, which imports this module's types.
     from nodeheal import timing
 
     drain = settings.drain
     if 0 < drain.do_not_disrupt_wait_seconds >= drain.timeout_seconds:
         where = reader.where("drain")
-        raise ConfigurationError(
+        problem(
             f"{where}.doNotDisruptWaitSeconds ({drain.do_not_disrupt_wait_seconds}) must be shorter than "
             f"{where}.timeoutSeconds ({drain.timeout_seconds}), or 0: pods held back until the drain "
             "times out are never evicted, only force-deleted or left behind"
         )
     if drain.deletes_after_timeout and drain.delete_after_seconds >= drain.timeout_seconds:
         where = reader.where("drain")
-        raise ConfigurationError(
+        problem(
             f"{where}.deleteAfterSeconds ({drain.delete_after_seconds}) must be shorter than "
             f"{where}.timeoutSeconds ({drain.timeout_seconds}) when an {where}.evictionModes rule uses "
             '"delete-after-timeout": the drain would time out (drain.onTimeout) before deleting them'
@@ -612,7 +627,7 @@ def _check_timing(settings: RemediationSettings, reader: SettingsReader) -> None
     retry_wait = timing.retry_wait_seconds(settings.retry)
     if retry_wait > timing.MAX_RETRY_WAIT_SECONDS:
         retry = settings.retry
-        raise ConfigurationError(
+        problem(
             f"{reader.where('retry')} waits {retry_wait} s in backoff over {retry.max_attempts} retries "
             f"({retry.interval_seconds} s x {retry.backoff_rate:g}^k); at most "
             f"{timing.MAX_RETRY_WAIT_SECONDS} s, so a dead API fails the remediation in minutes"
@@ -621,7 +636,7 @@ def _check_timing(settings: RemediationSettings, reader: SettingsReader) -> None
     margin = timing.margin_seconds(holding.total_seconds)
     required = holding.total_seconds + margin
     if settings.lock_ttl_seconds < required:
-        raise ConfigurationError(
+        problem(
             f"{reader.where('lockTtlSeconds')} ({settings.lock_ttl_seconds}) must be at least {required}: "
             f"one execution can hold the lock for {holding.total_seconds} s "
             f"({timing.format_duration(holding.total_seconds)}) and the lock is never renewed, so it "

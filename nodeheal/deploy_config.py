@@ -1,8 +1,8 @@
 """The deployment's typed configuration, built once from the ``nodeheal`` object in ``cdk.json``.
 
-Fails fast, naming the offending key, before any construct is created. The remediation part
-(mode, policy, budgets, drain, reboot) is :class:`nodeheal.config.RemediationSettings`, shared with
-the Lambdas; this module adds what only the deployment needs.
+Reports every problem at once, each naming its key, before any construct is created. The
+remediation part (mode, policy, budgets, drain, reboot) is :class:`nodeheal.config.RemediationSettings`,
+shared with the Lambdas; this module adds what only the deployment needs.
 
 It lives in the package, not beside the CDK code in ``stacks/``, because the CLI reads the same
 ``cdk.json`` (``explain --config``, ``demo``, ``breaker reset --config``) and must accept exactly
@@ -24,11 +24,12 @@ from nodeheal.config import (
     RemediationSettings,
     ScopeCondition,
     ScopeSettings,
+    report_timing,
 )
 from nodeheal.errors import ConfigurationError
 from nodeheal.events import DEFAULT_SOURCE
 from nodeheal.rbac import DEFAULT_GROUP_PREFIX, groups_of
-from nodeheal.settings_reader import SettingsReader
+from nodeheal.settings_reader import SettingsReader, all_problems, problem, salvage
 
 CONTEXT_KEY = "nodeheal"
 #: How a command that reads cdk.json itself names the object in its errors.
@@ -95,13 +96,14 @@ class SlackChannel:
     def read(cls, reader: SettingsReader) -> SlackChannel:
         channel = cls(workspace_id=reader.string("workspaceId"), channel_id=reader.string("channelId"))
         reader.finish()
-        if not _SLACK_WORKSPACE.match(channel.workspace_id):
-            raise ConfigurationError(
+        # An empty id was refused by the read already.
+        if channel.workspace_id and not _SLACK_WORKSPACE.match(channel.workspace_id):
+            problem(
                 f"{reader.where('workspaceId')} must be a Slack workspace id like T0123ABCD, "
                 f"got {channel.workspace_id!r}"
             )
-        if not _SLACK_CHANNEL.match(channel.channel_id):
-            raise ConfigurationError(
+        if channel.channel_id and not _SLACK_CHANNEL.match(channel.channel_id):
+            problem(
                 f"{reader.where('channelId')} must be a Slack channel id like C0123ABCD, "
                 f"got {channel.channel_id!r}"
             )
@@ -184,31 +186,34 @@ class NodeHealConfig:
 
     @classmethod
     def from_cdk_context(cls, context: Any, where: str = CONTEXT_KEY) -> NodeHealConfig:
-        """Build from ``app.node.try_get_context("nodeheal")``; raises ConfigurationError.
+        """Build from ``app.node.try_get_context("nodeheal")``; raises one ConfigurationError that
+        lists every problem, each starting with its key's path, the timing checks' last.
 
         ``where`` names the object in errors: ``nodeheal`` for the CDK app, ``context.nodeheal``
         for a command that reads the file itself, so each error names the key as its reader sees it.
         """
         if context is None:
             raise ConfigurationError(f"cdk.json has no {CONTEXT_KEY!r} context object")
-        reader = SettingsReader(context, where)
+        with all_problems():
+            return cls._read(SettingsReader(context, where))
+
+    @classmethod
+    def _read(cls, reader: SettingsReader) -> NodeHealConfig:
         clusters = reader.string_list("clusters", non_empty=True)
         for name in clusters:
             if not _CLUSTER_NAME.match(name):
-                raise ConfigurationError(
-                    f"{reader.where('clusters')} has an invalid EKS cluster name {name!r}"
-                )
+                problem(f"{reader.where('clusters')} has an invalid EKS cluster name {name!r}")
         if len(set(clusters)) != len(clusters):
-            raise ConfigurationError(f"{reader.where('clusters')} lists a cluster twice")
+            problem(f"{reader.where('clusters')} lists a cluster twice")
         bus = reader.child("eventBus")
         bus_name = bus.string("name", "nodeheal")
         if bus_name == "default" or not _BUS_NAME.match(bus_name):
-            raise ConfigurationError(
+            problem(
                 f"{bus.where('name')} must be a custom bus name (letters, digits, . - _ /), got {bus_name!r}"
             )
         source = bus.string("source", DEFAULT_SOURCE)
         if source.startswith("aws."):
-            raise ConfigurationError(f"{bus.where('source')} must not start with 'aws.'")
+            problem(f"{bus.where('source')} must not start with 'aws.'")
         archive_days = bus.integer("archiveRetentionDays", 14, minimum=0, maximum=3650)
         bus.finish()
         rule = RuleSettings.read(reader.child("rule"))
@@ -219,13 +224,14 @@ class NodeHealConfig:
             "reservedConcurrency", DEFAULT_INGEST_RESERVED_CONCURRENCY, minimum=1, maximum=10_000
         )
         ingest.finish()
-        # The rule's scope rides along in every execution's settings: admit re-checks it live.
-        remediation = replace(RemediationSettings.read(reader), scope=rule)
+        # The rule's scope rides along in every execution's settings: admit re-checks it live. The
+        # timing checks run once every key has been read (below).
+        remediation = replace(RemediationSettings.read(reader, check_timing=False), scope=rule)
         notifications = reader.child("notifications")
         emails = notifications.string_list("emails", ())
         for email in emails:
             if not _EMAIL.match(email):
-                raise ConfigurationError(f"{notifications.where('emails')} has an invalid address {email!r}")
+                problem(f"{notifications.where('emails')} has an invalid address {email!r}")
         slack_raw = notifications.mapping("slack", {})
         slack = (
             SlackChannel.read(SettingsReader(slack_raw, notifications.where("slack"))) if slack_raw else None
@@ -243,7 +249,6 @@ class NodeHealConfig:
         workflow = reader.child("workflow")
         timeout_minutes = workflow.integer("timeoutMinutes", 1200, minimum=5, maximum=7 * 24 * 60)
         workflow.finish()
-        _check_workflow_timeout(timeout_minutes, remediation, workflow.where("timeoutMinutes"))
         exporter = reader.child("exporter")
         config = cls(
             stack_name=reader.string("stackName", "NodeHeal"),
@@ -268,6 +273,8 @@ class NodeHealConfig:
         )
         exporter.finish()
         reader.finish()
+        report_timing(remediation, reader)
+        _check_workflow_timeout(timeout_minutes, remediation, workflow.where("timeoutMinutes"))
         return config
 
     def kubernetes_groups(self, function: str) -> list[str]:
@@ -310,7 +317,7 @@ def _check_workflow_timeout(timeout_minutes: int, remediation: RemediationSettin
     required = timing.required_workflow_timeout_minutes(remediation)
     if timeout_minutes < required:
         margin = timing.margin_seconds(execution.total_seconds)
-        raise ConfigurationError(
+        problem(
             f"{where} ({timeout_minutes}) must be at least {required}: one execution can run "
             f"{execution.total_seconds} s ({timing.format_duration(execution.total_seconds)}), waiting "
             f"behind the node's lock holder and then remediating, and needs a margin of {margin} s "
@@ -322,24 +329,28 @@ def _check_workflow_timeout(timeout_minutes: int, remediation: RemediationSettin
 def _customer_key(security: SettingsReader) -> CustomerKey | None:
     arn = security.optional_string("kmsKeyArn")
     security.finish()
-    return None if arn is None else CustomerKey.parse(arn.strip(), security.where("kmsKeyArn"))
+    if arn is None:
+        return None
+    return salvage(lambda: CustomerKey.parse(arn.strip(), security.where("kmsKeyArn")), None)
 
 
 def _group_prefix(reader: SettingsReader) -> str:
     if "kubernetesGroup" in reader.key_names():
-        raise ConfigurationError(
+        reader.refuse(
+            "kubernetesGroup",
             f"{reader.where('kubernetesGroup')} was replaced by "
             f"{reader.where('kubernetesGroupPrefix')}: every "
             "function now has its own group and ClusterRole, <prefix>-<function> (for example "
             f'"{DEFAULT_GROUP_PREFIX}-drain"). Set kubernetesGroupPrefix (default "{DEFAULT_GROUP_PREFIX}"), '
             "apply deploy/rbac/remediator.yaml rendered for it (make rbac), then delete the old "
-            "group's binding (kubectl delete clusterrolebinding,clusterrole nodeheal-remediator)"
+            "group's binding (kubectl delete clusterrolebinding,clusterrole nodeheal-remediator)",
         )
     prefix = reader.string("kubernetesGroupPrefix", DEFAULT_GROUP_PREFIX)
     if not _GROUP_PREFIX.match(prefix):
-        raise ConfigurationError(
+        problem(
             f"{reader.where('kubernetesGroupPrefix')} must be 1-40 lowercase letters, digits or '-', "
             f"starting and ending with a letter or digit (it names ClusterRoles and groups "
             f"<prefix>-<function>), got {prefix!r}"
         )
+        return DEFAULT_GROUP_PREFIX
     return prefix

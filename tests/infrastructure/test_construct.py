@@ -148,6 +148,16 @@ def test_a_dict_config_is_checked_like_cdk_json(tmp_path: Path) -> None:
         synthesize(tmp_path, config={"clusters": ["gpu-a"], "budgets": {"maxInflight": 3}})
 
 
+def test_a_dict_config_lists_every_problem(tmp_path: Path) -> None:
+    config = {"clusters": ["gpu-a"], "budgets": {"maxInFlight": -1}, "lockTtlSeconds": 100, "drian": {}}
+    with pytest.raises(ConfigurationError) as caught:
+        synthesize(tmp_path, config=config)
+    message = str(caught.value)
+    assert message.startswith("3 problems"), message
+    for path in ("nodeheal.budgets.maxInFlight", "nodeheal.drian", "nodeheal.lockTtlSeconds"):
+        assert path in message
+
+
 def test_subnets_without_a_vpc_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="need vpc"):
         synthesize(tmp_path, config={"clusters": ["gpu-a"]}, vpc_subnets=ec2.SubnetSelection())
