@@ -19,6 +19,9 @@ from nodeheal.actions import Action, Mode
 from nodeheal.conditions import CONDITION_STATUSES
 from nodeheal.settings_reader import SettingsReader, all_problems, problem, salvage
 
+#: The mode of a configuration without ``mode``: decide and record, change nothing. Remediating
+#: (``cordon-only``, ``full``) happens only when a configuration asks for it.
+DEFAULT_MODE = Mode.DRY_RUN
 #: The ``action`` values a setting may name.
 ACTION_NAMES = tuple(action.value for action in Action)
 
@@ -520,7 +523,7 @@ class RetrySettings:
 class RemediationSettings:
     """Everything the workflow needs to decide and act; serialised into each execution's input."""
 
-    mode: Mode = Mode.FULL
+    mode: Mode = DEFAULT_MODE
     policy: PolicySettings = field(default_factory=PolicySettings)
     budgets: BudgetSettings = field(default_factory=BudgetSettings)
     drain: DrainSettings = field(default_factory=DrainSettings)
@@ -578,7 +581,7 @@ class RemediationSettings:
         backoff that waits too long. Only the settings carried by a running execution skip it: they
         were checked when they were deployed, and the run must be able to finish under newer code.
         """
-        mode_value = reader.choice("mode", tuple(m.value for m in Mode), Mode.FULL.value)
+        mode_value = reader.choice("mode", tuple(m.value for m in Mode), DEFAULT_MODE.value)
         settings = cls(
             mode=Mode(mode_value),
             policy=PolicySettings.read(reader.child("policy")),

@@ -158,6 +158,18 @@ def test_a_dict_config_lists_every_problem(tmp_path: Path) -> None:
         assert path in message
 
 
+def test_without_a_mode_the_functions_run_dry_run(tmp_path: Path) -> None:
+    """The README's app leaves ``mode`` out: it decides and records, and changes nothing, as the
+    shipped cdk.json does. ``full`` is only ever asked for."""
+    _, template = synthesize(tmp_path, config={"clusters": ["gpu-a"]})
+    modes = {
+        function["Properties"]["Environment"]["Variables"].get("NODEHEAL_MODE")
+        for function in resources_of(template, "AWS::Lambda::Function")
+        if "NODEHEAL_MODE" in function["Properties"].get("Environment", {}).get("Variables", {})
+    }
+    assert modes == {"dry-run"}
+
+
 def test_subnets_without_a_vpc_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="need vpc"):
         synthesize(tmp_path, config={"clusters": ["gpu-a"]}, vpc_subnets=ec2.SubnetSelection())

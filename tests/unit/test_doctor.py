@@ -86,7 +86,8 @@ class FakeDeployment:
         default_factory=lambda: StackView("NodeHeal", "UPDATE_COMPLETE", outputs())
     )
     machine_status: str = "ACTIVE"
-    settings: RemediationSettings = field(default_factory=RemediationSettings)
+    #: Settings that say full while the environment says dry-run: the environment decides (D4).
+    settings: RemediationSettings = field(default_factory=lambda: RemediationSettings(mode=Mode.FULL))
     mode: Mode | None = Mode.DRY_RUN
     rule_list: list[DeployedRule] = field(
         default_factory=lambda: [

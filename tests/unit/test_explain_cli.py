@@ -160,7 +160,7 @@ def fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 
 def test_event_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = explain(capsys, write(tmp_path, detail()))
+    out = explain(capsys, write(tmp_path, detail()), "--mode", "full")
     assert out["action"] == out["plannedAction"] == "replace"
     assert (out["xid"], out["signal"], out["confirmSeconds"], out["escalated"]) == (79, "xid:79", 0, False)
     assert "fallen off the bus" in out["reason"]
@@ -176,7 +176,7 @@ def test_event_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
 
 
 def test_eventbridge_envelope(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = explain(capsys, write(tmp_path, envelope(detail())))
+    out = explain(capsys, write(tmp_path, envelope(detail())), "--mode", "full")
     assert (out["action"], out["xid"]) == ("replace", 79)
 
 
@@ -184,13 +184,13 @@ def test_condition_without_xid_reports_null_xid_and_confirmation(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     body = detail("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
-    out = explain(capsys, write(tmp_path, body))
+    out = explain(capsys, write(tmp_path, body), "--mode", "full")
     assert out["xid"] is None
     assert (out["action"], out["signal"], out["confirmSeconds"]) == ("replace", "condition:GPUProblem", 120)
 
 
 def test_node_object_explains_every_condition(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = explain(capsys, write(tmp_path, node_object(), "node.json"))
+    out = explain(capsys, write(tmp_path, node_object(), "node.json"), "--mode", "full")
     assert isinstance(out, list)
     by_type = {item["condition"]["type"]: item for item in out}
     assert set(by_type) == {"MemoryPressure", "AcceleratedHardwareReady", "GPUProblem", "Ready"}
@@ -209,7 +209,7 @@ def test_node_object_explains_every_condition(tmp_path: Path, capsys: pytest.Cap
 
 def test_node_object_honours_opt_out_label(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     node = node_object({"nodeheal.io/disabled": "true"})
-    out = explain(capsys, write(tmp_path, node, "node.json"))
+    out = explain(capsys, write(tmp_path, node, "node.json"), "--mode", "full")
     gpu = next(item for item in out if item["condition"]["type"] == "GPUProblem")
     assert (gpu["action"], gpu["plannedAction"]) == ("alert", "replace")
 
@@ -468,8 +468,8 @@ def test_the_summary_of_an_event_says_decision_reason_timing_and_next(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     event = write(tmp_path, detail())
-    document = explain(capsys, event)
-    text = summary(capsys, event)
+    document = explain(capsys, event, "--mode", "full")
+    text = summary(capsys, event, "--mode", "full")
     assert text.splitlines()[0] == (
         "GPUProblem=True on ip-10-0-158-235.us-west-2.compute.internal (cluster training-on-eks)"
     )
@@ -493,7 +493,7 @@ def test_the_summary_of_a_confirmed_condition_says_how_long_it_waits(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     body = detail("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
-    text = summary(capsys, write(tmp_path, body))
+    text = summary(capsys, write(tmp_path, body), "--mode", "full")
     assert field(text, "timing").startswith(
         "waits until the condition has been bad for 2 min (confirmSeconds 120, from its "
         "lastTransitionTime), then acts only if it still is"
@@ -545,7 +545,9 @@ def test_the_summary_follows_the_configured_drain_and_reboot(
 def test_the_summary_of_an_opted_out_node_says_why_the_plan_changed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = summary(capsys, write(tmp_path, node_object({"nodeheal.io/disabled": "true"}), "node.json"))
+    text = summary(
+        capsys, write(tmp_path, node_object({"nodeheal.io/disabled": "true"}), "node.json"), "--mode", "full"
+    )
     words = " ".join(text.split())
     for planned in ("reboot", "replace"):  # the Xid 48 and the Xid 79 conditions
         assert f"decision: alert (planned: {planned}), mode full" in words
@@ -559,8 +561,8 @@ def test_the_summary_of_a_node_lists_every_condition_and_details_the_bad_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     node = write(tmp_path, node_object(), "node.json")
-    document = explain(capsys, node)
-    text = summary(capsys, node)
+    document = explain(capsys, node, "--mode", "full")
+    text = summary(capsys, node, "--mode", "full")
     lines = text.splitlines()
     assert (
         lines[0]

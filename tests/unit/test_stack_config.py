@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,8 @@ def test_defaults() -> None:
     assert dict(config.rule.node_labels) == {}
     assert config.stale_event_seconds == 900
     assert config.remediation == RemediationSettings()
-    assert config.remediation.mode is Mode.FULL
+    # Without the key, NodeHeal decides and records and changes nothing: full is only asked for.
+    assert config.remediation.mode is Mode.DRY_RUN
     assert config.notification_emails == ()
     assert config.lambda_network is None
     assert config.workflow_timeout_minutes == 1200
@@ -51,14 +51,14 @@ def test_defaults() -> None:
 
 def test_cdk_json_spells_out_the_defaults() -> None:
     context = CDK_JSON["context"]["nodeheal"]
-    # One deliberate difference: a first deployment decides and records, and changes nothing.
+    # A first deployment decides and records, and changes nothing: the default, spelled out.
     assert context["mode"] == "dry-run"
     shipped = NodeHealConfig.from_cdk_context(context)
     assert shipped.remediation.mode is Mode.DRY_RUN
-    assert replace(shipped, remediation=replace(shipped.remediation, mode=Mode.FULL)) == parse()
+    assert shipped == parse()
     # Every remediation key is written out, so users see what they can tune; a new setting must
     # be added to cdk.json with its default.
-    remediation_keys = RemediationSettings(mode=Mode.DRY_RUN).to_json()
+    remediation_keys = RemediationSettings().to_json()
     # The workflow's scope is the rule: cdk.json spells it out once, under "rule".
     assert context["rule"] == remediation_keys.pop("scope")
     assert {key: context[key] for key in remediation_keys} == remediation_keys

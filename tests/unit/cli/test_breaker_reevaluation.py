@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 import pytest
 
-from nodeheal.actions import Action
+from nodeheal.actions import Action, Mode
 from nodeheal.config import BudgetSettings, RemediationSettings
 from nodeheal.events import NodeConditionEvent
 from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node
@@ -27,7 +27,7 @@ Cli = Callable[..., Result]
 
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
 #: What the deployed state machine hands every execution; two slots, one of them taken below.
-SETTINGS = RemediationSettings(budgets=BudgetSettings(max_in_flight=2, max_per_hour=6))
+SETTINGS = RemediationSettings(mode=Mode.FULL, budgets=BudgetSettings(max_in_flight=2, max_per_hour=6))
 
 
 def iid(node: str) -> str:

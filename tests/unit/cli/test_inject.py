@@ -70,7 +70,8 @@ def test_xid_79_sets_gpuproblem_like_npd(cli: Cli, server: FakeKubeApiServer, co
     assert after == others, "a strategic merge on conditions leaves the other conditions alone"
     body = result.json()
     assert body["transitioned"] is True
-    assert body["decision"]["action"] == "replace"
+    # The built-in defaults decide in dry-run: replace is what full would do.
+    assert (body["decision"]["action"], body["decision"]["plannedAction"]) == ("none", "replace")
     assert condition(server, "gpu-b", "GPUProblem") == next(
         c for c in server.store.get("nodes", "gpu-b")["status"]["conditions"] if c["type"] == "GPUProblem"
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings
 from nodeheal.kube.model import UNHEALTHY_TAINT_KEY, LiveNode, PodView, Taint
 from nodeheal.sim.apiserver.objects import make_node
@@ -92,6 +93,11 @@ class NoPods:
 FakeLedger = MemoryLedger
 
 
+#: The settings an execution of these tests carries unless a test gives its own: the tests exercise
+#: remediations, so the mode is full, chosen here (a configuration without ``mode`` is dry-run).
+FULL = RemediationSettings(mode=Mode.FULL)
+
+
 def workflow_state(
     node: LiveNode,
     *,
@@ -118,7 +124,7 @@ def workflow_state(
         },
         "eventId": "e-1",
         "receivedAt": "2026-11-21T10:00:01.500Z",
-        "settings": (settings or RemediationSettings()).to_json(),
+        "settings": (settings or FULL).to_json(),
         "execution": {
             "name": execution,
             "id": f"arn:aws:states:us-west-2:1:execution:sm:{execution}",

@@ -113,7 +113,9 @@ def test_budget_refusal_lowers_to_alert_and_releases_the_lock() -> None:
     other = live_node("gpu-b", instance_id="i-0bbb1234def567890")
     nodes.nodes["gpu-b"] = other
     nodes.taint("gpu-b")  # already being remediated: the pool of 2 has no room
-    settings = RemediationSettings(budgets=BudgetSettings(max_unhealthy_pool_share=0.0, min_pool_allowance=1))
+    settings = RemediationSettings(
+        mode=Mode.FULL, budgets=BudgetSettings(max_unhealthy_pool_share=0.0, min_pool_allowance=1)
+    )
     admission = admit(workflow_state(nodes.nodes["gpu-a"], settings=settings), kube(nodes), ledger, NOW)
     assert admission.verdict == PROCEED and admission.refused
     assert admission.decision is not None and admission.decision.action is Action.ALERT
@@ -183,7 +185,7 @@ def test_a_storm_refusal_does_not_list_the_pool() -> None:
     nodes.list = counting  # type: ignore[method-assign]
     first = admit(workflow_state(nodes.nodes["gpu-a"]), kube(nodes), ledger, NOW)
     assert first.lock_held and listed == ["karpenter.sh/nodepool=gpu"]
-    settings = RemediationSettings(budgets=BudgetSettings(max_in_flight=1))
+    settings = RemediationSettings(mode=Mode.FULL, budgets=BudgetSettings(max_in_flight=1))
     other = live_node("gpu-b", condition=gpu_problem(), instance_id="i-0bbb1234def567890")
     nodes.nodes["gpu-b"] = other
     refused = admit(workflow_state(other, settings=settings, execution="exec-2"), kube(nodes), ledger, NOW)

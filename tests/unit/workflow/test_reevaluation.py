@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from nodeheal.actions import Mode
 from nodeheal.config import BudgetSettings, RemediationSettings, ScopeCondition, ScopeSettings
 from nodeheal.sim.apiserver import make_node
 from nodeheal.workflow.budget import ClusterAdmissionState, InFlight
@@ -13,7 +14,7 @@ NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
 GPU = {"type": "GPUProblem", "status": "True", "reason": "GPUFellOffBus", "message": XID_79}
 DEADLOCK = {"type": "KernelDeadlock", "status": "True", "reason": "DockerHung", "message": "task hung"}
-SETTINGS = RemediationSettings(budgets=BudgetSettings(max_in_flight=2))
+SETTINGS = RemediationSettings(mode=Mode.FULL, budgets=BudgetSettings(max_in_flight=2))
 
 
 def node(name: str, *conditions: dict[str, str], pool: str = "gpu") -> dict[str, object]:

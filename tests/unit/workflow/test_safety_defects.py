@@ -290,7 +290,7 @@ def test_defect_3_a_waiting_fault_acts_when_the_holder_ends_without_acting() -> 
 def test_defect_3_a_waiter_is_handed_to_a_person_not_dropped_after_the_lock_ttl() -> None:
     node = live_node(condition=gpu_problem())
     nodes = FakeNodes({"gpu-a": node})
-    settings = RemediationSettings()
+    settings = RemediationSettings(mode=Mode.FULL)
     ledger = held_ledger("exec-stuck")
     ledger.claim_mutation(CLUSTER, OLD_INSTANCE, "exec-stuck", step="drain", busy_for=timedelta(0))
     first = admit(workflow_state(node, settings=settings), KubeAccess(nodes, RecordingPods({})), ledger, NOW)

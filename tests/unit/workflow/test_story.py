@@ -165,7 +165,10 @@ def test_a_budget_refusal_is_a_warning() -> None:
     nodes.nodes["gpu-b"] = live_node("gpu-b", instance_id="i-0bbb1234def567890")
     nodes.taint("gpu-b")
     settings = RemediationSettings.from_json(
-        {**RemediationSettings().to_json(), "budgets": {"maxUnhealthyPoolShare": 0.0, "minPoolAllowance": 1}}
+        {
+            **RemediationSettings(mode=Mode.FULL).to_json(),
+            "budgets": {"maxUnhealthyPoolShare": 0.0, "minPoolAllowance": 1},
+        }
     )
     admit(workflow_state(nodes.nodes["gpu-a"], settings=settings), kube_with(nodes, events), ledger, NOW)
 
