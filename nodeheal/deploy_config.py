@@ -289,6 +289,15 @@ class NodeHealConfig:
 
 def read_cdk_json(path: str | Path) -> dict[str, Any]:
     """The ``context.nodeheal`` object of a cdk.json file, unparsed; ConfigurationError if absent."""
+    nodeheal = _nodeheal_object(path)
+    if nodeheal is None:
+        raise ConfigurationError(f"{path} has no {FILE_CONTEXT_PATH} object")
+    return nodeheal
+
+
+def _nodeheal_object(path: str | Path) -> dict[str, Any] | None:
+    """The ``context.nodeheal`` object of a cdk.json, None when it has none; ConfigurationError when
+    the file cannot be read, is not JSON, or holds something else than an object there."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -301,9 +310,40 @@ def read_cdk_json(path: str | Path) -> dict[str, Any]:
         raise ConfigurationError(f"{path} is not valid JSON: {exc}") from None
     context = document.get("context") if isinstance(document, dict) else None
     nodeheal = context.get(CONTEXT_KEY) if isinstance(context, dict) else None
+    if nodeheal is None:
+        return None
     if not isinstance(nodeheal, dict):
         raise ConfigurationError(f"{path} has no {FILE_CONTEXT_PATH} object")
     return nodeheal
+
+
+#: The cdk.json a command reads when it is given none: the working directory's, as ``cdk synth``.
+DEFAULT_CDK_JSON = "cdk.json"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSource:
+    """The ``context.nodeheal`` a command runs with, and where it came from, for the command to say."""
+
+    #: None: NodeHeal's built-in defaults.
+    context: dict[str, Any] | None
+    #: The file, or why the built-in defaults: what follows ``settings:`` in the command's output.
+    description: str
+
+
+def config_source(path: str | Path | None) -> ConfigSource:
+    """The configuration of every command that reads one: the cdk.json ``path`` names (it must hold
+    ``context.nodeheal``), else ``./cdk.json`` when it is there and holds one, else the built-in
+    defaults. Unparsed: the command validates it as ``cdk synth`` does."""
+    if path is not None:
+        return ConfigSource(read_cdk_json(path), str(path))
+    default = Path(DEFAULT_CDK_JSON).resolve()
+    if not default.is_file():
+        return ConfigSource(None, f"NodeHeal's built-in defaults (no {DEFAULT_CDK_JSON} in {default.parent})")
+    nodeheal = _nodeheal_object(default)
+    if nodeheal is None:
+        return ConfigSource(None, f"NodeHeal's built-in defaults ({default} has no {FILE_CONTEXT_PATH})")
+    return ConfigSource(nodeheal, str(default))
 
 
 def load_cdk_json(path: str | Path) -> NodeHealConfig:

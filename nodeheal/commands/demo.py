@@ -5,7 +5,8 @@ cluster and a Karpenter stand-in, moto with the stack synthesized from ``stacks/
 ledger, topic, state machine executing the real Lambda handlers), and the real exporter. A
 scenario injects a fault as node-problem-detector would; the timeline shows every hop.
 
-The stack is synthesized from the checkout's ``cdk.json`` (or ``--config``), with the changes
+The stack is synthesized from ``--config``, else ``./cdk.json`` (the checkout's, when run there),
+else the built-in defaults, as every command that reads a configuration chooses, with the changes
 the demo needs printed one by one before it starts (DESIGN D14): ``mode: full`` whatever the file
 ships, the simulated cluster's name, the waits divided by ``--speed``, and the scenario's settings.
 """
@@ -29,7 +30,7 @@ from typing import Any, TextIO
 
 from nodeheal.commands.extras import require_extra
 from nodeheal.commands.output import print_json
-from nodeheal.deploy_config import read_cdk_json
+from nodeheal.deploy_config import config_source
 from nodeheal.errors import ConfigurationError
 from nodeheal.sim.template import quiet_jsii
 
@@ -75,8 +76,8 @@ def register(subparsers: Any) -> None:
         "--config",
         metavar="PATH",
         help=(
-            "cdk.json to run with (default: the checkout's); the demo forces mode full, the simulated "
-            "cluster and the scaled waits, and prints every setting it changes"
+            "cdk.json to run with (default: ./cdk.json, else the built-in defaults); the demo forces "
+            "mode full, the simulated cluster and the scaled waits, and prints every setting it changes"
         ),
     )
     parser.add_argument("--verbose", action="store_true", help="also print the handlers' and exporter's logs")
@@ -114,8 +115,7 @@ def run(args: argparse.Namespace) -> int:
             f"--speed must be between {MIN_SPEED:g} and {MAX_SPEED:g}, got {args.speed:g}"
         )
     _prepare_process(verbose=args.verbose)
-    config_path = Path(args.config) if args.config else checkout_root() / "cdk.json"
-    configured = read_cdk_json(config_path)
+    config_path, configured = demo_settings(args.config)
     if args.verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         return _play(args.scenario, args.speed, config_path, configured, out, document_out=document_out)
@@ -128,6 +128,15 @@ def run(args: argparse.Namespace) -> int:
         _quiet_logging(),
     ):
         return _play(args.scenario, args.speed, config_path, configured, out, document_out=document_out)
+
+
+def demo_settings(path: str | None) -> tuple[str, dict[str, Any]]:
+    """Where the demo's settings come from (what its header prints), and cdk.json's ``nodeheal``
+    object; the built-in defaults need only a cluster, which the demo replaces by its own anyway."""
+    from nodeheal.sim.pipeline import CLUSTER
+
+    source = config_source(path)
+    return source.description, source.context if source.context is not None else {"clusters": [CLUSTER]}
 
 
 @contextlib.contextmanager
@@ -203,7 +212,7 @@ def _is_checkout(directory: Path) -> bool:
 def _play(
     name: str,
     speed: float,
-    config_path: Path,
+    config_path: Path | str,
     configured: dict[str, Any],
     out: TextIO,
     *,

@@ -14,6 +14,9 @@ Without EVENT, explain prints the configuration's timing (:mod:`nodeheal.timing`
 of one execution holding a node's lock and the lock TTL it needs, the worst case of a whole
 execution and the workflow timeout it needs, and the bound of invariant I2, each term by term.
 
+The settings are ``--config``'s, else ``./cdk.json``'s when it holds ``context.nodeheal``, else
+the built-in defaults, as for every command that reads a configuration; stderr says which.
+
 By default the answer is a summary for a person: the decision, the reason, the timing and what the
 workflow would do next. ``--json`` prints the JSON document instead; the summary is rendered from
 that same document, so both always say the same thing.
@@ -33,7 +36,7 @@ from nodeheal.actions import Action, Mode
 from nodeheal.commands.output import print_fields, print_json, print_table
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
-from nodeheal.deploy_config import load_cdk_json
+from nodeheal.deploy_config import FILE_CONTEXT_PATH, ConfigSource, NodeHealConfig, config_source
 from nodeheal.errors import InvalidEventError
 from nodeheal.events import (
     DETAIL_TYPE_CONDITION_CHANGED,
@@ -67,19 +70,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--config",
         metavar="PATH",
-        help="cdk.json whose context.nodeheal holds the policy (default: built-in defaults)",
+        help=(
+            "cdk.json whose context.nodeheal holds the policy (default: ./cdk.json when it holds one, "
+            "else the built-in defaults; stderr says which)"
+        ),
     )
     parser.add_argument(
         "--mode",
         choices=[mode.value for mode in Mode],
-        help="override the mode from the configuration (default: the configuration's, else full)",
+        help="override the mode from the configuration (default: the configuration's)",
     )
     parser.add_argument("--json", action="store_true", help="print the explanation as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = load_settings(args.config) if args.config else RemediationSettings()
+    source = config_source(args.config)
+    print(f"settings: {source.description}", file=sys.stderr)
+    settings = settings_of(source)
     mode = Mode(args.mode) if args.mode else settings.mode
     if args.event is None:
         timing_document = explain_timing(settings)
@@ -112,13 +120,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_settings(path: str) -> RemediationSettings:
-    """The remediation settings of a cdk.json, after validating all of it as ``cdk synth`` does.
+def settings_of(source: ConfigSource) -> RemediationSettings:
+    """The remediation settings of a cdk.json (or the built-in defaults), after validating all of
+    it as ``cdk synth`` does.
 
     The deployment keys (bus, rule, e-mails, VPC...) are checked too, not skipped: a file explain
     accepts is one the deployment accepts, and the rule's scope is part of what it returns.
     """
-    return load_cdk_json(path).remediation
+    if source.context is None:
+        return RemediationSettings()
+    return NodeHealConfig.from_cdk_context(source.context, FILE_CONTEXT_PATH).remediation
 
 
 def explain_timing(settings: RemediationSettings) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """``nodeheal test-pattern EVENT...``: which rule matches each event, and why the others do not.
 
 The patterns come from the synthesized template (``--template``, or synthesized in-process from
-``--config``, cdk.json by default), so what is tested is what CloudFormation deploys; or from the
+``--config``, by default ``./cdk.json``, as every command that reads a configuration; stderr says
+which), so what is tested is what CloudFormation deploys; or from the
 rules deployed on the bus (``--deployed``), which EventBridge itself evaluates through
 ``TestEventPattern``, with the local engine adding the explanation.
 
@@ -28,6 +29,7 @@ from nodeheal.commands.aws_access import (
     stack_output,
 )
 from nodeheal.commands.output import print_json, print_table
+from nodeheal.deploy_config import FILE_CONTEXT_PATH, NodeHealConfig, config_source
 from nodeheal.errors import ConfigurationError, InvalidEventError
 from nodeheal.events import DEFAULT_SOURCE, DETAIL_TYPE_CONDITION_CHANGED
 from nodeheal.patterns import match, validate_pattern
@@ -109,8 +111,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--config",
         metavar="PATH",
-        default="cdk.json",
-        help="cdk.json to synthesize from without --template or --deployed (default: cdk.json)",
+        help=(
+            "cdk.json to synthesize from without --template or --deployed (default: ./cdk.json; "
+            "stderr says which)"
+        ),
     )
     parser.add_argument(
         "--rule", action="append", default=[], help="only this rule (name or logical id); repeatable"
@@ -141,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         events = list(read_events(args.events, source=events_source or _rule_source(rules)))
         verdicts = evaluate_deployed(client, rules, events)
     else:
-        template = _load_template(args.template) if args.template else synthesize_template(args.config)
+        template = _load_template(args.template) if args.template else _configured_template(args.config)
         rules = _select(template_rules(template), args.rule)
         events = list(read_events(args.events, source=events_source or _rule_source(rules)))
         verdicts = evaluate(rules, events)
@@ -204,22 +208,27 @@ def _load_template(path: str) -> Mapping[str, Any]:
     return document
 
 
-def synthesize_template(config_path: str) -> Mapping[str, Any]:
-    """The template NodeHeal's stack synthesizes to from a cdk.json, in-process (no network, no Docker)."""
-    try:
-        document = json.loads(Path(config_path).read_text(encoding="utf-8"))
-    except OSError as exc:
+def _configured_template(path: str | None) -> Mapping[str, Any]:
+    """The template of ``--config``, else of ``./cdk.json``; validated first, every problem at once."""
+    source = config_source(path)
+    if source.context is None:
+        # The rule matches the configured clusters: the built-in defaults name none.
         raise ConfigurationError(
-            f"cannot read {config_path}: {exc.strerror or exc} (pass --template, --config or --deployed)"
-        ) from None
-    except ValueError as exc:
-        raise ConfigurationError(f"{config_path} is not valid JSON: {exc}") from None
-    context = document.get("context") if isinstance(document, dict) else None
-    nodeheal = context.get("nodeheal") if isinstance(context, dict) else None
-    if not isinstance(nodeheal, dict):
-        raise ConfigurationError(f"{config_path} has no context.nodeheal object")
-    # The stack (stacks/) is the checkout's, the one this package runs from, wherever the cdk.json
-    # is: as for `demo --config`, the file holds settings, not code.
+            f"no configuration to synthesize the rules from: {source.description}; "
+            "pass --config, --template or --deployed"
+        )
+    print(f"settings: {source.description}", file=sys.stderr)
+    NodeHealConfig.from_cdk_context(source.context, FILE_CONTEXT_PATH)
+    return synthesize_template(source.context, source.description)
+
+
+def synthesize_template(nodeheal: Mapping[str, Any], config_path: str) -> Mapping[str, Any]:
+    """The template NodeHeal's stack synthesizes to from a cdk.json's ``context.nodeheal``,
+    in-process (no network, no Docker).
+
+    The stack (``stacks/``) is the checkout's, the one this package runs from, wherever the
+    cdk.json is: as for ``demo --config``, the file holds settings, not code.
+    """
     from nodeheal.commands.demo import make_sources_importable
     from nodeheal.sim.template import SynthesizedApp, quiet_jsii
 

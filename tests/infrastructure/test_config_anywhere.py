@@ -25,13 +25,19 @@ def test_test_pattern_reads_a_cdk_json_outside_the_checkout(tmp_path: Path) -> N
     config.write_text(json.dumps(document))
     event = tmp_path / "xid79.json"
     event.write_text(json.dumps({**condition_detail("GPUProblem", "True"), "cluster": "elsewhere"}))
-    result = subprocess.run(
-        [str(NODEHEAL), "test-pattern", "--config", str(config), "--expect", "match", str(event)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "1 of 1 event(s) match at least one rule" in result.stdout, result.stdout
+    for cwd, config_args, read in (
+        (tmp_path, ["--config", str(config)], str(config)),
+        (config.parent, [], str(config)),
+    ):
+        result = subprocess.run(
+            [str(NODEHEAL), "test-pattern", *config_args, "--expect", "match", str(event)],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "1 of 1 event(s) match at least one rule" in result.stdout, result.stdout
+        # Without --config, the working directory's cdk.json; either way stderr names it.
+        assert result.stderr == f"settings: {read}\n", result.stderr

@@ -155,6 +155,14 @@ def test_explain_config_lists_every_problem(tmp_path: Path, capsys: pytest.Captu
     assert_three(error[error.index("3 problems") :], "context.nodeheal")
 
 
+def test_test_pattern_config_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"schemaVersion": "1", "cluster": "training-on-eks"}))
+    assert main(["test-pattern", "--config", str(cdk_json(tmp_path, THREE_PROBLEMS)), str(event)]) == 2
+    error = capsys.readouterr().err
+    assert_three(error[error.index("3 problems") :], "context.nodeheal")
+
+
 def test_demo_config_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("moto")
     assert main(["demo", "--config", str(cdk_json(tmp_path, THREE_PROBLEMS))]) == 2
