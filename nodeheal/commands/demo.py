@@ -342,7 +342,7 @@ def demo_document(
     region = pipeline.aws.region
     timeline = pipeline.timeline
     healed = timeline.events("workload-running")
-    mine = [record for record in records if record.node == run.subject]
+    mine = _about(records, run.subject)
     return {
         "scenario": name,
         "title": SCENARIOS[name].title,
@@ -440,12 +440,20 @@ def notification_section(pipeline: Any, subject: str) -> str:
     return "\n".join(lines)
 
 
+def _about(records: list[Any], subject: str) -> list[Any]:
+    """The subject's records, the one that tells its story last: an execution that found the node
+    gone (two detectors reporting one fault, one waiting behind the other) did not decide it."""
+    mine = [r for r in records if r.node == subject]
+    # A stable sort: the skipped ones first, the others in the order they started.
+    return sorted(mine, key=lambda r: r.outcome.value != "skipped")
+
+
 def _summary(pipeline: Any, subject: str, records: list[Any], wall_seconds: float) -> str:
     from nodeheal.sim.scenarios import describe
     from nodeheal.sim.timeline import short_node
 
     parts = [f"summary: {describe(records)} in {len(pipeline.executions())} execution(s)"]
-    mine = [r for r in records if r.node == subject]
+    mine = _about(records, subject)
     if mine:
         last = mine[-1]
         signal = (

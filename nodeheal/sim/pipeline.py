@@ -111,6 +111,9 @@ DEMO_SCALED_WAITS: tuple[tuple[str, int], ...] = (
     ("reboot.pollSeconds", 1),
     ("reboot.recoveryTimeoutSeconds", 5),
     ("retry.intervalSeconds", 1),
+    # An execution waiting behind another's lock (two detectors reporting one fault) re-reads the
+    # node this often.
+    ("lockWaitPollSeconds", 1),
 )
 
 

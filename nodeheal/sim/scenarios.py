@@ -29,6 +29,7 @@ from nodeheal.sim.cluster import (
     ClusterLayout,
     Fault,
 )
+from nodeheal.sim.detectors import detector_of
 from nodeheal.sim.local_aws import Invocation, iter_task_results
 from nodeheal.sim.pipeline import LocalPipeline, PipelineStoppedError, align_to_second, wait_until
 from nodeheal.sim.timeline import short_node
@@ -700,6 +701,72 @@ def _storm_check(run: ScenarioRun) -> None:
     run.expect_workload_running()
 
 
+#: The node monitoring agent's report of the Xid 79 that node-problem-detector reports as
+#: :data:`XID_79`: a Fatal finding of its DCGM monitor (``NvidiaXID79Error``) sets
+#: AcceleratedHardwareReady=False with the agent's own message, no kernel line.
+XID_79_AGENT = Fault(
+    "Xid 79 (GPU has fallen off the bus), as the EKS node monitoring agent reports it",
+    "AcceleratedHardwareReady",
+    "False",
+    "NvidiaXID79Error",
+    "detected XID-79 on the instance, review kernel logs for additional information.",
+)
+
+
+def _two_detectors_play(run: ScenarioRun) -> None:
+    """One GPU falls off the bus and both detectors EKS clusters commonly run report it, each on
+    its own condition, within the same second."""
+    cluster = run.pipeline.cluster
+    node = run.subject = cluster.gpu_nodes[0]
+    run.facts["instance"] = cluster.instance_of(node)
+    run.inject(node, XID_79)
+    run.inject(node, XID_79_AGENT, align=False)
+    records = run.await_records(2, node)
+    if any(record.action.mutates_instance for record in records):
+        run.await_event("workload-running")
+
+
+def _two_detectors_check(run: ScenarioRun) -> None:
+    """Two conditions are two transitions: two executions and two records, and one remediation.
+    Whichever admits first replaces the node; the other waits behind its lock and, re-reading the
+    live node when it ends, finds it gone (skipped). Only the replacement is notified."""
+    pipeline, node = run.pipeline, run.subject
+    run.expect_executions(2)
+    records = pipeline.records(node)
+    outcomes = sorted(r.outcome.value for r in records)
+    run.expect(
+        outcomes == [Outcome.REPLACED.value, Outcome.SKIPPED.value],
+        f"{short_node(node)} outcomes {outcomes}, expected one replaced and one skipped",
+    )
+    run.expect(
+        sorted(r.condition.get("type", "") for r in records)
+        == sorted([XID_79.condition_type, XID_79_AGENT.condition_type]),
+        f"records of {[r.condition.get('type') for r in records]}, expected one per detector's condition",
+    )
+    notifications = run.expect_notifications(["info"])
+    run.expect_replaced(node, run.facts["instance"])
+    run.expect(run.terminate_calls() == 1, f"{run.terminate_calls()} EC2 terminations, expected 1")
+    run.expect_lock_free(node)
+    run.expect_workload_running()
+    # The answer a person asks for, from what happened.
+    waited = {
+        event.execution
+        for event in pipeline.timeline.events("decision")
+        if event.text.startswith("waiting behind another remediation")
+    }
+    lines = [
+        f"two detectors, one fault: {len(pipeline.executions())} executions, {len(records)} ledger "
+        f"records, {len(notifications)} notification(s)"
+    ]
+    for record in sorted(records, key=lambda r: r.finished_at):
+        condition = str(record.condition.get("type", ""))
+        behind = "waited behind the other execution, then " if record.execution in waited else ""
+        detector = detector_of(condition).value
+        lines.append(f"  {condition} ({detector}): {behind}{record.outcome.value} - {record.summary}")
+    lines += [f"  notification: {message['subject']}" for message in notifications]
+    run.expected = "\n".join(lines)
+
+
 def _duplicates_play(run: ScenarioRun) -> None:
     pipeline = run.pipeline
     node = run.subject = pipeline.cluster.gpu_nodes[0]
@@ -1024,6 +1091,13 @@ SCENARIOS: dict[str, Scenario] = {
             # maxInFlight alone trips the breaker.
             context={"budgets": {"maxInFlight": 2, "maxPerHour": 6}},
             layout=ClusterLayout(gpu_nodes=15),
+        ),
+        Scenario(
+            "two-detectors",
+            "NPD and the node monitoring agent both report one Xid 79 -> two executions, one "
+            "replaces, the other finds the node gone; one notification",
+            _two_detectors_play,
+            _two_detectors_check,
         ),
         Scenario(
             "duplicates",

@@ -246,3 +246,20 @@ def test_a_cordon_decision_is_what_the_demo_then_expects(
     assert document["ok"] is True and document["outcome"] == "cordoned"
     assert "expected after a cordon" in captured.err
     assert "EC2 TerminateInstances" not in captured.err and "evicted" not in captured.err
+
+
+def test_two_detectors_one_fault_prints_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--scenario", "two-detectors", "--speed", "300"]) == 0
+
+    out = capsys.readouterr().out
+    answer = out[out.index("two detectors, one fault: ") : out.index("\nremediation history")]
+    lines = answer.splitlines()
+    assert lines[0] == "two detectors, one fault: 2 executions, 2 ledger records, 1 notification(s)"
+    assert {line.split()[0] for line in lines[1:3]} == {"GPUProblem", "AcceleratedHardwareReady"}
+    assert any("replaced - instance i-" in line for line in lines[1:3])
+    assert any(
+        "waited behind the other execution, then skipped - node no longer exists" in line for line in lines
+    )
+    assert lines[3].startswith("  notification: NodeHeal replaced: ip-")
+    # The summary is about the execution that decided, not the one that found the node gone.
+    assert "Xid 79 -> replaced" in out[out.index("summary: ") :]

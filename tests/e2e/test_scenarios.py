@@ -216,6 +216,32 @@ def test_storm_budgets_hold_breaker_opens_nothing_is_replayed_and_the_real_reset
         assert launched and all(e.instance and not e.node for e in launched)
 
 
+def test_two_detectors_one_fault_one_replacement_one_notification(play) -> None:
+    """NPD and the node monitoring agent both report one Xid 79: each condition is its own
+    transition, so two executions and two records; one replaces the node, the other waits behind
+    its lock and finds the node gone; one notification, about the replacement."""
+    run = play("two-detectors")
+
+    assert run.problems == []
+    records = run.pipeline.records(run.subject)
+    by_condition = {r.condition["type"]: r for r in records}
+    assert set(by_condition) == {"GPUProblem", "AcceleratedHardwareReady"}
+    assert sorted(r.outcome.value for r in records) == ["replaced", "skipped"]
+    assert all(r.xid == 79 for r in records if r.outcome is Outcome.REPLACED)
+    (skipped,) = [r for r in records if r.outcome is Outcome.SKIPPED]
+    assert "no longer exists" in skipped.summary
+    # The one that was skipped had waited behind the other's lock before it looked again.
+    waited = [
+        e
+        for e in run.pipeline.timeline.events("decision")
+        if e.execution == skipped.execution and e.text.startswith("waiting behind another remediation")
+    ]
+    assert waited, [(e.text, e.execution) for e in run.pipeline.timeline.events("decision")]
+    assert run.terminate_calls() == 1
+    assert run.expected.startswith("two detectors, one fault: 2 executions, 2 ledger records")
+    assert "1 notification" in run.expected
+
+
 def test_a_subscriber_of_the_topic_reads_each_notification_as_sns_delivered_it() -> None:
     scenario = SCENARIOS["dcgm"]
     with LocalPipeline(

@@ -94,3 +94,12 @@ def test_at_real_speed_only_the_mode_changes() -> None:
 def test_an_invalid_cdk_json_is_refused_with_its_key_path() -> None:
     with pytest.raises(ConfigurationError, match=r"context\.nodeheal\.drain\.timeoutSecs"):
         demo_context(shipped(drain__timeoutSecs=5), 60.0)
+
+
+def test_the_wait_behind_another_executions_lock_is_scaled_too() -> None:
+    # Two detectors report one fault: one execution waits behind the other's lock and re-reads the
+    # node every lockWaitPollSeconds; at cdk.json's 30 s the demo would sit idle for half a minute.
+    context, overrides = demo_context(shipped(lockWaitPollSeconds=30), 60.0)
+    poll = next(o for o in overrides if o.path == "lockWaitPollSeconds")
+    assert (poll.configured, poll.used) == (30, 1)
+    assert context["lockWaitPollSeconds"] == 1
