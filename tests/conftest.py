@@ -93,3 +93,17 @@ def _restore_the_nodeheal_logger() -> Iterator[None]:
     package.handlers[:] = saved[1]
     package.propagate = saved[2]
     package.disabled = saved[3]
+
+
+# A command run in-process (``main(["demo", ...])``) sets what its own process should have: the
+# demo turns Powertools' metrics and logs off for the rest of the process. Left in the worker, the
+# next test that reads a handler's EMF metrics finds none, so such a test would depend on order.
+
+
+@pytest.fixture(autouse=True)
+def _restore_the_environment() -> Iterator[None]:
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)

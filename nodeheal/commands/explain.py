@@ -86,11 +86,16 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     source = config_source(args.config)
-    print(f"settings: {source.description}", file=sys.stderr)
     settings = settings_of(source)
     mode = Mode(args.mode) if args.mode else settings.mode
+
+    def say_which_settings() -> None:
+        # Once there is an answer to go with it: an error comes first and alone on stderr.
+        print(f"settings: {source.description}", file=sys.stderr)
+
     if args.event is None:
         timing_document = explain_timing(settings)
+        say_which_settings()
         if args.json:
             print_json(timing_document)
         else:
@@ -107,12 +112,14 @@ def run(args: argparse.Namespace) -> int:
     payload = unwrap_eventbridge_envelope(document)
     if _looks_like_node(payload):
         explained = explain_node(payload, settings, mode)
+        say_which_settings()
         if args.json:
             print_json(explained)
         else:
             print_node_view(explained, settings)
     else:
         result = explain_event(payload, settings, mode)
+        say_which_settings()
         if args.json:
             print_json(result)
         else:

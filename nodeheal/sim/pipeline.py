@@ -493,6 +493,10 @@ class LocalPipeline:
             # observedAt has millisecond resolution (and the two clocks are sampled apart): the
             # exporter cannot have seen a transition before the fault that caused it.
             seen_at = max(seen_at, faults[-1].at)
+        if seen_at is not None:
+            # Nor after it published it: under load the two clocks' sampling can put observedAt
+            # past the PutEvents call, and the timeline would show the event sent before it was seen.
+            seen_at = min(seen_at, publication.at)
         self.timeline.emit(
             "exporter",
             "transition",
