@@ -275,20 +275,7 @@ class CliOperator:
 
     def __init__(self, pipeline: Any, directory: Path) -> None:
         self._pipeline = pipeline
-        self._kubeconfig = directory / "kubeconfig"
-        self._kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "sim", "cluster": {"server": pipeline.server.url}}],
-                    "users": [{"name": "sre", "user": {"token": pipeline.authorizer.admin_token()}}],
-                    "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sre"}}],
-                    "current-context": "sim",
-                }
-            ),
-            encoding="utf-8",
-        )
+        self._kubeconfig = pipeline.write_admin_kubeconfig(directory / "kubeconfig")
 
     def breaker_reset(self, cluster: str) -> dict[str, Any]:
         """``nodeheal breaker reset --cluster CLUSTER --yes --json``: what it printed."""

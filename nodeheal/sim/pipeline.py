@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from nodeheal.aws.executions import deployed_settings
@@ -741,6 +742,20 @@ class LocalPipeline:
     @property
     def ledger(self) -> Ledger:
         return self.aws.runtime_for(self.aws.function_logical_id("lambdas.record.handler")).ledger
+
+    def write_admin_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig of the fake API server's administrator at ``path``: what a person at a
+        terminal runs ``nodeheal`` and ``kubectl`` with against this cluster."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "sim", "cluster": {"server": self.server.url}}],
+            "users": [{"name": "sre", "user": {"token": self.authorizer.admin_token()}}],
+            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sre"}}],
+            "current-context": "sim",
+        }
+        path.write_text(json.dumps(config), encoding="utf-8")
+        return path
 
     def records(self, node: str | None = None) -> list[RemediationRecord]:
         """Ledger records of the cluster (or one node), oldest first."""

@@ -6,7 +6,6 @@ duplicates, so only the reset's re-evaluations (``-r<N>``, DESIGN D13) can act o
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,19 +41,7 @@ def test_reset_re_evaluates_the_refused_nodes_and_one_is_replaced(
     assert len(refused) == NODES - 1
     executions_before = len(pipeline.executions())
 
-    config = tmp_path / "kubeconfig"
-    config.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "sim", "cluster": {"server": pipeline.server.url}}],
-                "users": [{"name": "sre", "user": {"token": pipeline.authorizer.admin_token()}}],
-                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sre"}}],
-                "current-context": "sim",
-            }
-        )
-    )
+    config = pipeline.write_admin_kubeconfig(tmp_path / "kubeconfig")
     argv = [
         "breaker",
         "reset",
