@@ -60,6 +60,14 @@ class SupersededError(RemediationStoppedError):
     """Another execution took this node's lock (a more urgent fault, D2): leave the node to it."""
 
 
+class ContendedError(SupersededError):
+    """A more severe execution waits to take this node over (its contender mark is on the lock),
+    but has not taken it yet. The step is retried (``nodeheal.timing.contended_retry_clause``):
+    the contender preempts the lock, and the retry stops as superseded, or its mark lapses because
+    it ended first, and the retry goes on with this fault instead of dropping it (D2). Once the
+    retries run out it is a stop like ``SupersededError``: the contender is alive and renewing."""
+
+
 class DrainAbortedError(NodeHealError):
     """The drain timed out and the drain policy is ``abort``: the node stays cordoned for a person."""
 
@@ -99,4 +107,5 @@ STOP_ERRORS: tuple[type[RemediationStoppedError], ...] = (
     ConditionClearedError,
     RemediationPausedError,
     SupersededError,
+    ContendedError,
 )

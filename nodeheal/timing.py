@@ -39,6 +39,7 @@ from typing import Any
 
 from nodeheal.config import PolicySettings, RemediationSettings, RetrySettings
 from nodeheal.errors import (
+    ContendedError,
     DeadlineExceededError,
     Ec2IncorrectStateError,
     Ec2ThrottledError,
@@ -95,6 +96,20 @@ TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
     }
 )
 
+#: Steps that claim a mutation of the node on its lock first (``nodeheal.workflow.guard``
+#: ``before_mutation``): the ones a contender can hold back (``ContendedError``).
+MUTATING_TASKS = frozenset({"cordon", "drain", "force-drain", "terminate", "reboot", "uncordon"})
+
+#: How long a claimed mutation may still be running: a preempting execution waits this long after
+#: the holder's last claim before taking the lock, so two executions never mutate a node at once.
+#: Longer than the longest mutating task's Lambda timeout (a test holds the stack to it).
+MUTATION_BUSY_SECONDS = 180
+
+#: The first wait of a step held back by a contender; each next one doubles (no jitter: the
+#: retries must span the contender's whole mark, see :func:`contended_retry_clause`).
+CONTENDED_RETRY_INTERVAL_SECONDS = 15
+CONTENDED_RETRY_BACKOFF = 2.0
+
 #: Steps that are safe to run twice after Lambda killed one at its timeout (it may have done part
 #: of its work). A second RebootInstances is a second reboot, so reboot is not.
 NOT_IDEMPOTENT_TASKS = frozenset({"reboot"})
@@ -149,6 +164,8 @@ class RetryClause:
     interval_seconds: int
     max_attempts: int
     backoff_rate: float
+    #: ``JitterStrategy: FULL`` (spreads retries out; only ever shortens a wait).
+    jitter: bool = True
 
     @property
     def total_wait_seconds(self) -> float:
@@ -174,6 +191,47 @@ def task_retry_clauses(retry: RetrySettings, *, idempotent: bool = True) -> tupl
         RetryClause(LAMBDA_TIMEOUT_ERRORS, 2, 2 if idempotent else 0, 2.0),
     )
     return tuple(clause for clause in clauses if clause.max_attempts > 0)
+
+
+def contention_seconds(
+    settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
+) -> int:
+    """How long a contender's mark stays fresh after the contender writes it (D2): its next admit
+    starts one ``lockWaitPollSeconds`` later and runs at most admit's Lambda timeout, and renews the
+    mark or preempts the lock; a minute more covers Lambda's init and the state transitions. A mark
+    older than this was left by a contender that ended without taking over."""
+    return settings.lock_wait_poll_seconds + task_timeouts["admit"] + 60
+
+
+def contended_retry_clause(
+    settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
+) -> RetryClause:
+    """The Retry of a mutating step that a contender holds back (``ContendedError``).
+
+    A live contender renews its mark at each admit until the holder's last claimed step can no
+    longer be running (:data:`MUTATION_BUSY_SECONDS`), then preempts: the holder's retry then ends
+    superseded. A contender that ended first (aborted, timed out, its fault cleared) stops renewing
+    it, and its mark lapses :func:`contention_seconds` after its last renewal; the holder's retry
+    then goes on with its own fault. So the retries span at least both, with no jitter."""
+    needed = MUTATION_BUSY_SECONDS + contention_seconds(settings, task_timeouts)
+    attempts = 1
+    while CONTENDED_RETRY_INTERVAL_SECONDS * (CONTENDED_RETRY_BACKOFF**attempts - 1) < needed:
+        attempts += 1
+    return RetryClause(
+        (ContendedError.__name__,),
+        CONTENDED_RETRY_INTERVAL_SECONDS,
+        attempts,
+        CONTENDED_RETRY_BACKOFF,
+        jitter=False,
+    )
+
+
+def contended_wait_seconds(settings: RemediationSettings, task_timeouts: Mapping[str, int]) -> int:
+    """The longest a contender that never takes over holds one step back: the clause's backoff, and
+    every attempt to the longest mutating step's timeout."""
+    clause = contended_retry_clause(settings, task_timeouts)
+    longest = max(task_timeouts[name] for name in MUTATING_TASKS)
+    return math.ceil(clause.total_wait_seconds + clause.max_attempts * longest)
 
 
 def task_worst_case_seconds(timeout_seconds: int, clauses: Iterable[RetryClause]) -> int:
@@ -330,6 +388,17 @@ def holding_worst_case(
         ),
         Term("record", tasks.seconds(record), f"releases the lock; {tasks.detail(record)}"),
     ]
+    contended = contended_retry_clause(settings, task_timeouts)
+    terms.append(
+        Term(
+            "a contender that never takes over",
+            contended_wait_seconds(settings, task_timeouts),
+            f"one step held back by a more severe execution that ended first: {contended.max_attempts} "
+            f"retries {contended.interval_seconds} s apart, doubling, until its mark lapses "
+            f"(counted once: a second would need a second contender that also ends first; the lock "
+            f"would then expire and a person be told, never a fault dropped)",
+        )
+    )
     return Breakdown(tuple(terms))
 
 

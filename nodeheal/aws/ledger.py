@@ -35,7 +35,7 @@ from botocore.exceptions import ClientError
 
 from nodeheal.actions import Action
 from nodeheal.aws.attribute_values import deserialize_item, serialize_item
-from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededError
+from nodeheal.errors import ContendedError, LedgerContentionError, LockNotHeldError, SupersededError
 from nodeheal.timeutil import format_timestamp, utc_now
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
@@ -165,6 +165,14 @@ class Ledger:
         item["mutated"] = held.mutated
         if held.busy_until is not None:
             item["busyUntil"] = _epoch(held.busy_until)
+        if held.contended(self._clock()) and held.contender_until is not None:
+            # A renewal does not erase a contender that still waits for the node (D2).
+            item |= {
+                "contender": held.contender,
+                "contenderAction": held.contender_action.value,
+                "contenderCost": held.contender_action.cost,
+                "contenderUntil": _epoch(held.contender_until),
+            }
         try:
             self._client.put_item(
                 TableName=self._table,
@@ -232,17 +240,29 @@ class Ledger:
         return True
 
     def contend(
-        self, cluster: str, subject: str, execution: str, claim: LockClaim, *, holder: LockView
+        self,
+        cluster: str,
+        subject: str,
+        execution: str,
+        claim: LockClaim,
+        *,
+        holder: LockView,
+        until: datetime,
     ) -> bool:
         """Tell ``holder`` that a more severe execution waits for the node (D2), in one conditional
         write: only on the same holder, and only over a less severe contender (or none). The holder
-        stops at its next :meth:`claim_mutation`, so it does not reboot a node a waiting fault
-        calls to replace while its own running step keeps the newcomer from preempting it."""
+        waits at its next :meth:`claim_mutation` (ContendedError, retried), so it does not reboot a
+        node a waiting fault calls to replace while its own running step keeps the newcomer from
+        preempting it. ``until`` is when the contender will be back: each of its admits renews the
+        mark, and a mark past it is stale (the contender ended first) and no longer holds anyone."""
         try:
             self._client.update_item(
                 TableName=self._table,
                 Key=self._lock_key(cluster, subject),
-                UpdateExpression="SET contender = :me, contenderAction = :action, contenderCost = :cost",
+                UpdateExpression=(
+                    "SET contender = :me, contenderAction = :action, contenderCost = :cost, "
+                    "contenderUntil = :until"
+                ),
                 ConditionExpression=(
                     "execution = :holder AND expiresAt = :holderExpires "
                     "AND (attribute_not_exists(contenderCost) OR contenderCost < :cost OR contender = :me)"
@@ -252,6 +272,7 @@ class Ledger:
                         ":me": execution,
                         ":action": claim.action.value,
                         ":cost": claim.action.cost,
+                        ":until": _epoch(until),
                         ":holder": holder.execution,
                         ":holderExpires": _epoch(holder.expires_at),
                     }
@@ -271,7 +292,7 @@ class Ledger:
             self._client.update_item(
                 TableName=self._table,
                 Key=self._lock_key(cluster, subject),
-                UpdateExpression="REMOVE contender, contenderAction, contenderCost",
+                UpdateExpression="REMOVE contender, contenderAction, contenderCost, contenderUntil",
                 ConditionExpression="contender = :me",
                 ExpressionAttributeValues=serialize_item({":me": execution}),
             )
@@ -286,9 +307,10 @@ class Ledger:
     ) -> None:
         """Prove this execution still holds the lock and mark it as mutating, in one write (D2).
 
-        Every mutating step calls this first. Raises SupersededError when another execution took
-        the lock (preempted, or the TTL expired and someone else took it) and LockNotHeldError
-        when nobody holds it any more.
+        Every mutating step calls this first. Raises ContendedError while a more severe execution
+        waits to take the node over (a fresh contender mark; a stale one is ignored: its contender
+        ended first), SupersededError when another execution took the lock (preempted, or the TTL
+        expired and someone else took it) and LockNotHeldError when nobody holds it any more.
         """
         now = self._clock()
         try:
@@ -297,7 +319,8 @@ class Ledger:
                 Key=self._lock_key(cluster, subject),
                 UpdateExpression="SET mutated = :true, busyUntil = :busy, lastStep = :step",
                 ConditionExpression=(
-                    "execution = :execution AND expiresAt > :now AND attribute_not_exists(contender)"
+                    "execution = :execution AND expiresAt > :now "
+                    "AND (attribute_not_exists(contender) OR contenderUntil < :now)"
                 ),
                 ExpressionAttributeValues=serialize_item(
                     {
@@ -313,8 +336,8 @@ class Ledger:
             if not _is_conditional_failure(error):
                 raise
             held = self.read_lock(cluster, subject)
-            if held is not None and held.execution == execution and held.contender:
-                raise SupersededError(
+            if held is not None and held.execution == execution and held.contended(now):
+                raise ContendedError(
                     f"execution {held.contender} ({held.contender_action.value}) waits to take this node "
                     f"over; {execution} stops before {step} and leaves its cordon to it"
                 ) from error
@@ -360,6 +383,7 @@ class Ledger:
             busy_until=at("busyUntil"),
             contender=str(item.get("contender", "")),
             contender_action=Action(str(item.get("contenderAction", Action.NONE.value))),
+            contender_until=at("contenderUntil"),
         )
 
     def held_locks(self, cluster: str) -> list[tuple[str, LockView]]:

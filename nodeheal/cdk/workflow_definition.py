@@ -38,7 +38,7 @@ from nodeheal.aws.executions import LOAD_SETTINGS_STATE
 from nodeheal.cdk.workflow_tasks import task as task_spec
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS, ConditionClearedError
-from nodeheal.timing import RetryClause, task_retry_clauses
+from nodeheal.timing import MUTATING_TASKS, RetryClause, contended_retry_clause, task_retry_clauses
 
 # Keys under which each task writes its result; the handlers read the same keys.
 ADMISSION = "$.admission"
@@ -260,6 +260,10 @@ class _DefinitionBuilder:
         )
         for clause in task_retry_clauses(self._settings.retry, idempotent=task_spec(function).idempotent):
             self._add_retry(task, clause)
+        if function in MUTATING_TASKS:
+            # A more severe execution waits for the node: wait for it to take over, or for its
+            # mark to lapse because it ended first, instead of leaving the fault to nobody (D2).
+            self._add_retry(task, contended_retry_clause(self._settings))
         if catch:
             # A stop is not a failure: catch it first (Catchers are matched in order).
             task.add_catch(
@@ -277,7 +281,7 @@ class _DefinitionBuilder:
             interval=Duration.seconds(clause.interval_seconds),
             max_attempts=clause.max_attempts,
             backoff_rate=clause.backoff_rate,
-            jitter_strategy=sfn.JitterType.FULL,
+            jitter_strategy=sfn.JitterType.FULL if clause.jitter else sfn.JitterType.NONE,
         )
 
 

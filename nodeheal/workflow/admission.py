@@ -26,6 +26,7 @@ from nodeheal.config import RemediationSettings
 from nodeheal.kube.model import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.timing import contention_seconds
 from nodeheal.workflow import budget, story
 from nodeheal.workflow.episode import (
     Sighting,
@@ -590,7 +591,7 @@ def _take_lock(
             require_unmutated=only_if_unmutated,
         ):
             return holder.execution, {"execution": holder.execution, "conditionType": holder.condition_type}
-        if allowed and not only_if_unmutated and _contend(ledger, state, node, claim, holder):
+        if allowed and not only_if_unmutated and _contend(ledger, state, node, claim, holder, now):
             # More severe, but a step of the holder may still be running: the holder stops before
             # its next mutation (no reboot of a node this fault calls to replace), then this
             # execution preempts it after the wait.
@@ -648,9 +649,19 @@ def _behind_holder(
 
 
 def _contend(
-    ledger: LedgerPort, state: WorkflowState, node: AdmittedNode, claim: LockClaim, holder: LockView
+    ledger: LedgerPort,
+    state: WorkflowState,
+    node: AdmittedNode,
+    claim: LockClaim,
+    holder: LockView,
+    now: datetime,
 ) -> bool:
-    return ledger.contend(state.cluster, node.subject, state.execution.name, claim, holder=holder)
+    """Mark the busy holder's lock; this execution's next admit (one lock poll later) renews the
+    mark or preempts, so the mark lapses if this execution ends first (nodeheal.timing)."""
+    until = now + timedelta(seconds=contention_seconds(state.settings))
+    return ledger.contend(
+        state.cluster, node.subject, state.execution.name, claim, holder=holder, until=until
+    )
 
 
 def _admitted(node: LiveNode, pool_label: str) -> AdmittedNode:

@@ -32,14 +32,13 @@ from nodeheal.errors import (
     RemediationPausedError,
 )
 from nodeheal.kube.model import LiveNode
+from nodeheal.timing import MUTATION_BUSY_SECONDS
 from nodeheal.workflow.episode import sightings_on, worse_than
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
 
-#: How long a claimed mutation may still be running: a preempting execution waits this long after
-#: the holder's last claim before taking the lock, so two executions never mutate a node at once.
-#: Longer than the longest mutating task's Lambda timeout (a test holds the stack to it).
-MUTATION_BUSY = timedelta(seconds=180)
+#: How long a claimed mutation may still be running (``nodeheal.timing.MUTATION_BUSY_SECONDS``).
+MUTATION_BUSY = timedelta(seconds=MUTATION_BUSY_SECONDS)
 
 
 def admitted_node(state: WorkflowState) -> AdmittedNode:

@@ -44,6 +44,17 @@ class LockView:
     #: the holder stops before its next mutation and leaves the node to it (D2).
     contender: str = ""
     contender_action: Action = Action.NONE
+    #: The contender comes back by then (its next admit renews the mark or preempts the lock).
+    #: A mark past it is stale: the contender ended without taking over (aborted, timed out,
+    #: its own fault cleared before it could withdraw), and the holder goes on with its fault.
+    contender_until: datetime | None = None
+
+    def contended(self, now: datetime) -> bool:
+        """A contender mark is on the lock and still fresh. A mark without an expiry (written
+        before contenders carried one) counts as fresh: the holder waits, it never drops it."""
+        if not self.contender:
+            return False
+        return self.contender_until is None or self.contender_until >= now
 
 
 def may_preempt(claim: LockClaim, holder: LockView, now: datetime) -> tuple[bool, bool]:

@@ -183,7 +183,14 @@ class LedgerPort(Protocol):
         require_unmutated: bool,
     ) -> bool: ...
     def contend(
-        self, cluster: str, subject: str, execution: str, claim: LockClaim, *, holder: LockView
+        self,
+        cluster: str,
+        subject: str,
+        execution: str,
+        claim: LockClaim,
+        *,
+        holder: LockView,
+        until: datetime,
     ) -> bool: ...
     def withdraw_contention(self, cluster: str, subject: str, execution: str) -> bool: ...
     def claim_mutation(

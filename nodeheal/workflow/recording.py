@@ -12,6 +12,7 @@ from nodeheal.actions import Action, Mode
 from nodeheal.aws.notify import Notification
 from nodeheal.errors import (
     ConditionClearedError,
+    ContendedError,
     LedgerContentionError,
     NodeGoneError,
     NodeReplacedError,
@@ -98,6 +99,7 @@ _STOP_OUTCOMES: dict[str, tuple[Outcome, str]] = {
     ConditionClearedError.__name__: (Outcome.SKIPPED, "condition cleared"),
     RemediationPausedError.__name__: (Outcome.PAUSED, "paused"),
     SupersededError.__name__: (Outcome.SUPERSEDED, "superseded"),
+    ContendedError.__name__: (Outcome.SUPERSEDED, "superseded"),
 }
 
 

@@ -9,12 +9,16 @@ from typing import Any
 import pytest
 
 from nodeheal.cdk.constructs.lambda_function import CLOUDWATCH_RETENTION_DAYS, retention_in_days
-from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
+from nodeheal.cdk.workflow_tasks import _MUTATION_GUARD, FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.stack_outputs import required_outputs
 from nodeheal.timing import (
+    MUTATING_TASKS,
     NOT_IDEMPOTENT_TASKS,
     TASK_TIMEOUT_SECONDS,
+    contended_retry_clause,
+    contended_wait_seconds,
+    holding_worst_case,
     task_retry_clauses,
     task_worst_case_seconds,
 )
@@ -150,6 +154,18 @@ def test_defect_6_the_worst_case_counts_every_retry_the_state_machine_has(defaul
         task = function["FunctionName"].removeprefix("NodeHeal-")
         clauses = task_retry_clauses(retry, idempotent=task not in NOT_IDEMPOTENT_TASKS)
         retries = state.get("Retry", [])
+        if task in MUTATING_TASKS:
+            # Held back by a contender: counted once in the holding worst case, with no jitter so
+            # the retries span the contender's whole mark.
+            *retries, contended = retries
+            expected = contended_retry_clause(default_stack.config.remediation)
+            assert contended == {
+                "ErrorEquals": list(expected.errors),
+                "IntervalSeconds": expected.interval_seconds,
+                "MaxAttempts": expected.max_attempts,
+                "BackoffRate": expected.backoff_rate,
+                "JitterStrategy": "NONE",
+            }, state_name
         assert [tuple(retry["ErrorEquals"]) for retry in retries] == [c.errors for c in clauses], state_name
         attempts = 1 + sum(retry.get("MaxAttempts", 3) for retry in retries)
         backoff = sum(
@@ -163,6 +179,12 @@ def test_defect_6_the_worst_case_counts_every_retry_the_state_machine_has(defaul
         ), state_name
         seen.add(task)
     assert seen == set(TASK_TIMEOUT_SECONDS)
+    # The steps the contended retry covers are exactly those granted the mutation claim.
+    assert {task.name for task in WORKFLOW_TASKS if task.ledger[:2] == _MUTATION_GUARD} == MUTATING_TASKS
+    holding = holding_worst_case(default_stack.config.remediation)
+    assert holding.seconds("a contender that never takes over") == contended_wait_seconds(
+        default_stack.config.remediation, TASK_TIMEOUT_SECONDS
+    )
 
 
 def _definition(properties: dict[str, Any]) -> dict[str, Any]:

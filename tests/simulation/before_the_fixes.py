@@ -15,6 +15,7 @@ from typing import Any
 
 from nodeheal import conditions, payload
 from nodeheal.conditions import Condition
+from nodeheal.errors import SupersededError
 from nodeheal.kube.model import LiveNode, PodView
 from nodeheal.sim.seeded.ledger import MemoryLedger
 from nodeheal.workflow import admission, drain_policy, episode, recording
@@ -83,6 +84,20 @@ def _takes_nothing_over(*_: Any) -> None:
 
 def _withdraws_nothing(self: MemoryLedger, cluster: str, subject: str, execution: str) -> bool:
     return False
+
+
+def _claim_stops_at_any_mark(
+    self: MemoryLedger, cluster: str, subject: str, execution: str, *, step: str, busy_for: Any
+) -> None:
+    """A contender's mark stopped the holder at once, for good, whether or not the contender was
+    still there to take the node over (it might have ended a second after marking)."""
+    held = self._live(subject)
+    if held is not None and held.execution == execution and held.contender:
+        raise SupersededError(f"{held.contender} waits to take over {subject}")
+    MemoryLedger_claim_mutation(self, cluster, subject, execution, step=step, busy_for=busy_for)
+
+
+MemoryLedger_claim_mutation = MemoryLedger.claim_mutation
 
 
 # -- 3. the holds were decided before refuse -----------------------------------------------------------
@@ -217,6 +232,7 @@ REVERTS: dict[str, tuple[Patch, ...]] = {
         Patch(admission, "_displaced_to_take_over", _takes_nothing_over),
         Patch(MemoryLedger, "withdraw_contention", _withdraws_nothing),
     ),
+    "a contender that ends first": (Patch(MemoryLedger, "claim_mutation", _claim_stops_at_any_mark),),
     "refuse before the holds": (Patch(drain_policy, "plan_pod", _holds_before_refuse),),
     "the worst line survives the cut": (
         Patch(payload, "bound_message", _bound_message_in_order),
@@ -229,7 +245,15 @@ REVERTS: dict[str, tuple[Patch, ...]] = {
     ),
 }
 
-__all__ = ["REVERTS", "Patch"]
+#: Layers taken out with a fix because they would hide its defect (the search checks that the fix
+#: alone, put back with the layer still out, passes the schedule): a contender that gives the node
+#: back withdraws its mark at once, and a mark that lapses lets the holder go on a few minutes
+#: later; either saves the holder of trace 118 on its own.
+BEHIND: dict[str, tuple[Patch, ...]] = {
+    "contender takes over or gives back": REVERTS["a contender that ends first"],
+}
+
+__all__ = ["BEHIND", "REVERTS", "Patch"]
 
 
 #: What the search (``make soak``: test_finds_defects.py) found for each fix on the code before it,
@@ -244,6 +268,12 @@ FOUND: dict[str, tuple[int, str, str]] = {
     "contender takes over or gives back": (
         118,
         "gpu-fault@184#284222243 contender-ends@194#769602542",
+        "I2 no bad condition dropped",
+    ),
+    "a contender that ends first": (
+        747,
+        "gpu-fault@3#554270620 contender-ends@4#752330183 execution-abort@48#914433361 "
+        "api-timeout@79#602309323 gpu-fault@98#457556603 forged-event@222#176536227",
         "I2 no bad condition dropped",
     ),
     "refuse before the holds": (

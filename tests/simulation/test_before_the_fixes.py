@@ -10,7 +10,7 @@ import pytest
 from nodeheal.sim.seeded.faults import PlannedFault
 from nodeheal.sim.seeded.runner import run_schedule
 from nodeheal.sim.seeded.template import SimTemplate
-from tests.simulation.before_the_fixes import FOUND, REVERTS
+from tests.simulation.before_the_fixes import BEHIND, FOUND, REVERTS
 
 
 @pytest.mark.parametrize("fix", sorted(FOUND))
@@ -21,7 +21,7 @@ def test_the_kept_trace_breaks_the_code_before_the_fix_and_not_the_code_after(
     plan = [PlannedFault.parse(fault) for fault in plan_text.split()]
     assert run_schedule(template, seed, plan).ok, f"{fix}: the shipped code breaks the kept trace"
     with monkeypatch.context() as before:
-        for patch in REVERTS[fix]:
+        for patch in REVERTS[fix] + BEHIND.get(fix, ()):
             before.setattr(patch.module, patch.name, patch.before_the_fix)
         result = run_schedule(template, seed, plan, trace=True)
     assert result.violation is not None, f"{fix}: the kept trace no longer finds the defect"

@@ -19,7 +19,7 @@ from nodeheal.sim.seeded.faults import PlannedFault
 from nodeheal.sim.seeded.runner import ScheduleResult, plan_for, run_schedule, shrink
 from nodeheal.sim.seeded.template import SimTemplate
 from nodeheal.workflow import actions, admission, ingest
-from tests.simulation.before_the_fixes import REVERTS, Patch
+from tests.simulation.before_the_fixes import BEHIND, REVERTS, Patch
 
 #: Seeds searched per defect (each is found within the first 100 today but the contender mark,
 #: which needs two conditions bad at once and is found at seed 6).
@@ -59,12 +59,12 @@ FIXES: dict[str, tuple[tuple[Patch, ...], tuple[Patch, ...]]] = {
         EPISODE_MEMORY,
     ),
     "contender mark": (
-        (Patch(admission, "_contend", lambda ledger, state, node, claim, holder: None),),
+        (Patch(admission, "_contend", lambda ledger, state, node, claim, holder, now: None),),
         EPISODE_MEMORY + REBOOT_ESCALATION,
     ),
     # The dropped-fault class (tests/simulation/before_the_fixes.py): found with the fault kinds
     # every seed draws, nothing planned by hand and no layer taken out behind them.
-    **{fix: (patches, ()) for fix, patches in REVERTS.items()},
+    **{fix: (patches, BEHIND.get(fix, ())) for fix, patches in REVERTS.items()},
 }
 
 #: Faults added to the seed's own plan where the defect needs a rare combination: a node replaced
@@ -118,6 +118,7 @@ _SHIPPED = {
         ("contender mark", "I8 severity only rises"),
         ("episode across a new reason", "I8 severity only rises"),
         ("contender takes over or gives back", "I2 no bad condition dropped"),
+        ("a contender that ends first", "I2 no bad condition dropped"),
         ("refuse before the holds", "I14 refuse evicts nothing"),
         ("the worst line survives the cut", "I8 severity only rises"),
         ("Record outcome stands over the finalizer", "I15 what is recorded is what happened"),

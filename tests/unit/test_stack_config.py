@@ -158,23 +158,23 @@ def test_bad_email(email: str) -> None:
 
 
 def test_lock_ttl_must_cover_the_worst_case_not_just_drain_and_recovery() -> None:
-    # drain + recovery (1800 s) was the old floor; the worst case with retries is 28012 s (+ 2802).
-    refused(r"nodeheal\.lockTtlSeconds \(1800\) must be at least 30814", lockTtlSeconds=1800)
+    # drain + recovery (1800 s) was the old floor; the worst case with retries is 29127 s (+ 2913).
+    refused(r"nodeheal\.lockTtlSeconds \(1800\) must be at least 32040", lockTtlSeconds=1800)
 
 
 def test_workflow_timeout_must_exceed_the_worst_case() -> None:
     refused(
-        r"nodeheal\.workflow\.timeoutMinutes \(180\) must be at least 1165", workflow={"timeoutMinutes": 180}
+        r"nodeheal\.workflow\.timeoutMinutes \(180\) must be at least 1185", workflow={"timeoutMinutes": 180}
     )
 
 
 def test_workflow_timeout_follows_longer_drains() -> None:
-    # drain 3600 s adds 2700 s to the hold (30712 s): the lock TTL needs 30712 + 3072, and the run
-    # 3078 + (33784 + 30) + 30712 = 67604 s + 6761 s of margin = 1240 minutes.
-    refused(r"lockTtlSeconds \(32400\) must be at least 33784", drain={"timeoutSeconds": 3600})
-    longer = {"drain": {"timeoutSeconds": 3600}, "lockTtlSeconds": 33_784}
-    refused(r"timeoutMinutes \(1239\) must be at least 1240", workflow={"timeoutMinutes": 1239}, **longer)
-    assert parse(workflow={"timeoutMinutes": 1240}, **longer).workflow_timeout_minutes == 1240
+    # drain 3600 s adds 2700 s to the hold (31827 s): the lock TTL needs 31827 + 3183, and the run
+    # 3078 + (35010 + 30) + 31827 = 69945 s + 6995 s of margin = 1283 minutes.
+    refused(r"lockTtlSeconds \(32400\) must be at least 35010", drain={"timeoutSeconds": 3600})
+    longer = {"drain": {"timeoutSeconds": 3600}, "lockTtlSeconds": 35_010}
+    refused(r"timeoutMinutes \(1282\) must be at least 1283", workflow={"timeoutMinutes": 1282}, **longer)
+    assert parse(workflow={"timeoutMinutes": 1283}, **longer).workflow_timeout_minutes == 1283
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
         drain={"timeoutSeconds": 100, "pollSeconds": 5, "doNotDisruptWaitSeconds": 0},
         reboot={"recoveryTimeoutSeconds": 200, "pollSeconds": 10},
         retry={"intervalSeconds": 1, "maxAttempts": 1, "backoffRate": 1.0},
-        lockTtlSeconds=25_617,
+        lockTtlSeconds=26_844,
     )
     # Retry clauses of every idempotent task:
     #   Lambda service errors  6 attempts, 2 + 4 + 8 + 16 + 32 + 64        = 126 s
@@ -66,6 +66,9 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
     # admit, drain, force drain 130 s; terminate 110; cordon, uncordon 90; reboot 70; record 60;
     # check recovery 40. So admit 19 * 130 + 188.78 = 2659 s, cordon 1899, reboot 17 * 70 + 182.78
     # = 1373, check recovery 949, terminate 2279, record 1329.
+    # A contender that never takes over holds one step back: its mark lasts lockWaitPollSeconds 30 +
+    # admit's timeout 130 + 60 = 220 s after its last renewal, at most MUTATION_BUSY 180 s in, so
+    # the retries span 400 s: 15 + 30 + 60 + 120 + 240 = 465 s, each attempt up to 130 s: 1115 s.
     holding = timing.holding_worst_case(config)
     assert [(term.name, term.seconds) for term in holding.terms] == [
         ("admit", 2659),
@@ -78,30 +81,31 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
         ("recovery", 200 + 10 + 2 * 949),
         ("terminate (escalation)", 2279),
         ("record", 1329),
+        ("a contender that never takes over", 465 + 5 * 130),
     ]
-    assert holding.total_seconds == 3 * 2659 + 900 + 1899 + 5423 + 1373 + 2108 + 2279 + 1329 == 23_288
-    assert holding.describe().endswith("record 1329 = 23288 s")
-    # Margin: 10 % (2328.8, rounded up) is more than the 5-minute floor.
-    assert timing.margin_seconds(23_288) == 2329
-    assert timing.required_lock_ttl_seconds(config) == 25_617
+    assert holding.total_seconds == 3 * 2659 + 900 + 1899 + 5423 + 1373 + 2108 + 2279 + 1329 + 1115 == 24_403
+    assert holding.describe().endswith("record 1329 + a contender that never takes over 1115 = 24403 s")
+    # Margin: 10 % (2440.3, rounded up) is more than the 5-minute floor.
+    assert timing.margin_seconds(24_403) == 2441
+    assert timing.required_lock_ttl_seconds(config) == 26_844
 
     execution = timing.execution_worst_case(config)
     assert [(term.name, term.seconds) for term in execution.terms] == [
         ("admit", 2659),
-        ("wait behind the lock holder", 25_617 + 30),
-        ("hold the lock", 23_288),
+        ("wait behind the lock holder", 26_844 + 30),
+        ("hold the lock", 24_403),
     ]
-    # 51594 s + a margin of 5160 s = 56754 s, i.e. 945.9 minutes.
-    assert execution.total_seconds == 51_594
-    assert timing.required_workflow_timeout_minutes(config) == 946
+    # 53936 s + a margin of 5394 s = 59330 s, i.e. 988.8 minutes.
+    assert execution.total_seconds == 53_936
+    assert timing.required_workflow_timeout_minutes(config) == 989
 
     bound = timing.remediation_bound(config)
     assert [(term.name, term.seconds) for term in bound.terms] == [
         ("confirmation", 900),
-        ("holder's worst case", 23_288),
+        ("holder's worst case", 24_403),
         ("finalizer latency", 300 + 60),
     ]
-    assert bound.total_seconds == 24_548
+    assert bound.total_seconds == 25_663
 
 
 def test_defect_6_abort_has_no_forced_deletion_and_a_long_hold_extends_the_drain() -> None:
@@ -138,63 +142,63 @@ def test_defect_6_lock_ttl_equal_to_drain_plus_recovery_is_refused_with_the_numb
     with pytest.raises(ConfigurationError) as refused:
         parse(lockTtlSeconds=900 + 900)
     message = str(refused.value)
-    assert message.startswith("nodeheal.lockTtlSeconds (1800) must be at least 30814: ")
-    assert "hold the lock for 28012 s (7 h 46 min 52 s)" in message
-    assert "margin of 2802 s (10%, at least 300 s)" in message
+    assert message.startswith("nodeheal.lockTtlSeconds (1800) must be at least 32040: ")
+    assert "hold the lock for 29127 s (8 h 5 min 27 s)" in message
+    assert "margin of 2913 s (10%, at least 300 s)" in message
     assert "drain 7066 + force drain 3078 + reboot 1612 + recovery 3126" in message
-    assert message.endswith("= 28012 s")
+    assert message.endswith("= 29127 s")
     # The smallest accepted value is exactly the one the message names.
     assert (
-        parse(lockTtlSeconds=30_814, workflow={"timeoutMinutes": 1200}).remediation.lock_ttl_seconds == 30_814
+        parse(lockTtlSeconds=32_040, workflow={"timeoutMinutes": 1200}).remediation.lock_ttl_seconds == 32_040
     )
-    with pytest.raises(ConfigurationError, match=r"\(30813\) must be at least 30814"):
-        parse(lockTtlSeconds=30_813)
+    with pytest.raises(ConfigurationError, match=r"\(32039\) must be at least 32040"):
+        parse(lockTtlSeconds=32_039)
 
 
 def test_defect_6_day_long_confirmation_forces_a_bigger_ttl() -> None:
     day_long = {"conditionRules": {"GPUProblem": {"action": "replace", "confirmSeconds": 86_400}}}
-    # 28012 - 600 + 86400 = 113812 s held at worst; + 11382 s (10 %) = 125194.
+    # 29127 - 600 + 86400 = 114927 s held at worst; + 11493 s (10 %) = 126420.
     for policy in (day_long, {"nodePools": {"gpu": day_long}}):
         with pytest.raises(
-            ConfigurationError, match=r"lockTtlSeconds \(32400\) must be at least 125194: .*113812 s"
+            ConfigurationError, match=r"lockTtlSeconds \(32400\) must be at least 126420: .*114927 s"
         ):
             parse(policy=policy)
-        with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1200\) must be at least 4439"):
-            parse(policy=policy, lockTtlSeconds=125_194)
-        config = parse(policy=policy, lockTtlSeconds=125_194, workflow={"timeoutMinutes": 4439})
+        with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1200\) must be at least 4482"):
+            parse(policy=policy, lockTtlSeconds=126_420)
+        config = parse(policy=policy, lockTtlSeconds=126_420, workflow={"timeoutMinutes": 4482})
         assert timing.holding_worst_case(config.remediation).seconds("confirmation") == 86_400
 
 
 def test_defect_6_workflow_timeout_below_the_worst_case_is_refused() -> None:
     with pytest.raises(ConfigurationError) as refused:
-        parse(workflow={"timeoutMinutes": 1164})
+        parse(workflow={"timeoutMinutes": 1184})
     message = str(refused.value)
-    assert message.startswith("nodeheal.workflow.timeoutMinutes (1164) must be at least 1165: ")
-    assert "one execution can run 63520 s (17 h 38 min 40 s)" in message
-    assert "margin of 6352 s" in message
-    assert "admit 3078 + wait behind the lock holder 32430 + hold the lock 28012 = 63520 s" in message
-    assert parse(workflow={"timeoutMinutes": 1165}).workflow_timeout_minutes == 1165
+    assert message.startswith("nodeheal.workflow.timeoutMinutes (1184) must be at least 1185: ")
+    assert "one execution can run 64635 s (17 h 57 min 15 s)" in message
+    assert "margin of 6464 s" in message
+    assert "admit 3078 + wait behind the lock holder 32430 + hold the lock 29127 = 64635 s" in message
+    assert parse(workflow={"timeoutMinutes": 1185}).workflow_timeout_minutes == 1185
 
 
 def test_defect_6_a_longer_lock_ttl_needs_a_longer_workflow_timeout() -> None:
-    # Waiting behind a holder lasts up to the TTL: 3078 + 72030 + 28012 = 103120 s, + 10312 s.
-    with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1200\) must be at least 1891"):
+    # Waiting behind a holder lasts up to the TTL: 3078 + 72030 + 29127 = 104235 s, + 10424 s.
+    with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1200\) must be at least 1911"):
         parse(lockTtlSeconds=72_000)
 
 
 def test_defect_6_shipped_cdk_json_passes_with_its_margins() -> None:
     config = NodeHealConfig.from_cdk_context(SHIPPED)
     remediation = config.remediation
-    assert timing.holding_worst_case(remediation).total_seconds == 28_012
-    assert timing.required_lock_ttl_seconds(remediation) == 30_814 <= remediation.lock_ttl_seconds == 32_400
-    assert timing.execution_worst_case(remediation).total_seconds == 63_520
+    assert timing.holding_worst_case(remediation).total_seconds == 29_127
+    assert timing.required_lock_ttl_seconds(remediation) == 32_040 <= remediation.lock_ttl_seconds == 32_400
+    assert timing.execution_worst_case(remediation).total_seconds == 64_635
     assert (
         timing.required_workflow_timeout_minutes(remediation)
-        == 1165
+        == 1185
         <= config.workflow_timeout_minutes
         == 1200
     )
-    assert timing.remediation_bound(remediation).total_seconds == 600 + 28_012 + 360
+    assert timing.remediation_bound(remediation).total_seconds == 600 + 29_127 + 360
 
 
 @pytest.mark.parametrize(

@@ -86,10 +86,17 @@ class DynamoLedger:
         )
 
     def contend(
-        self, cluster: str, subject: str, execution: str, claim: LockClaim, *, holder: LockView
+        self,
+        cluster: str,
+        subject: str,
+        execution: str,
+        claim: LockClaim,
+        *,
+        holder: LockView,
+        until: datetime,
     ) -> bool:
         self.on_call("contend")
-        return self._ledger.contend(cluster, subject, execution, claim, holder=holder)
+        return self._ledger.contend(cluster, subject, execution, claim, holder=holder, until=until)
 
     def withdraw_contention(self, cluster: str, subject: str, execution: str) -> bool:
         self.on_call("withdraw_contention")

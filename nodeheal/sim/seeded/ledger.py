@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nodeheal.actions import Action
-from nodeheal.errors import LedgerContentionError, LockNotHeldError, SupersededError
+from nodeheal.errors import ContendedError, LedgerContentionError, LockNotHeldError, SupersededError
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
@@ -109,7 +109,14 @@ class MemoryLedger:
         held = self._live(subject)
         if held is not None and held.execution != execution:
             return LockAnswer(False, held.execution, held)
-        keep = {"mutated": held.mutated, "busy_until": held.busy_until} if held else {}
+        keep: dict[str, Any] = {"mutated": held.mutated, "busy_until": held.busy_until} if held else {}
+        if held is not None and held.contended(self._now()) and held.contender_until is not None:
+            # A renewal does not erase a contender that still waits for the node (D2).
+            keep |= {
+                "contender": held.contender,
+                "contender_action": held.contender_action,
+                "contender_until": held.contender_until,
+            }
         self.locks[subject] = self._view(execution, ttl, claim, **keep)
         return LockAnswer(True, execution)
 
@@ -136,7 +143,14 @@ class MemoryLedger:
         return True
 
     def contend(
-        self, cluster: str, subject: str, execution: str, claim: LockClaim, *, holder: LockView
+        self,
+        cluster: str,
+        subject: str,
+        execution: str,
+        claim: LockClaim,
+        *,
+        holder: LockView,
+        until: datetime,
     ) -> bool:
         self.on_call("contend")
         current = self._exactly(subject, holder)
@@ -148,7 +162,9 @@ class MemoryLedger:
             and current.contender_action.cost >= claim.action.cost
         ):
             return False
-        self.locks[subject] = replace(current, contender=execution, contender_action=claim.action)
+        self.locks[subject] = replace(
+            current, contender=execution, contender_action=claim.action, contender_until=until
+        )
         return True
 
     def withdraw_contention(self, cluster: str, subject: str, execution: str) -> bool:
@@ -156,7 +172,9 @@ class MemoryLedger:
         current = self.locks.get(subject)
         if current is None or current.contender != execution:
             return False
-        self.locks[subject] = replace(current, contender="", contender_action=Action.NONE)
+        self.locks[subject] = replace(
+            current, contender="", contender_action=Action.NONE, contender_until=None
+        )
         return True
 
     def claim_mutation(
@@ -168,8 +186,8 @@ class MemoryLedger:
             raise LockNotHeldError(f"{execution} no longer holds the lock of {subject}")
         if held.execution != execution:
             raise SupersededError(f"{held.execution} took over {subject}")
-        if held.contender:
-            raise SupersededError(
+        if held.contended(self._now()):
+            raise ContendedError(
                 f"{held.contender} ({held.contender_action.value}) waits to take over {subject}"
             )
         self.locks[subject] = replace(held, mutated=True, busy_until=self._now() + busy_for)

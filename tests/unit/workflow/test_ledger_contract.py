@@ -15,7 +15,7 @@ from moto import mock_aws
 
 from nodeheal.actions import Action
 from nodeheal.aws.ledger import Ledger
-from nodeheal.errors import LockNotHeldError, SupersededError
+from nodeheal.errors import ContendedError, LockNotHeldError, SupersededError
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim
 from nodeheal.workflow.records import ExecutionEnd, Outcome, RecordWrite, RemediationRecord
@@ -203,9 +203,13 @@ def test_a_record_steps_record_replaces_a_finalizers(subject: Subject) -> None:
     assert the_outcome(ledger) is Outcome.REBOOTED and the_outcome(ledger, "y") is Outcome.FAILED
 
 
+#: When a contender says it will be back (its next admit); a mark past it has lapsed.
+BACK_BY = NOW + timedelta(minutes=5)
+
+
 def test_a_more_severe_contender_stops_a_busy_holder_at_its_next_claim(subject: Subject) -> None:
     """D2 with the holder's step still running: the newcomer cannot preempt yet, so it marks the
-    lock; the holder's next claim fails (it must not reboot what the newcomer will replace)."""
+    lock; the holder's next claim is held back (it must not reboot what the newcomer will replace)."""
     ledger = subject.ledger
     assert ledger.acquire_lock("c", INSTANCE, "reboot-holder", TTL, claim(Action.REBOOT)).acquired
     ledger.claim_mutation("c", INSTANCE, "reboot-holder", step="drain", busy_for=timedelta(minutes=3))
@@ -214,11 +218,11 @@ def test_a_more_severe_contender_stops_a_busy_holder_at_its_next_claim(subject: 
     assert not ledger.preempt_lock(
         "c", INSTANCE, "replacer", TTL, claim(Action.REPLACE), holder=holder, require_unmutated=False
     )
-    assert ledger.contend("c", INSTANCE, "replacer", claim(Action.REPLACE), holder=holder)
+    assert ledger.contend("c", INSTANCE, "replacer", claim(Action.REPLACE), holder=holder, until=BACK_BY)
     # A less severe contender does not displace it; the same one may mark again.
-    assert not ledger.contend("c", INSTANCE, "alerter", claim(Action.CORDON), holder=holder)
-    assert ledger.contend("c", INSTANCE, "replacer", claim(Action.REPLACE), holder=holder)
-    with pytest.raises(SupersededError, match="replacer"):
+    assert not ledger.contend("c", INSTANCE, "alerter", claim(Action.CORDON), holder=holder, until=BACK_BY)
+    assert ledger.contend("c", INSTANCE, "replacer", claim(Action.REPLACE), holder=holder, until=BACK_BY)
+    with pytest.raises(ContendedError, match="replacer"):
         ledger.claim_mutation("c", INSTANCE, "reboot-holder", step="reboot", busy_for=timedelta(minutes=3))
     # Once the holder's step can no longer be running, the contender preempts as usual.
     subject.set_now(NOW + timedelta(minutes=4))
@@ -237,7 +241,32 @@ def test_a_contender_needs_the_exact_holder(subject: Subject) -> None:
     assert stale is not None
     ledger.release_lock("c", INSTANCE, "a")
     assert ledger.acquire_lock("c", INSTANCE, "c2", TTL, claim(Action.REBOOT)).acquired
-    assert not ledger.contend("c", INSTANCE, "b", claim(Action.REPLACE), holder=stale)
+    assert not ledger.contend("c", INSTANCE, "b", claim(Action.REPLACE), holder=stale, until=BACK_BY)
+
+
+def test_a_contender_that_ends_first_lets_the_holder_go_on_once_its_mark_lapses(subject: Subject) -> None:
+    """D2: the holder waits for a contender only while the contender keeps coming back. One that
+    ended before taking over (aborted, timed out, its fault cleared) stops renewing its mark; past
+    it the holder's claim goes through and its own fault is handled, not dropped."""
+    ledger = subject.ledger
+    assert ledger.acquire_lock("c", INSTANCE, "reboot-holder", TTL, claim(Action.REBOOT)).acquired
+    ledger.claim_mutation("c", INSTANCE, "reboot-holder", step="drain", busy_for=timedelta(minutes=3))
+    holder = ledger.acquire_lock("c", INSTANCE, "replacer", TTL, claim(Action.REPLACE)).held_by
+    assert holder is not None
+    assert ledger.contend("c", INSTANCE, "replacer", claim(Action.REPLACE), holder=holder, until=BACK_BY)
+    # A renewal by the holder (a re-run of its admit) does not erase a mark that still holds.
+    assert ledger.acquire_lock("c", INSTANCE, "reboot-holder", TTL, claim(Action.REBOOT)).acquired
+    subject.set_now(BACK_BY)
+    with pytest.raises(ContendedError, match="replacer"):
+        ledger.claim_mutation("c", INSTANCE, "reboot-holder", step="reboot", busy_for=timedelta(minutes=3))
+    subject.set_now(BACK_BY + timedelta(seconds=1))
+    ledger.claim_mutation("c", INSTANCE, "reboot-holder", step="reboot", busy_for=timedelta(minutes=3))
+    lock = ledger.read_lock("c", INSTANCE)
+    assert (
+        lock is not None
+        and lock.execution == "reboot-holder"
+        and not lock.contended(BACK_BY + timedelta(seconds=1))
+    )
 
 
 def sighting(
