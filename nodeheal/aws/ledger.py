@@ -574,6 +574,14 @@ class Ledger:
         # The xid of a worse sighting without one must not survive from the stored one, and a kept
         # sighting is of a running episode.
         remove = " REMOVE #clearedAt" if "xid" in item else " REMOVE xid, #clearedAt"
+        # As severe, but confirmed where the stored one was not (absent: written before it was kept).
+        now_confirmed = (
+            " OR (#cost = :cost AND (attribute_not_exists(#confirmed) OR #confirmed = :false))"
+            if sighting.confirmed_when_seen
+            else ""
+        )
+        if now_confirmed:
+            values[":false"] = False
         try:
             self._client.update_item(
                 TableName=self._table,
@@ -584,7 +592,7 @@ class Ledger:
                     "OR ((#bootId <> :bootId OR #nodeUid <> :nodeUid) AND #seenAt < :seenAt) "
                     "OR (#bootId = :bootId AND #nodeUid = :nodeUid AND ("
                     "(attribute_exists(#clearedAt) AND #clearedAt < :seenAt) OR "
-                    "(attribute_not_exists(#clearedAt) AND #cost < :cost)))"
+                    f"(attribute_not_exists(#clearedAt) AND (#cost < :cost{now_confirmed}))))"
                 ),
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=serialize_item(values),

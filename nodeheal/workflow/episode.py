@@ -41,7 +41,9 @@ another Node object or boot                 it was seen later (a late write from
                                             reboot does not come back)
 same object and boot, episode ended         it was seen after the episode ended
 (``clearedAt`` set)
-same object and boot, episode running       it is worse (severity only rises)
+same object and boot, episode running       it is worse (severity only rises), or as severe
+                                            and confirmed where the stored one was not (seen
+                                            first inside its confirmation time, then past it)
 ==========================================  ====================================================
 """
 
@@ -94,6 +96,7 @@ class Sighting:
             "confirmSeconds": self.confirm_seconds,
             "execution": self.execution,
             "seenAt": format_timestamp(self.seen_at, millis=True),
+            "confirmed": self.confirmed_when_seen,
         }
         if self.xid is not None:
             item["xid"] = self.xid
@@ -119,6 +122,13 @@ class Sighting:
             cleared_at=parse_timestamp(str(cleared), "sighting.clearedAt") if cleared else None,
         )
 
+    @property
+    def confirmed_when_seen(self) -> bool:
+        """It had been bad its whole confirmation time when it was seen (or needs none)."""
+        return (
+            self.confirm_seconds <= 0 or (self.seen_at - self.since).total_seconds() >= self.confirm_seconds
+        )
+
     def replaces(self, stored: Sighting) -> bool:
         """Whether this sighting is kept over ``stored``: the table in the module docstring, the
         same rule as the ledger's conditional write."""
@@ -126,6 +136,10 @@ class Sighting:
             return self.seen_at > stored.seen_at
         if stored.cleared_at is not None:
             return self.seen_at > stored.cleared_at
+        if self.action.cost == stored.action.cost:
+            # The fault NodeHeal first saw inside its confirmation time, seen again past it: were
+            # the first sighting kept, the fault would read as a flap once its condition clears.
+            return self.confirmed_when_seen and not stored.confirmed_when_seen
         return self.action.cost > stored.action.cost
 
     def same_episode_object(self, node: LiveNode) -> bool:
@@ -185,9 +199,7 @@ def _confirmed(sighting: Sighting, node: LiveNode, now: datetime) -> bool:
     """A fault with a confirmation time counts once it was bad that long: NodeHeal saw it bad past
     its confirmation time, or its condition is bad now and has been since long enough (a fault
     that cleared inside its confirmation time was a flap, which confirmation exists to ignore)."""
-    if sighting.confirm_seconds <= 0:
-        return True
-    if (sighting.seen_at - sighting.since).total_seconds() >= sighting.confirm_seconds:
+    if sighting.confirmed_when_seen:
         return True
     live = node.condition(sighting.condition_type)
     return (

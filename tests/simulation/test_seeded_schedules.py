@@ -168,6 +168,13 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
             "lesser-reason-before-instance-action@383#91924305",
         ),
     ),
+    # A KernelDeadlock was remembered when first seen, inside its 600 s confirmation, then admitted
+    # with replace; it flapped healthy, and the memory's first sighting read as a flap: a GPU fault
+    # of the same node was rebooted.
+    "I8 a fault confirmed after it was first remembered": (
+        5000836,
+        plan("gpu-fault@26#868258070", "gpu-fault@43#579300896", "condition-flaps@62#106848733"),
+    ),
 }
 
 

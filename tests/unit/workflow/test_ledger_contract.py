@@ -5,7 +5,7 @@ nothing about production (DESIGN D7)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -360,3 +360,24 @@ def test_a_healthy_read_ends_the_episode_and_the_next_sighting_starts_another(su
     assert ledger.remember_sighting("c", INSTANCE, sighting(Action.ALERT, seen_in=4, xid=13))
     kept = {s.condition_type: s for s in ledger.sightings("c", INSTANCE)}
     assert (kept["GPUProblem"].action, kept["GPUProblem"].cleared_at) == (Action.ALERT, None)
+
+
+def test_a_fault_seen_again_past_its_confirmation_time_is_remembered_as_confirmed(subject: Subject) -> None:
+    """Seed 5000836: a KernelDeadlock (replace after 600 s) was remembered when first seen, inside
+    its confirmation time, then admitted with replace once it had stayed bad 600 s. It cleared;
+    a GPU fault of the same node was then rebooted, because the memory still held the first,
+    unconfirmed sighting, which reads as a flap once its condition is healthy. The confirmed
+    sighting of the same severity now replaces it; an unconfirmed one never replaces either."""
+    ledger = subject.ledger
+    first = replace(sighting(Action.REPLACE, condition="KernelDeadlock", xid=None), confirm_seconds=600)
+    assert not first.confirmed_when_seen
+    assert ledger.remember_sighting("c", INSTANCE, first)
+    again_unconfirmed = replace(first, seen_at=NOW + timedelta(seconds=300), execution="second")
+    assert not ledger.remember_sighting("c", INSTANCE, again_unconfirmed)
+    confirmed = replace(first, seen_at=NOW + timedelta(seconds=600), execution="confirmed")
+    assert confirmed.confirmed_when_seen
+    assert ledger.remember_sighting("c", INSTANCE, confirmed)
+    [kept] = ledger.sightings("c", INSTANCE)
+    assert (kept.execution, kept.seen_at) == ("confirmed", NOW + timedelta(seconds=600))
+    # Seen confirmed once, it stays: a later sighting of the same severity changes nothing.
+    assert not ledger.remember_sighting("c", INSTANCE, replace(confirmed, seen_at=NOW + timedelta(hours=1)))
