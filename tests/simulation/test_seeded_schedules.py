@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from nodeheal.sim.seeded.faults import DROPPED_FAULTS, FAULT_KINDS, PlannedFault
+from nodeheal.sim.seeded.faults import DROPPED_FAULTS, FAULT_KINDS, IDENTITY_FAULTS, PlannedFault
 from nodeheal.sim.seeded.inject import ARMED
 from nodeheal.sim.seeded.runner import ScheduleResult, run_campaign, run_schedule, shrink
 from nodeheal.sim.seeded.template import SimTemplate
@@ -36,11 +36,12 @@ def test_every_invariant_holds_over_500_schedules_with_every_fault_kind(
     assert campaign.schedules == CHUNK
     never = [kind for kind in FAULT_KINDS if campaign.coverage[kind] == 0]
     assert not never, f"fault kinds never drawn in seeds {first}..{first + CHUNK - 1}: {never}"
-    # The dropped-fault class aims at one call (a step about to read the node, a Record step):
+    # The dropped-fault class and the identity changes aim at one call (a step about to read the
+    # node, a Record step):
     # drawn is not enough, each must have found its call. contender-ends needs a reboot-class
     # holder mid-drain in full mode, a few times in 500 schedules: test_before_the_fixes.py replays
     # one where it fires and finds its defect.
-    aimed = [kind for kind in DROPPED_FAULTS if kind in ARMED and kind != "contender-ends"]
+    aimed = [kind for kind in DROPPED_FAULTS + IDENTITY_FAULTS if kind in ARMED and kind != "contender-ends"]
     idle = [kind for kind in aimed if campaign.fired[kind] == 0]
     assert not idle, f"armed faults that never found their call in seeds {first}..{first + CHUNK - 1}: {idle}"
     # The schedules do real work: executions run (a GPU fault starts at least one per schedule).

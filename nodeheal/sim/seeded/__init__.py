@@ -42,6 +42,8 @@ I13    every fault NodeHeal saw in an episode of an instance (D19: until a reboo
 I14    a drain whose node holds a pod a refuse setting protects moves no pod      7
 I15    an execution whose Record outcome ran keeps that outcome, in its record    9
        and its end marker, whatever the finalizer wrote meanwhile
+I16    once a person takes a node back (uncordons it, removes NodeHeal's taint), 1, 7
+       no execution that admitted it before acts on it again
 R1     a single injected transient fault (5xx, throttle, deadline, Lambda         D6
        timeout) never ends a remediation in Record failure
 E1     every Kubernetes Event a step tells names its execution and the function   D8

@@ -73,9 +73,26 @@ DROPPED_FAULTS = (
     # The execution times out while its Record outcome task runs: the finalizer runs meanwhile.
     "timeout-in-record",
 )
-FAULT_KINDS = CLUSTER_FAULTS + EVENT_FAULTS + PLATFORM_FAULTS + DROPPED_FAULTS
+#: Identity changes that only a real-world difference shows, each aimed at one step of one
+#: execution (the mutation gate, ``make mutate``, needs each to tell a safety check from its
+#: absence). Drawn from a stream of their own, like :data:`DROPPED_FAULTS`.
+IDENTITY_FAULTS = (
+    # The kubelet re-registers the Node (its object was deleted while it ran): same name and
+    # instance, a new UID, NodeHeal's taint gone; NPD posts its conditions again as they were.
+    # Just before a cordon.
+    "kubelet-re-registers",
+    # A person takes the node back: uncordons it and removes NodeHeal's taint. Just before a
+    # drain round, a reboot or a terminate.
+    "person-takes-node-back",
+    # The instance loses the cluster's ownership tag (kubernetes.io/cluster/<name>): someone
+    # re-tagged it, or it was never this cluster's. Just before a reboot or a terminate.
+    "instance-untagged",
+)
+FAULT_KINDS = CLUSTER_FAULTS + EVENT_FAULTS + PLATFORM_FAULTS + DROPPED_FAULTS + IDENTITY_FAULTS
 #: How often each kind of :data:`DROPPED_FAULTS` is planned in a schedule.
 DROPPED_FAULT_CHANCE = 0.15
+#: How often each kind of :data:`IDENTITY_FAULTS` is planned in a schedule.
+IDENTITY_FAULT_CHANCE = 0.15
 
 #: Relative weights when drawing a plan: the load first, then what most often goes wrong.
 _WEIGHTS = dict.fromkeys(CLUSTER_FAULTS + EVENT_FAULTS + PLATFORM_FAULTS, 1.0)
@@ -130,12 +147,17 @@ def draw_plan(rng: random.Random, *, horizon_points: int = 400) -> list[PlannedF
 
 
 def draw_dropped_fault_plan(
-    rng: random.Random, *, horizon_points: int = 400, chance: float = DROPPED_FAULT_CHANCE
+    rng: random.Random,
+    *,
+    horizon_points: int = 400,
+    chance: float = DROPPED_FAULT_CHANCE,
+    kinds: tuple[str, ...] = DROPPED_FAULTS,
 ) -> list[PlannedFault]:
-    """Each kind of :data:`DROPPED_FAULTS` with probability ``chance``, at a random point, from
-    ``rng`` alone: a stream of its own, so :func:`draw_plan` draws for a seed what it always did."""
+    """Each of ``kinds`` (:data:`DROPPED_FAULTS` unless told) with probability ``chance``, at a
+    random point, from ``rng`` alone: a stream of its own, so :func:`draw_plan` draws for a seed
+    what it always did."""
     plan: list[PlannedFault] = []
-    for kind in DROPPED_FAULTS:
+    for kind in kinds:
         if rng.random() < chance:
             plan.append(PlannedFault(kind, rng.randrange(0, horizon_points), rng.randrange(1 << 30)))
         else:

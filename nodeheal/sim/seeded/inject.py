@@ -40,8 +40,18 @@ ARMED = frozenset(
         "lesser-reason-before-instance-action",
         "contender-ends",
         "timeout-in-record",
+        # Identity changes: each fires before the step it aims at (IDENTITY_BEFORE).
+        "kubelet-re-registers",
+        "person-takes-node-back",
+        "instance-untagged",
     }
 )
+#: The functions each identity fault fires before, on the execution's own node.
+IDENTITY_BEFORE = {
+    "kubelet-re-registers": ("cordon",),
+    "person-takes-node-back": ("drain", "reboot", "terminate"),
+    "instance-untagged": ("reboot", "terminate"),
+}
 #: The function each lesser-reason fault fires before (the simulation's hook, before the handler runs).
 LESSER_REASON_BEFORE = {
     "lesser-reason-before-admit": ("admit",),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -131,6 +131,10 @@ class Invariants:
         self.outages: list[tuple[datetime, timedelta]] = []
         #: How many of the world's told Events E1 has checked.
         self._told_checked = 0
+        #: Execution -> when its last admit returned (I16).
+        self._admitted_at: dict[str, datetime] = {}
+        #: Node uid -> (when a person took it back, the executions of the node running then) (I16).
+        self._taken_back: dict[str, tuple[datetime, frozenset[str]]] = {}
 
     # -- reporting ---------------------------------------------------------------------------------
 
@@ -261,6 +265,7 @@ class Invariants:
             )
             return
         self.check_i1_identity(mutation, invocation)
+        self.check_i16_taken_back(mutation, invocation)
         self.check_i14_refuse_evicts_nothing(mutation, invocation)
         self.check_i7_mode_and_pause(mutation, invocation)
         self.check_i8_still_bad(mutation, invocation)
@@ -323,6 +328,32 @@ class Invariants:
         """A handler returned (its result reaches the state machine unless the run stopped)."""
         if function == "record" and execution and isinstance(result, Mapping) and result.get("outcome"):
             self._recorded_by_step[execution] = str(result["outcome"])
+        if function == "admit" and execution:
+            self._admitted_at[execution] = self.sim.clock
+
+    def taken_back(self, node_uid: str, at: datetime, executions: Iterable[str]) -> None:
+        """A person took the node back from NodeHeal (uncordoned it, removed its taint) at ``at``."""
+        self._taken_back[node_uid] = (at, frozenset(executions))
+
+    def check_i16_taken_back(self, mutation: Mutation, invocation: Invocation) -> None:
+        """I16: once a person takes a node back, no execution that admitted it before acts on it
+        again (an execution that admits it afresh decides anew). Undoing a cordon the person
+        undid already is no harm, so an uncordon does not count."""
+        if mutation.kind == "uncordon":
+            return
+        uid = mutation.pod_node_uid if mutation.pod else mutation.node_uid
+        taken = self._taken_back.get(uid)
+        if taken is None:
+            return
+        at, executions = taken
+        execution = invocation.execution
+        admitted = self._admitted_at.get(execution)
+        if execution in executions and (admitted is None or admitted <= at):
+            self.fail(
+                "I16 a node a person took back is left alone",
+                f"{mutation.kind} of {mutation.pod or mutation.node} by {execution}, admitted "
+                f"{admitted} before a person took the node back at {at}",
+            )
 
     # -- the checks ----------------------------------------------------------------------------------
 
@@ -601,6 +632,8 @@ class Invariants:
                 for action, (since, confirm, seen_at) in actions.items()
             ]
             start = min(fault[5] for fault in faults)
+            if self._person_decided(node["metadata"]["uid"], start):
+                continue
             for severity, action, condition_type, since, confirm, seen_at in sorted(faults, reverse=True):
                 if severity <= SEVERITY["none"]:
                     break
@@ -805,7 +838,15 @@ class Invariants:
                     f"{episode.since:%H:%M:%S} for {int(stayed.total_seconds())}s has no recorded decision",
                 )
 
+    def _person_decided(self, node_uid: str, since: datetime) -> bool:
+        """A person took the node back after the fault began: the fault is theirs to decide (a
+        remediation that went on would fight them; I16)."""
+        taken = self._taken_back.get(node_uid)
+        return taken is not None and taken[0] >= since
+
     def _decided(self, episode: Episode) -> bool:
+        if self._person_decided(episode.node_uid, episode.since):
+            return True
         ledger = self.sim.ledger
         stamp = episode.since.strftime("%Y%m%dT%H%M%SZ")
         mine = {

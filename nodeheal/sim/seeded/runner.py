@@ -13,6 +13,8 @@ from nodeheal.sim.pipeline import FAST_CONTEXT, deep_merge
 from nodeheal.sim.seeded.faults import (
     DROPPED_FAULT_CHANCE,
     FAULT_KINDS,
+    IDENTITY_FAULT_CHANCE,
+    IDENTITY_FAULTS,
     PlannedFault,
     draw_dropped_fault_plan,
     draw_plan,
@@ -60,8 +62,12 @@ def load_template(context: dict[str, Any] | None = None) -> SimTemplate:
 def plan_for(seed: int, *, dropped_fault_chance: float = DROPPED_FAULT_CHANCE) -> list[PlannedFault]:
     """The seed's plan: the faults it always drew, and the dropped-fault class from a stream of
     its own. ``dropped_fault_chance`` is the emphasis a search may give that class (every seed)."""
-    plan = draw_plan(random.Random(seed * 7919 + 1)) + draw_dropped_fault_plan(
-        random.Random(seed * 104729 + 3), chance=dropped_fault_chance
+    plan = (
+        draw_plan(random.Random(seed * 7919 + 1))
+        + draw_dropped_fault_plan(random.Random(seed * 104729 + 3), chance=dropped_fault_chance)
+        + draw_dropped_fault_plan(
+            random.Random(seed * 15485863 + 5), chance=IDENTITY_FAULT_CHANCE, kinds=IDENTITY_FAULTS
+        )
     )
     return sorted(plan, key=lambda f: (f.at_point, f.kind, f.seed))
 

@@ -574,7 +574,12 @@ class Simulation:
     def _before_handler(self, function: str, execution: str) -> None:
         """lesser-reason-*: a lesser reason lands on the execution's condition just before the
         step reads the node."""
-        from nodeheal.sim.seeded.inject import LESSER_REASON_BEFORE, provoke_a_contender, write_lesser_reason
+        from nodeheal.sim.seeded.inject import (
+            IDENTITY_BEFORE,
+            LESSER_REASON_BEFORE,
+            provoke_a_contender,
+            write_lesser_reason,
+        )
 
         sim_execution = self.executions.get(execution)
         if sim_execution is None:
@@ -584,6 +589,9 @@ class Simulation:
             # about to claim the node for a lesser fault gets a replace-class fault beside it.
             self._provoked.add(execution)
             provoke_a_contender(self, sim_execution.key[1], self.fault_rng)
+        for kind, functions in IDENTITY_BEFORE.items():
+            if function in functions and self.armed.get(kind):
+                self._change_identity(kind, sim_execution.key[1])
         for kind, functions in LESSER_REASON_BEFORE.items():
             if function not in functions or not self.armed.get(kind):
                 continue
@@ -591,6 +599,28 @@ class Simulation:
             if write_lesser_reason(self, node, condition_type, self.fault_rng):
                 self._consume(kind)
                 self.log(f"  {kind}: {condition_type} on {node.split('.')[0]} now reads a lesser fault")
+
+    def _change_identity(self, kind: str, node: str) -> None:
+        """kubelet-re-registers, person-takes-node-back, instance-untagged: the node an execution is
+        about to act on changes identity, ownership or owner in a way only the real world shows."""
+        if node not in self.world.nodes:
+            return
+        if kind == "kubelet-re-registers":
+            changed = self.world.reregister_node(node) is not None
+        elif kind == "person-takes-node-back":
+            taken_from = [
+                name
+                for name, execution in self.executions.items()
+                if execution.key[1] == node and not execution.run.done
+            ]
+            uid = self.world.node_uid(node)
+            changed = self.world.person_takes_back(node)
+            if changed:
+                self.invariants.taken_back(uid, self.clock, taken_from)
+        else:
+            changed = self.world.untag_instance(node)
+        if changed and self._consume(kind):
+            self.log(f"  {kind}: {node.split('.')[0]}")
 
     def _after_admit(self, execution: str, result: Any) -> None:
         """contender-ends: an execution that just contended a busy holder (it waits to take the

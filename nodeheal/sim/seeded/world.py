@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from nodeheal.aws.ec2 import GONE_STATES, InstanceView, TerminateOutcome
+from nodeheal.aws.ec2 import (
+    CLUSTER_TAG_PREFIX,
+    EKS_CLUSTER_NAME_TAGS,
+    GONE_STATES,
+    InstanceView,
+    TerminateOutcome,
+)
 from nodeheal.conditions import is_bad_status
 from nodeheal.errors import (
     Ec2IncorrectStateError,
@@ -359,6 +365,64 @@ class World:
         for app in ("trainer", "sidecar"):
             self.add_pod(name, app)
         return fresh
+
+    def reregister_node(self, name: str) -> JSON | None:
+        """The kubelet registers Node ``name`` again, its object having been deleted while it ran:
+        the same instance and boot under a new UID. The kubelet registers with its own taints only,
+        so NodeHeal's taint, cordon and annotations are gone; NPD posts its conditions again as it
+        holds them (status, reason, message and transition time), so a dead GPU reads as before."""
+        old = self.delete_node_object(name)
+        if old is None:
+            return None
+        raw = copy.deepcopy(old)
+        metadata = raw["metadata"]
+        metadata["uid"] = self.new_id("uid-")
+        metadata["creationTimestamp"] = format_timestamp(self.now())
+        metadata["resourceVersion"] = str(next(self._rv))
+        metadata["annotations"] = {
+            key: value
+            for key, value in (metadata.get("annotations") or {}).items()
+            if key not in NODEHEAL_ANNOTATIONS
+        }
+        spec = raw["spec"]
+        spec.pop("unschedulable", None)
+        spec["taints"] = [t for t in spec.get("taints", []) if t.get("key") != UNHEALTHY_TAINT_KEY]
+        self.nodes[name] = raw
+        self.on_node_change(raw, False)
+        for app in ("trainer", "sidecar"):
+            self.add_pod(name, app)
+        return raw
+
+    def person_takes_back(self, name: str) -> bool:
+        """A person takes the node back from NodeHeal: uncordons it and removes NodeHeal's taint and
+        annotations (``kubectl uncordon`` and ``kubectl taint ... nodeheal.io/unhealthy-``)."""
+        raw = self.nodes.get(name)
+        if raw is None:
+            return False
+        spec = raw["spec"]
+        taints = spec.get("taints", [])
+        if not any(t.get("key") == UNHEALTHY_TAINT_KEY for t in taints):
+            return False
+        spec["taints"] = [t for t in taints if t.get("key") != UNHEALTHY_TAINT_KEY]
+        spec.pop("unschedulable", None)
+        annotations = raw["metadata"].get("annotations") or {}
+        for key in NODEHEAL_ANNOTATIONS:
+            annotations.pop(key, None)
+        self._touch(raw)
+        return True
+
+    def untag_instance(self, name: str) -> bool:
+        """The node's instance loses every cluster ownership tag (``kubernetes.io/cluster/<name>``,
+        ``eks:cluster-name``): it is no longer this cluster's to reboot or terminate."""
+        instance = self.instances.get(self.instance_of(name))
+        if instance is None:
+            return False
+        owned = [
+            key for key in instance.tags if key.startswith(CLUSTER_TAG_PREFIX) or key in EKS_CLUSTER_NAME_TAGS
+        ]
+        for key in owned:
+            del instance.tags[key]
+        return bool(owned)
 
     def instance_stopped(self, instance_id: str) -> None:
         """The instance is gone: its node goes NotReady, and who replaces it depends on its pool.
