@@ -181,6 +181,10 @@ def _admit(
         if decision.confirm_seconds > 0 and decision.action is not Action.NONE
         else 0
     )
+    if decision.action.mutates_cluster and names_no_instance(node):
+        return _until_the_node_names_its_instance(
+            state, decision, admitted_node, live, now, previous, switched
+        )
     if not decision.action.mutates_cluster:
         # An alert or a record touches nothing: it takes no lock. But while another execution
         # remediates the node it waits behind it and is re-evaluated when that one ends (D19): a
@@ -643,6 +647,65 @@ def _behind_holder(
         note=(
             f"execution {holder_name} is remediating this node; waiting behind it and re-evaluating "
             "the live node when it ends"
+        ),
+        waiting_since=waiting_since,
+    )
+
+
+def names_no_instance(node: LiveNode) -> bool:
+    """The Node's ``spec.providerID`` is still empty: the cloud provider has not initialized it."""
+    return not node.provider_id
+
+
+def _until_the_node_names_its_instance(
+    state: WorkflowState,
+    decision: Decision,
+    node: AdmittedNode,
+    live: Condition,
+    now: datetime,
+    previous: _Previous,
+    switched: str,
+) -> Admission:
+    """Wait for a Node that names no instance yet, then read it again (D1: every step acts on the
+    instance admitted). A kubelet registering under an external cloud provider leaves
+    ``spec.providerID`` empty until the cloud controller initializes the node, and a GPU dead on
+    arrival may be reported before that; the API server lets the providerID change once, from
+    empty (``ValidateNodeUpdate``: "node updates may not change providerID except from \"\" to
+    valid"), so an instance admitted is the node's for good. The Admission names no node, so the
+    next admit does not take the instance it then reads for a replacement. Past the lock TTL, as
+    behind a holder, a person decides."""
+    settings = state.settings
+    waiting_since = previous.waiting_since or now
+    waited = (now - waiting_since).total_seconds()
+    if waited >= settings.lock_ttl_seconds:
+        return Admission(
+            PROCEED,
+            replace(
+                decision,
+                action=Action.ALERT,
+                reason=(
+                    f"{decision.reason} Not acted on: node {node.name} has named no instance for "
+                    f"{int(waited)}s (spec.providerID is empty); a person must look."
+                ),
+            ),
+            node,
+            live,
+            now,
+            note=_joined(switched, f"node named no instance for {int(waited)}s"),
+            refused=True,
+            waiting_since=waiting_since,
+        )
+    return Admission(
+        WAIT,
+        decision,
+        None,
+        live,
+        now,
+        wait_seconds=settings.lock_wait_poll_seconds,
+        note=_joined(
+            switched,
+            f"node {node.name} names no instance yet (spec.providerID is empty until the cloud "
+            "provider initializes it); reading it again",
         ),
         waiting_since=waiting_since,
     )

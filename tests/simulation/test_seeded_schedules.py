@@ -176,6 +176,13 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
         5000836,
         plan("gpu-fault@26#868258070", "gpu-fault@43#579300896", "condition-flaps@62#106848733"),
     ),
+    # A GPU dead on arrival, reported before the node named its instance (providerID empty): the
+    # execution admitted an instance-less node, and stopped as "replaced" once the cloud
+    # controller set the providerID; the fault was left to nobody. Admit now waits for it.
+    "I2 a GPU dead before the node names its instance": (
+        5,
+        plan("gpu-fault@5#5", "provider-id-late@20#35"),
+    ),
 }
 
 

@@ -87,6 +87,11 @@ IDENTITY_FAULTS = (
     # The instance loses the cluster's ownership tag (kubernetes.io/cluster/<name>): someone
     # re-tagged it, or it was never this cluster's. Just before a reboot or a terminate.
     "instance-untagged",
+    # A Karpenter node joins before its providerID is set (a kubelet registering without
+    # --provider-id; the cloud controller sets it later) with its GPU already bad (dead on
+    # arrival): the same Node object then names an instance it did not name when admitted. The
+    # providerID is set just before the first step that acts on it, or a minute after joining.
+    "provider-id-late",
 )
 FAULT_KINDS = CLUSTER_FAULTS + EVENT_FAULTS + PLATFORM_FAULTS + DROPPED_FAULTS + IDENTITY_FAULTS
 #: How often each kind of :data:`DROPPED_FAULTS` is planned in a schedule.

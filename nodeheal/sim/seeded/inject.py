@@ -156,7 +156,8 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
     kind = fault.kind
     sim.invariants.coverage[kind] += 1
     world = sim.world
-    nodes = sorted(world.nodes)
+    # A node whose providerID is not set yet names no instance: no fault that needs one picks it.
+    nodes = sorted(name for name in world.nodes if name not in world.unnamed_instances)
     if kind in ARMED:
         sim.armed[kind] = sim.armed.get(kind, 0) + 1
         return
@@ -241,6 +242,20 @@ def inject(sim: Simulation, fault: PlannedFault) -> None:
         return
     if kind == "refuse-beside-held":
         _refuse_beside_held(sim, rng)
+        return
+    if kind == "provider-id-late":
+        like = _pick(rng, [n for n in nodes if world.pool_of(world.nodes[n])[0] == "karpenter"])
+        if like is None:
+            return
+        name = world.join_without_provider_id(world.nodes[like])
+        condition_type, status = GPU_CONDITIONS[rng.randrange(2)]
+        world.report_condition(name, condition_type, status, *_fault(condition_type, "replace", rng))
+        sim.invariants.fired[kind] += 1
+
+        def initialize() -> None:
+            world.set_provider_id(name)
+
+        world.at(60, f"the cloud controller sets the providerID of {name}", initialize)
         return
     if kind == "node-replaced-same-name":
         name = _pick(rng, nodes)

@@ -592,6 +592,10 @@ class Simulation:
         for kind, functions in IDENTITY_BEFORE.items():
             if function in functions and self.armed.get(kind):
                 self._change_identity(kind, sim_execution.key[1])
+        node = sim_execution.key[1]
+        if function in ("cordon", "drain", "reboot", "terminate") and self.world.set_provider_id(node):
+            # provider-id-late: the instance is named between admit and the first step acting on it.
+            self.log(f"  provider-id-late: {node.split('.')[0]} now names its instance")
         for kind, functions in LESSER_REASON_BEFORE.items():
             if function not in functions or not self.armed.get(kind):
                 continue
@@ -642,7 +646,9 @@ class Simulation:
             else:
                 self.world.restart_detector(node, condition_type)
         elif how == "node-goes" and node in self.world.nodes:
-            self.world.instances[self.world.instance_of(node)].state = "terminated"
+            instance = self.world.instances.get(self.world.instance_of(node))
+            if instance is not None:
+                instance.state = "terminated"
             self.world.delete_node_object(node)
         elif how == "aborted":
             sim_execution.run.stop("ABORTED", self.clock, "", "aborted while it waited to take the node over")

@@ -145,6 +145,8 @@ class World:
         self.instances: dict[str, Instance] = {}
         #: Nodes whose kubelet is dead: their terminating pods never finish.
         self.dead_kubelets: set[str] = set()
+        #: Node name -> the providerID the cloud controller has not set yet (provider-id-late).
+        self.unnamed_instances: dict[str, str] = {}
         #: Events the steps told, by (namespace, name), as the API server would have stored them.
         self.events: dict[tuple[str, str], JSON] = {}
         #: Each Event stored, with the invocation that told it (the observer's caller), in order.
@@ -267,7 +269,7 @@ class World:
         node = self.nodes.get(name)
         if node is None:
             return ""
-        return str(node["spec"]["providerID"]).rsplit("/", 1)[-1]
+        return str(node["spec"].get("providerID", "")).rsplit("/", 1)[-1]
 
     def condition(self, name: str, condition_type: str) -> JSON | None:
         node = self.nodes.get(name)
@@ -392,6 +394,27 @@ class World:
         for app in ("trainer", "sidecar"):
             self.add_pod(name, app)
         return raw
+
+    def join_without_provider_id(self, like: JSON) -> str:
+        """A node joins ``like``'s pool before its providerID is set: its instance runs, but the
+        Node does not name it yet. Returns its name; :meth:`set_provider_id` names the instance."""
+        name = f"ip-10-0-{self.rng.randrange(1, 250)}-{self.rng.randrange(1, 250)}"
+        if name in self.nodes:
+            name = f"{name}-{self.new_id('')}"
+        raw = self.join_node(name, like)
+        self.unnamed_instances[name] = str(raw["spec"].pop("providerID"))
+        self._touch(raw)
+        return name
+
+    def set_provider_id(self, name: str) -> bool:
+        """The cloud controller sets the providerID of a node that joined without one."""
+        provider_id = self.unnamed_instances.pop(name, None)
+        raw = self.nodes.get(name)
+        if provider_id is None or raw is None:
+            return False
+        raw["spec"]["providerID"] = provider_id
+        self._touch(raw)
+        return True
 
     def person_takes_back(self, name: str) -> bool:
         """A person takes the node back from NodeHeal: uncordons it and removes NodeHeal's taint and
