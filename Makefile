@@ -62,7 +62,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench rbac pin-image simulate soak clean
+.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench rbac pin-image simulate mutate soak clean
 
 help:
 	@echo "make demo   - run the local end-to-end simulation (bootstraps everything)"
@@ -72,7 +72,8 @@ help:
 	@echo "make rbac   - regenerate deploy/rbac/remediator.yaml and fault-injector.yaml from nodeheal/rbac.py"
 	@echo "make pin-image IMAGE=<repo>@sha256:<digest> - pin the exporter image of deploy/exporter-release"
 	@echo "make simulate SEED=n - replay one seeded schedule of the simulation with its trace"
-	@echo "make soak   - run 20,000 seeded schedules against the safety invariants"
+	@echo "make soak   - run 20,000 seeded schedules against the safety invariants, and the mutation gate"
+	@echo "make mutate - require the simulation alone to catch each safety mutant within 2,000 schedules"
 	@echo "make clean  - remove build outputs, caches and the virtualenv $(VENV)"
 	@echo "PYTHON=python3.12 picks the interpreter (3.11 or newer); the nodeheal CLI is $(BIN)/nodeheal"
 
@@ -184,12 +185,21 @@ pin-image: $(VENV)/.installed
 simulate: $(VENV)/.installed
 	@$(BIN)/nodeheal simulate $(if $(SEED),--seed $(SEED),--schedules $${SCHEDULES:-500}) $(if $(PLAN),--plan '$(PLAN)')
 
-# Long runs: the search that finds each fixed defect again without its fix, 20,000 seeded schedules
-# (about half an hour on two cores; SCHEDULES=n to change) and a sample over the DynamoDB ledger in moto.
+# The mutation gate: each safety mutant (tests/simulation/mutants.py) must be caught by the seeded
+# simulation alone within 2,000 schedules; each caught mutant prints its row of the table in
+# docs/simulation-finds-the-safety-defects.md.
+mutate: $(VENV)/.installed
+	$(BIN)/pytest -q -s -p no:cacheprovider -m soak tests/simulation/test_mutation_gate.py
+
+# Long runs: the mutation gate, the search that finds each fixed defect again without its fix,
+# 20,000 seeded schedules (SCHEDULES=n to change; FIRST_SEED=n for a range never run before) and a
+# sample over the DynamoDB ledger in moto. It says how long it took.
 soak: $(VENV)/.installed
-	$(BIN)/pytest -q -p no:cacheprovider -m soak tests/simulation
-	@$(BIN)/nodeheal simulate --schedules $${SCHEDULES:-20000} --first-seed $${FIRST_SEED:-1000000}
-	@$(BIN)/nodeheal simulate --schedules $${MOTO_SCHEDULES:-50} --first-seed 2000000 --ledger dynamodb
+	@started=$$(date +%s); \
+	$(BIN)/pytest -q -s -p no:cacheprovider -m soak tests/simulation && \
+	$(BIN)/nodeheal simulate --schedules $${SCHEDULES:-20000} --first-seed $${FIRST_SEED:-8000000} && \
+	$(BIN)/nodeheal simulate --schedules $${MOTO_SCHEDULES:-50} --first-seed 2000000 --ledger dynamodb; \
+	status=$$?; echo "make soak took $$(( $$(date +%s) - started )) s"; exit $$status
 
 # Everything make created but npm's packages (node_modules): the virtualenvs too, so the next target
 # rebuilds it with the interpreter PYTHON names.
