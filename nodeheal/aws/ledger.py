@@ -73,6 +73,8 @@ class LockResult:
     expires_at: datetime | None
     #: The holder's lock as read after a refused acquisition (None when acquired, or gone meanwhile).
     held_by: LockView | None = None
+    #: When acquired: the lock another execution held until its TTL ran out, which this one took.
+    lapsed: LockView | None = None
 
 
 class Ledger:
@@ -131,6 +133,8 @@ class Ledger:
         if holder is not None and holder.execution == execution:
             return self._renew(cluster, subject, execution, ttl, claim, holder)
         item = self._lock_item(cluster, subject, execution, ttl, claim)
+        if holder is not None and holder.condition_type:
+            item |= {"lapsedFrom": holder.execution, "lapsedConditionType": holder.condition_type}
         try:
             self._client.put_item(
                 TableName=self._table,
@@ -150,7 +154,8 @@ class Ledger:
                 expires_at=held.expires_at if held else None,
                 held_by=held,
             )
-        return LockResult(acquired=True, holder=execution, expires_at=now + ttl)
+        # The write required the item absent or expired: a holder read above had run out its TTL.
+        return LockResult(acquired=True, holder=execution, expires_at=now + ttl, lapsed=holder)
 
     def _renew(
         self,
@@ -165,6 +170,8 @@ class Ledger:
         item["mutated"] = held.mutated
         if held.busy_until is not None:
             item["busyUntil"] = _epoch(held.busy_until)
+        if held.lapsed_from:
+            item |= {"lapsedFrom": held.lapsed_from, "lapsedConditionType": held.lapsed_condition_type}
         if held.contended(self._clock()) and held.contender_until is not None:
             # A renewal does not erase a contender that still waits for the node (D2).
             item |= {
@@ -191,7 +198,9 @@ class Ledger:
                 expires_at=taken.expires_at if taken else None,
                 held_by=taken,
             )
-        return LockResult(acquired=True, holder=execution, expires_at=self._clock() + ttl)
+        return LockResult(
+            acquired=True, holder=execution, expires_at=self._clock() + ttl, lapsed=held.lapsed_view()
+        )
 
     def preempt_lock(
         self,
@@ -384,6 +393,8 @@ class Ledger:
             contender=str(item.get("contender", "")),
             contender_action=Action(str(item.get("contenderAction", Action.NONE.value))),
             contender_until=at("contenderUntil"),
+            lapsed_from=str(item.get("lapsedFrom", "")),
+            lapsed_condition_type=str(item.get("lapsedConditionType", "")),
         )
 
     def held_locks(self, cluster: str) -> list[tuple[str, LockView]]:

@@ -581,6 +581,11 @@ def _take_lock(
     displaced = previous.displaced_json
     lock = ledger.acquire_lock(state.cluster, node.subject, state.execution.name, ttl, claim)
     if lock.acquired:
+        lapsed = lock.lapsed
+        if displaced is None and lapsed is not None and lapsed.condition_type:
+            # Its holder outlived the lock TTL (an outage, a stuck step): it stops superseded at
+            # its next step, so its fault is this execution's to take over if this one's clears.
+            displaced = {"execution": lapsed.execution, "conditionType": lapsed.condition_type}
         return "", displaced
     holder = lock.held_by
     if holder is not None:

@@ -35,6 +35,7 @@ from nodeheal.kube.model import LiveNode
 from nodeheal.timing import MUTATION_BUSY_SECONDS
 from nodeheal.workflow.episode import sightings_on, worse_than
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
+from nodeheal.workflow.scope import out_of_scope
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
 
 #: How long a claimed mutation may still be running (``nodeheal.timing.MUTATION_BUSY_SECONDS``).
@@ -94,10 +95,32 @@ def require_still_bad(state: WorkflowState, node: LiveNode, *, not_ready_counts:
     if not_ready_counts and not node.is_ready:
         # After a failed reboot the node may never have come back: not Ready counts as bad too.
         return
+    if displaced_still_bad(state, node):
+        # This execution took the node from a holder (it preempted it, or the holder's lock ran
+        # out): that holder stopped for it, so its fault, still bad, is this one's to finish (D2).
+        return
     shown = f"{live.status}/{live.reason}" if live else "absent"
     raise ConditionClearedError(
         f"{state.condition_type} is no longer bad on node {node.name} ({shown}); NodeHeal stops "
         "and applies drain.onConditionCleared"
+    )
+
+
+def displaced_still_bad(state: WorkflowState, node: LiveNode) -> bool:
+    """The fault of the holder this execution took the node from is still bad and in scope.
+
+    A holder that loses the node stops at its next step and leaves its fault to the execution
+    that took over; if that one's own fault clears mid-remediation and it stopped too, the other
+    fault would be left to nobody, with no new transition to start anything again."""
+    displaced = (state.step("admission") or {}).get("displaced") or {}
+    condition_type = str(displaced.get("conditionType", ""))
+    if not condition_type or condition_type in (state.condition_type, "Ready"):
+        return False
+    condition = node.condition(condition_type)
+    return (
+        condition is not None
+        and condition.is_bad
+        and not out_of_scope(state.settings.scope, node.labels, condition)
     )
 
 

@@ -48,6 +48,18 @@ class LockView:
     #: A mark past it is stale: the contender ended without taking over (aborted, timed out,
     #: its own fault cleared before it could withdraw), and the holder goes on with its fault.
     contender_until: datetime | None = None
+    #: The execution whose lock ran out when this one took the node, and its condition type: kept
+    #: on the lock, so a re-run of admit still knows whose fault it may have to finish (D2).
+    lapsed_from: str = ""
+    lapsed_condition_type: str = ""
+
+    def lapsed_view(self) -> LockView | None:
+        """The lock that ran out when this one was taken, as far as the lock remembers it."""
+        if not self.lapsed_from:
+            return None
+        return LockView(
+            execution=self.lapsed_from, expires_at=self.expires_at, condition_type=self.lapsed_condition_type
+        )
 
     def contended(self, now: datetime) -> bool:
         """A contender mark is on the lock and still fresh. A mark without an expiry (written

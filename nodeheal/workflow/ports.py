@@ -162,6 +162,10 @@ class LockResultLike(Protocol):
     def holder(self) -> str: ...
     @property
     def held_by(self) -> LockView | None: ...
+    @property
+    def lapsed(self) -> LockView | None:
+        """When acquired: the lock another execution held until its TTL ran out (None if none)."""
+        ...
 
 
 class LedgerPort(Protocol):

@@ -183,6 +183,36 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
         5,
         plan("gpu-fault@5#5", "provider-id-late@20#35"),
     ),
+    # A GPU holder's lock ran out in an outage; a KernelDeadlock execution took the node, and its
+    # own fault cleared mid-drain: it stopped, and the GPU fault it had taken over was left to
+    # nobody. The guard now lets an execution finish the fault of the holder it displaced.
+    "I2 the fault of a holder whose lock ran out": (
+        8000534,
+        plan(
+            "gpu-fault@15#578945433",
+            "message-more-severe@19#455558920",
+            "gpu-fault@48#895288359",
+            "gpu-fault@99#153940869",
+            "gpu-fault@192#676645113",
+            "lock-ttl-expiry@202#934927825",
+            "condition-clears@371#338037224",
+        ),
+    ),
+    # The simulated kubelet registered its node again on an instance NodeHeal had terminated.
+    "I2 only a live kubelet registers again": (
+        8000330,
+        plan("contender-ends@56#317730411", "gpu-fault@177#545771941", "kubelet-re-registers@211#462144694"),
+    ),
+    "I2 a node that joins late and registers again": (
+        8001108,
+        plan(
+            "provider-id-late@62#195993916",
+            "gpu-fault@118#914540295",
+            "fatal-xid-last@132#198066115",
+            "kubelet-re-registers@155#323167129",
+            "gpu-fault@173#357165569",
+        ),
+    ),
 }
 
 

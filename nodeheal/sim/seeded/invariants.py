@@ -456,6 +456,14 @@ class Invariants:
         condition_type = invocation.condition_type
         admitted_uid = str(invocation.admitted.get("uid", ""))
         bad = self._was_bad_during(admitted_uid, condition_type, mutation.node, invocation.started_at)
+        displaced = str(
+            ((((invocation.payload or {}).get("admission") or {}).get("displaced")) or {}).get(
+                "conditionType", ""
+            )
+        )
+        if not bad and displaced and displaced != "Ready":
+            # It took the node from a holder whose fault it finishes (D2): that fault counts.
+            bad = self._was_bad_during(admitted_uid, displaced, mutation.node, invocation.started_at)
         escalation = ((invocation.payload or {}).get("recovery") or {}).get("status") == "failed"
         if not bad and escalation and mutation.kind == "terminate":
             bad = self.sim.world.is_bad(mutation.node, "Ready") or mutation.node not in self.sim.world.nodes

@@ -48,6 +48,7 @@ class LockAnswer:
     acquired: bool
     holder: str
     held_by: LockView | None = None
+    lapsed: LockView | None = None
 
 
 def _no_call(operation: str) -> None:
@@ -117,8 +118,13 @@ class MemoryLedger:
                 "contender_action": held.contender_action,
                 "contender_until": held.contender_until,
             }
+        if held is not None and held.lapsed_from:
+            keep |= {"lapsed_from": held.lapsed_from, "lapsed_condition_type": held.lapsed_condition_type}
+        expired = self.locks.get(subject) if held is None else None
+        if expired is not None and expired.execution != execution and expired.condition_type:
+            keep |= {"lapsed_from": expired.execution, "lapsed_condition_type": expired.condition_type}
         self.locks[subject] = self._view(execution, ttl, claim, **keep)
-        return LockAnswer(True, execution)
+        return LockAnswer(True, execution, lapsed=self.locks[subject].lapsed_view())
 
     def preempt_lock(
         self,

@@ -381,3 +381,21 @@ def test_a_fault_seen_again_past_its_confirmation_time_is_remembered_as_confirme
     assert (kept.execution, kept.seen_at) == ("confirmed", NOW + timedelta(seconds=600))
     # Seen confirmed once, it stays: a later sighting of the same severity changes nothing.
     assert not ledger.remember_sighting("c", INSTANCE, replace(confirmed, seen_at=NOW + timedelta(hours=1)))
+
+
+def test_a_lock_taken_after_its_holder_ran_out_remembers_whose_it_was(subject: Subject) -> None:
+    """Seed 8000534: a GPU holder's lock ran out in an outage, and a KernelDeadlock execution took
+    the node; its admit was retried (a lost race on the budget item), and the retry's renewal no
+    longer knew whose fault it had taken over. The lock keeps it through every renewal."""
+    ledger = subject.ledger
+    assert ledger.acquire_lock("c", INSTANCE, "gpu-holder", TTL, claim(Action.REBOOT)).acquired
+    subject.set_now(NOW + TTL + timedelta(seconds=1))
+    taken = ledger.acquire_lock("c", INSTANCE, "kd", TTL, claim(Action.REPLACE, condition="KernelDeadlock"))
+    assert taken.acquired and taken.lapsed is not None
+    assert (taken.lapsed.execution, taken.lapsed.condition_type) == ("gpu-holder", "GPUProblem")
+    again = ledger.acquire_lock("c", INSTANCE, "kd", TTL, claim(Action.REPLACE, condition="KernelDeadlock"))
+    assert again.acquired and again.lapsed is not None and again.lapsed.execution == "gpu-holder"
+    # A lock taken from nobody remembers nobody.
+    assert ledger.release_lock("c", INSTANCE, "kd")
+    fresh = ledger.acquire_lock("c", INSTANCE, "next", TTL, claim(Action.REBOOT))
+    assert fresh.acquired and fresh.lapsed is None
