@@ -610,7 +610,12 @@ class Simulation:
         if node not in self.world.nodes:
             return
         if kind == "kubelet-re-registers":
-            changed = self.world.reregister_node(node) is not None
+            # Only a running kubelet on a running instance registers its node again.
+            instance = self.world.instances.get(self.world.instance_of(node))
+            alive = (
+                instance is not None and instance.state == "running" and node not in self.world.dead_kubelets
+            )
+            changed = alive and self.world.reregister_node(node) is not None
         elif kind == "person-takes-node-back":
             taken_from = [
                 name
