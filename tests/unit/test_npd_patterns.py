@@ -134,9 +134,9 @@ def test_plugin_problem_when_nvidia_smi_fails_or_hangs(tmp_path: Path) -> None:
     code, out = run_check(
         tmp_path, "echo 'Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error'\nexit 15\n"
     )
-    assert code == 1 and out.startswith("nvidia-smi failed (15): Unable to determine the device handle")
+    assert code == 1 and out.startswith("nvidia-smi error (15): Unable to determine the device handle")
     code, out = run_check(tmp_path, "sleep 5\n", SMI_TIMEOUT="1")
-    assert (code, out) == (1, "nvidia-smi did not answer within 1s")
+    assert (code, out) == (1, "nvidia-smi timed out: no answer within 1s")
 
 
 def test_plugin_reads_expected_count_from_the_pci_bus(tmp_path: Path) -> None:

@@ -1,0 +1,174 @@
+"""NodeHeal's NPD custom plugins run on recorded inputs: a fake nvidia-smi (ping, getent, crictl...)
+on PATH in a temp dir, for the healthy case, the fault, the plugin failing for its own reasons, and
+the probe that never answers.
+
+NPD's protocol (``pkg/custompluginmonitor/plugin/plugin.go``, ``Plugin.run``): exit 0 is OK, 1 is
+NonOK (the condition turns True), anything else Unknown (NodeHeal does not act on it). A plugin NPD
+has to kill at the rule's timeout also reads as Unknown ("Timeout when running plugin"), so each
+plugin bounds its own probe well inside that timeout and still decides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NPD = ROOT / "deploy" / "node-problem-detector"
+
+
+def fake_bin(tmp_path: Path, tools: dict[str, str]) -> Path:
+    """A directory with one executable shell script per tool (name -> body)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in tools.items():
+        tool = bin_dir / name
+        tool.write_text("#!/bin/sh\n" + body)
+        tool.chmod(0o755)
+    return bin_dir
+
+
+def run_plugin(
+    script: str, tmp_path: Path, tools: dict[str, str], timeout: float = 30, **env: str
+) -> tuple[int, str]:
+    bin_dir = fake_bin(tmp_path, tools)
+    environment = {"PATH": f"{bin_dir}:{os.environ['PATH']}", **env}
+    result = subprocess.run(
+        ["/bin/sh", str(NPD / script)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    lines = result.stdout.strip().splitlines()
+    return result.returncode, lines[0] if lines else ""
+
+
+def plugin_monitor(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((NPD / name).read_text())
+    return loaded
+
+
+def script_default(script: str, variable: str) -> int:
+    match = re.search(rf'^{variable}="\$\{{{variable}:-([0-9]+)\}}"$', (NPD / script).read_text(), re.M)
+    assert match, f"{script} has no numeric default for {variable}"
+    return int(match.group(1))
+
+
+def seconds(duration: str) -> int:
+    assert duration.endswith("s") and duration[:-1].isdigit(), duration
+    return int(duration[:-1])
+
+
+# --- check_gpu.sh: nvidia-smi answers, within a bound ----------------------------------------
+
+ONE_GPU = "echo 00000000:3B:00.0\n"
+
+
+def test_gpu_check_healthy(tmp_path: Path) -> None:
+    assert run_plugin("check_gpu.sh", tmp_path, {"nvidia-smi": ONE_GPU}, EXPECTED_GPU_COUNT="1") == (
+        0,
+        "nvidia-smi OK, 1 of 1 GPU(s) present",
+    )
+
+
+def test_gpu_check_tells_an_error_answer_from_no_answer(tmp_path: Path) -> None:
+    # nvidia-smi(1) exit 15: the GPU has fallen off the bus or is otherwise inaccessible.
+    error = "echo 'Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error'\nexit 15\n"
+    code, out = run_plugin("check_gpu.sh", tmp_path, {"nvidia-smi": error})
+    assert (code, out) == (
+        1,
+        "nvidia-smi error (15): Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error",
+    )
+    # exit 9: the driver is not loaded, a GPU fault too (the node's GPUs are unusable).
+    code, out = run_plugin("check_gpu.sh", tmp_path, {"nvidia-smi": "echo 'NVIDIA-SMI has failed'\nexit 9\n"})
+    assert (code, out) == (1, "nvidia-smi error (9): NVIDIA-SMI has failed")
+    code, out = run_plugin("check_gpu.sh", tmp_path, {"nvidia-smi": "sleep 10\n"}, SMI_TIMEOUT="1")
+    assert (code, out) == (1, "nvidia-smi timed out: no answer within 1s")
+
+
+def test_gpu_check_decides_even_when_the_probe_ignores_term(tmp_path: Path) -> None:
+    """A process stuck in the driver does not die on TERM; the kill-after ends it and the plugin
+    still reports the timeout, well before NPD's own timeout would kill the plugin (Unknown)."""
+    wedged = "trap '' TERM\nsleep 20 &\nwait\nwait\n"
+    started = time.monotonic()
+    code, out = run_plugin(
+        "check_gpu.sh", tmp_path, {"nvidia-smi": wedged}, SMI_TIMEOUT="1", SMI_KILL_AFTER="1"
+    )
+    assert (code, out) == (1, "nvidia-smi timed out: no answer within 1s")
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(
+    ("tools", "env", "expected"),
+    [
+        # The binary is missing.
+        ({}, {"NVIDIA_SMI": "nvidia-smi-missing"}, "monitor failed: nvidia-smi not found; cannot check GPUs"),
+        # NVML was not injected into the container (nvidia-smi(1) exit 12).
+        (
+            {
+                "nvidia-smi": 'echo "NVIDIA-SMI couldn\'t find libnvidia-ml.so library in your system."\nexit 12\n'
+            },
+            {},
+            "monitor failed: nvidia-smi could not run (12): NVIDIA-SMI couldn't find libnvidia-ml.so",
+        ),
+        # No permission on the device (exit 4).
+        (
+            {"nvidia-smi": "echo 'Insufficient Permissions'\nexit 4\n"},
+            {},
+            "monitor failed: nvidia-smi could not run (4): Insufficient Permissions",
+        ),
+        # A bad bound in the plugin's own configuration.
+        (
+            {"nvidia-smi": ONE_GPU},
+            {"SMI_TIMEOUT": "thirty"},
+            "monitor misconfigured: SMI_TIMEOUT=thirty SMI_KILL_AFTER=5",
+        ),
+        (
+            {"nvidia-smi": ONE_GPU},
+            {"SMI_TIMEOUT": "0"},
+            "monitor misconfigured: SMI_TIMEOUT=0 SMI_KILL_AFTER=5",
+        ),
+    ],
+    ids=["missing", "no-nvml", "no-permission", "bad-timeout", "zero-timeout"],
+)
+def test_gpu_check_failing_for_its_own_reasons_is_unknown(
+    tmp_path: Path, tools: dict[str, str], env: dict[str, str], expected: str
+) -> None:
+    code, out = run_plugin("check_gpu.sh", tmp_path, tools, **env)
+    assert code == 2
+    assert out.startswith(expected)
+
+
+def test_gpu_check_non_executable_nvidia_smi_is_unknown(tmp_path: Path) -> None:
+    bin_dir = fake_bin(tmp_path, {})
+    smi = bin_dir / "nvidia-smi-noexec"
+    smi.write_text("#!/bin/sh\necho 00000000:3B:00.0\n")
+    smi.chmod(0o644)
+    code, out = run_plugin("check_gpu.sh", tmp_path, {}, NVIDIA_SMI=str(smi))
+    assert code == 2 and out.startswith("monitor failed:"), out
+
+
+@pytest.mark.parametrize(
+    ("monitor", "script", "bounds"),
+    [("gpu-plugin-monitor.json", "check_gpu.sh", ("SMI_TIMEOUT", "SMI_KILL_AFTER"))],
+)
+def test_each_plugin_ends_its_probe_before_npd_kills_it(
+    monitor: str, script: str, bounds: tuple[str, ...]
+) -> None:
+    """The probe's TERM plus KILL bound, with a few seconds for the script itself, fits inside the
+    rule's NPD timeout (the smaller of the rule's and the plugin config's: plugin.go, Plugin.run)."""
+    config = plugin_monitor(monitor)
+    (rule,) = [r for r in config["rules"] if r["path"].endswith(script)]
+    npd_timeout = min(seconds(rule["timeout"]), seconds(config["pluginConfig"]["timeout"]))
+    worst = sum(script_default(script, variable) for variable in bounds)
+    assert worst + 5 <= npd_timeout, (script, worst, npd_timeout)
+    assert npd_timeout < seconds(config["pluginConfig"]["invoke_interval"])
