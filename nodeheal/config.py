@@ -65,6 +65,7 @@ def _frozen(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
 DEFAULT_SCOPE_CONDITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("GPUProblem", ("True",)),
     ("GPUUnavailable", ("True",)),
+    ("GPUDriverZombie", ("True",)),
     ("AcceleratedHardwareReady", ("False",)),
     ("KernelReady", ("False",)),
     ("ContainerRuntimeReady", ("False",)),

@@ -98,6 +98,11 @@ DEFAULT_CONDITION_RULES: Mapping[str, ConditionRule] = MappingProxyType(
         # fewer GPUs than the node advertised. A separate condition so the plugin's periodic
         # status never overwrites the kernel-log monitor's GPUProblem; same two-minute rule.
         "GPUUnavailable": ConditionRule(Action.REPLACE, confirm_seconds=120),
+        # A process in D state or defunct still holding /dev/nvidia* (check_gpu_zombies.sh): the
+        # driver no longer answers it, its GPU memory stays taken and no signal frees it; a reboot
+        # does. Five minutes (five runs of the plugin) first, so a process briefly in D state
+        # inside an ioctl is not a fault.
+        "GPUDriverZombie": ConditionRule(Action.REBOOT, confirm_seconds=300),
         # The node's kernel or disk is wedged; give it ten minutes to clear on its own.
         "KernelDeadlock": ConditionRule(Action.REPLACE, confirm_seconds=600),
         "ReadonlyFilesystem": ConditionRule(Action.REPLACE, confirm_seconds=600),

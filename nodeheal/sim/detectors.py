@@ -98,6 +98,13 @@ CONDITIONS: Mapping[str, Owner] = MappingProxyType(
             "nvidia-smi answers and lists every advertised GPU",
             "deploy/node-problem-detector/gpu-plugin-monitor.json",
         ),
+        "GPUDriverZombie": Owner(
+            Detector.NPD_CUSTOM_PLUGIN,
+            "False",
+            "NoGPUDriverZombies",
+            "no process stuck in D state or defunct holds /dev/nvidia*",
+            "deploy/node-problem-detector/gpu-zombie-monitor.json",
+        ),
         # The agent's managed conditions (cmd/eks-node-monitoring-agent/main.go, conditionConfigs).
         "AcceleratedHardwareReady": Owner(
             Detector.NODE_MONITORING_AGENT,

@@ -79,12 +79,22 @@ def test_xid_code_is_kept_in_the_condition_message() -> None:
 def test_helm_values_embed_the_files_verbatim() -> None:
     values = yaml.safe_load((NPD / "values.yaml").read_text())
     definitions = values["settings"]["custom_monitor_definitions"]
-    for name in ("gpu-monitor.json", "gpu-plugin-monitor.json", "check_gpu.sh"):
+    shipped = sorted(p.name for p in NPD.iterdir() if p.suffix in (".json", ".sh"))
+    assert sorted(definitions) == shipped
+    for name in shipped:
         assert definitions[name].rstrip("\n") == (NPD / name).read_text().rstrip("\n"), name
-    assert "/custom-config/gpu-monitor.json" in values["settings"]["log_monitors"]
-    assert values["settings"]["custom_plugin_monitors"] == ["/custom-config/gpu-plugin-monitor.json"]
-    plugin = monitor("gpu-plugin-monitor.json")
-    assert plugin["rules"][0]["path"] == "/custom-config/check_gpu.sh"
+    # Each monitor is enabled under the list its plugin type belongs to; each plugin script is run.
+    custom = [
+        f"/custom-config/{n}" for n in shipped if n.endswith(".json") and monitor(n)["plugin"] == "custom"
+    ]
+    logs = [
+        f"/custom-config/{n}" for n in shipped if n.endswith(".json") and monitor(n)["plugin"] != "custom"
+    ]
+    assert sorted(values["settings"]["custom_plugin_monitors"]) == sorted(custom)
+    assert set(logs) <= set(values["settings"]["log_monitors"])
+    paths = {rule["path"] for path in custom for rule in monitor(path.rsplit("/", 1)[1])["rules"]}
+    assert paths == {f"/custom-config/{n}" for n in shipped if n.endswith(".sh")}
+    assert monitor("gpu-plugin-monitor.json")["rules"][0]["path"] == "/custom-config/check_gpu.sh"
 
 
 def fake_smi(tmp_path: Path, script: str) -> Path:

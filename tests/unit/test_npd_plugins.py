@@ -63,6 +63,10 @@ def script_default(script: str, variable: str) -> int:
     return int(match.group(1))
 
 
+#: Kill-after seconds written into a script rather than read from a variable.
+KILL_AFTER = {"check_gpu_zombies.sh": 2}
+
+
 def seconds(duration: str) -> int:
     assert duration.endswith("s") and duration[:-1].isdigit(), duration
     return int(duration[:-1])
@@ -159,7 +163,11 @@ def test_gpu_check_non_executable_nvidia_smi_is_unknown(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("monitor", "script", "bounds"),
-    [("gpu-plugin-monitor.json", "check_gpu.sh", ("SMI_TIMEOUT", "SMI_KILL_AFTER"))],
+    [
+        ("gpu-plugin-monitor.json", "check_gpu.sh", ("SMI_TIMEOUT", "SMI_KILL_AFTER")),
+        # 2: the scan's kill-after.
+        ("gpu-zombie-monitor.json", "check_gpu_zombies.sh", ("SCAN_TIMEOUT",)),
+    ],
 )
 def test_each_plugin_ends_its_probe_before_npd_kills_it(
     monitor: str, script: str, bounds: tuple[str, ...]
@@ -169,6 +177,83 @@ def test_each_plugin_ends_its_probe_before_npd_kills_it(
     config = plugin_monitor(monitor)
     (rule,) = [r for r in config["rules"] if r["path"].endswith(script)]
     npd_timeout = min(seconds(rule["timeout"]), seconds(config["pluginConfig"]["timeout"]))
-    worst = sum(script_default(script, variable) for variable in bounds)
+    worst = sum(script_default(script, variable) for variable in bounds) + KILL_AFTER.get(script, 0)
     assert worst + 5 <= npd_timeout, (script, worst, npd_timeout)
     assert npd_timeout < seconds(config["pluginConfig"]["invoke_interval"])
+
+
+# --- check_gpu_zombies.sh: processes stuck on the driver -------------------------------------
+
+
+def fake_proc(root: Path, processes: dict[int, tuple[str, str, list[str], list[str]]]) -> Path:
+    """A /proc with ``pid -> (comm, state, thread states, fd targets)``, laid out as the kernel does:
+    ``stat`` is ``pid (comm) S ...``, ``fd/N`` are symlinks, ``task/TID/stat`` per thread."""
+    for pid, (comm, state, threads, fds) in processes.items():
+        directory = root / str(pid)
+        (directory / "fd").mkdir(parents=True)
+        (directory / "stat").write_text(f"{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560\n")
+        (directory / "comm").write_text(comm + "\n")
+        for index, thread_state in enumerate(threads):
+            task = directory / "task" / str(pid + index + 1)
+            task.mkdir(parents=True)
+            (task / "stat").write_text(f"{pid + index + 1} ({comm}) {thread_state} 1\n")
+        for number, target in enumerate(fds):
+            (directory / "fd" / str(number)).symlink_to(target)
+    return root
+
+
+HEALTHY_PROC = {
+    1: ("systemd", "S", [], ["/dev/null"]),
+    # A training process mid-ioctl is in D state for a moment; sleeping with the GPU open is normal.
+    4123: ("python3", "S", ["R", "S"], ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]),
+    # A process in D state on the disk, with no GPU open, is not this check's fault.
+    777: ("jbd2/nvme0n1p1-8", "D", [], []),
+}
+
+
+def run_zombies(
+    tmp_path: Path, processes: dict[int, tuple[str, str, list[str], list[str]]], **env: str
+) -> tuple[int, str]:
+    proc = fake_proc(tmp_path / "proc", processes)
+    return run_plugin("check_gpu_zombies.sh", tmp_path, {}, PROC_ROOT=str(proc), **env)
+
+
+def test_zombie_check_healthy(tmp_path: Path) -> None:
+    assert run_zombies(tmp_path, HEALTHY_PROC) == (0, "no stuck process holds /dev/nvidia*")
+
+
+def test_zombie_check_finds_a_d_state_process_holding_the_gpu(tmp_path: Path) -> None:
+    stuck = {
+        **HEALTHY_PROC,
+        9001: ("pt_main_thread", "D", [], ["/dev/null", "/dev/nvidia3", "/dev/nvidiactl"]),
+    }
+    assert run_zombies(tmp_path, stuck) == (
+        1,
+        "1 stuck process(es) hold /dev/nvidia*: 9001 pt_main_thread (D)",
+    )
+
+
+def test_zombie_check_finds_a_defunct_leader_whose_thread_holds_the_gpu(tmp_path: Path) -> None:
+    defunct = {**HEALTHY_PROC, 9002: ("python3", "S", ["Z", "D"], ["/dev/nvidia-uvm"])}
+    assert run_zombies(tmp_path, defunct) == (1, "1 stuck process(es) hold /dev/nvidia*: 9002 python3 (Z)")
+
+
+def test_zombie_check_unreadable_proc_is_a_monitor_failure(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    code, out = run_plugin("check_gpu_zombies.sh", tmp_path, {}, PROC_ROOT=str(tmp_path / "empty"))
+    assert (code, out) == (2, f"monitor failed: cannot read {tmp_path / 'empty'}/1/stat (hostPID?)")
+    code, out = run_zombies(tmp_path, HEALTHY_PROC, SCAN_TIMEOUT="soon")
+    assert (code, out) == (2, "monitor misconfigured: SCAN_TIMEOUT=soon")
+
+
+def test_zombie_check_decides_when_the_scan_blocks(tmp_path: Path) -> None:
+    """A /proc entry whose read blocks (here a FIFO nobody writes) stalls the scan: the plugin ends
+    it at SCAN_TIMEOUT and says so, as Unknown, before NPD's timeout would kill the plugin."""
+    proc = fake_proc(tmp_path / "proc", HEALTHY_PROC)
+    blocking = proc / "5000"
+    blocking.mkdir()
+    os.mkfifo(blocking / "stat")
+    started = time.monotonic()
+    code, out = run_plugin("check_gpu_zombies.sh", tmp_path, {}, PROC_ROOT=str(proc), SCAN_TIMEOUT="1")
+    assert (code, out) == (2, "monitor failed: /proc scan did not finish within 1s")
+    assert time.monotonic() - started < 10

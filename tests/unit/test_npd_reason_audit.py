@@ -27,6 +27,7 @@ from nodeheal.config import PolicySettings
 from nodeheal.deploy_config import load_cdk_json
 from nodeheal.policy.catalog import lookup
 from nodeheal.policy.classify import classify
+from nodeheal.sim import detectors
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_MONITOR = ROOT / "deploy" / "node-problem-detector" / "gpu-monitor.json"
@@ -183,3 +184,84 @@ def test_faults_the_policy_ignores_set_no_condition(policy: PolicySettings) -> N
         and verdict(state, policy)[0] is Action.NONE
     }
     assert needless == {}
+
+
+# --- The custom plugin monitors ---------------------------------------------------------------
+#
+# A custom plugin rule has one reason, and the plugin's first stdout line is the message
+# (pkg/custompluginmonitor/custom_plugin_monitor.go, generateStatus, modelled by
+# nodeheal.sim.detectors.npd_custom_plugin). NodeHeal's plugin monitors leave the message-change
+# update off, so a second fault under the same reason keeps the first message: every output a
+# plugin prints for a fault must decide the same way.
+
+NPD_DIR = ROOT / "deploy" / "node-problem-detector"
+
+#: What each shipped plugin prints for each fault it reports (tests/unit/test_npd_plugins.py runs
+#: the plugins to these outputs).
+PLUGIN_FAULTS: dict[str, list[str]] = {
+    "gpu-plugin-monitor.json": [
+        "nvidia-smi timed out: no answer within 30s",
+        "nvidia-smi error (15): Unable to determine the device handle for GPU0000:3B:00.0: Unknown",
+        "nvidia-smi error (9): NVIDIA-SMI has failed because it couldn't communicate with the NVID",
+        "GPU count mismatch: nvidia-smi lists 7, node advertises 8",
+    ],
+    "gpu-zombie-monitor.json": [
+        "1 stuck process(es) hold /dev/nvidia*: 9001 pt_main_thread (D)",
+        "1 stuck process(es) hold /dev/nvidia*: 9002 python3 (Z)",
+    ],
+}
+
+
+def plugin_monitors() -> list[str]:
+    return sorted(
+        p.name for p in NPD_DIR.glob("*.json") if json.loads(p.read_text()).get("plugin") == "custom"
+    )
+
+
+def test_every_plugin_monitor_has_recorded_faults() -> None:
+    assert sorted(PLUGIN_FAULTS) == plugin_monitors()
+
+
+def plugin_verdict(condition: dict[str, Any], policy: PolicySettings) -> tuple[Action, int]:
+    decided = classify(
+        Condition(condition["type"], condition["status"], condition["reason"], condition["message"]),
+        policy.overrides,
+        policy.unknown_action,
+    )
+    return decided.action, decided.confirm_seconds
+
+
+@pytest.mark.parametrize("name", sorted(PLUGIN_FAULTS))
+def test_every_pair_of_plugin_faults_reaches_nodeheal_with_its_own_verdict(
+    name: str, policy: PolicySettings
+) -> None:
+    config = json.loads((NPD_DIR / name).read_text())
+    (default,) = config["conditions"]
+    updates = config["pluginConfig"]["enable_message_change_based_condition_update"]
+    faults = [(rule, output) for rule in config["rules"] for output in PLUGIN_FAULTS[name]]
+    # Each rule's reason is known to the owner table the simulation and `inject` write through.
+    assert detectors.CONDITIONS[default["type"]].reason == default["reason"]
+
+    def run(current: dict[str, Any] | None, rule: dict[str, Any], output: str) -> dict[str, Any]:
+        return detectors.npd_custom_plugin(
+            current,
+            rule["condition"],
+            "True",
+            rule["reason"],
+            output,
+            "2026-01-01T00:00:00Z",
+            default_reason=default["reason"],
+            default_message=default["message"],
+            message_change_updates=updates,
+        )
+
+    collisions = []
+    for (rule_a, first), (rule_b, second) in itertools.permutations(faults, 2):
+        alone = run(None, rule_b, second)
+        after_both = run(run(None, rule_a, first), rule_b, second)
+        assert alone["status"] == "True"
+        if plugin_verdict(after_both, policy) != plugin_verdict(alone, policy):
+            collisions.append(f"{first!r} then {second!r} under {after_both['reason']}")
+        # A fault the policy would ignore must not be reported as a fault at all.
+        assert plugin_verdict(alone, policy)[0] is not Action.NONE, second
+    assert collisions == []
