@@ -66,6 +66,7 @@ DEFAULT_SCOPE_CONDITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("GPUProblem", ("True",)),
     ("GPUUnavailable", ("True",)),
     ("GPUDriverZombie", ("True",)),
+    ("GPUThermalThrottling", ("True",)),
     ("AcceleratedHardwareReady", ("False",)),
     ("KernelReady", ("False",)),
     ("ContainerRuntimeReady", ("False",)),

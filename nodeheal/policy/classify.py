@@ -103,6 +103,11 @@ DEFAULT_CONDITION_RULES: Mapping[str, ConditionRule] = MappingProxyType(
         # does. Five minutes (five runs of the plugin) first, so a process briefly in D state
         # inside an ioctl is not a fault.
         "GPUDriverZombie": ConditionRule(Action.REBOOT, confirm_seconds=300),
+        # A GPU slowed for heat or by the power brake, or above GPU_TEMP_MAX
+        # (check_gpu_thermal.sh): slow, not broken, and the cause is usually outside the node
+        # (cooling, the rack's power) where a new instance may land again. A person should know;
+        # five minutes (about three runs) first, so a burst of heat under a new job is not a page.
+        "GPUThermalThrottling": ConditionRule(Action.ALERT, confirm_seconds=300),
         # The node's kernel or disk is wedged; give it ten minutes to clear on its own.
         "KernelDeadlock": ConditionRule(Action.REPLACE, confirm_seconds=600),
         "ReadonlyFilesystem": ConditionRule(Action.REPLACE, confirm_seconds=600),

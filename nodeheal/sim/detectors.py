@@ -105,6 +105,13 @@ CONDITIONS: Mapping[str, Owner] = MappingProxyType(
             "no process stuck in D state or defunct holds /dev/nvidia*",
             "deploy/node-problem-detector/gpu-zombie-monitor.json",
         ),
+        "GPUThermalThrottling": Owner(
+            Detector.NPD_CUSTOM_PLUGIN,
+            "False",
+            "GPUsNotThrottled",
+            "no GPU is throttled for heat or power or above its temperature bound",
+            "deploy/node-problem-detector/gpu-thermal-monitor.json",
+        ),
         # The agent's managed conditions (cmd/eks-node-monitoring-agent/main.go, conditionConfigs).
         "AcceleratedHardwareReady": Owner(
             Detector.NODE_MONITORING_AGENT,

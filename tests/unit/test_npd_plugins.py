@@ -64,7 +64,7 @@ def script_default(script: str, variable: str) -> int:
 
 
 #: Kill-after seconds written into a script rather than read from a variable.
-KILL_AFTER = {"check_gpu_zombies.sh": 2}
+KILL_AFTER = {"check_gpu_zombies.sh": 2, "check_gpu_thermal.sh": 10}
 
 
 def seconds(duration: str) -> int:
@@ -167,6 +167,8 @@ def test_gpu_check_non_executable_nvidia_smi_is_unknown(tmp_path: Path) -> None:
         ("gpu-plugin-monitor.json", "check_gpu.sh", ("SMI_TIMEOUT", "SMI_KILL_AFTER")),
         # 2: the scan's kill-after.
         ("gpu-zombie-monitor.json", "check_gpu_zombies.sh", ("SCAN_TIMEOUT",)),
+        # Two queries at most (new field names, then the old ones), each TERM + 5 s KILL.
+        ("gpu-thermal-monitor.json", "check_gpu_thermal.sh", ("SMI_TIMEOUT", "SMI_TIMEOUT")),
     ],
 )
 def test_each_plugin_ends_its_probe_before_npd_kills_it(
@@ -257,3 +259,90 @@ def test_zombie_check_decides_when_the_scan_blocks(tmp_path: Path) -> None:
     code, out = run_plugin("check_gpu_zombies.sh", tmp_path, {}, PROC_ROOT=str(proc), SCAN_TIMEOUT="1")
     assert (code, out) == (2, "monitor failed: /proc scan did not finish within 1s")
     assert time.monotonic() - started < 10
+
+
+# --- check_gpu_thermal.sh: temperature and clock event reasons -----------------------------------
+
+#: nvidia-smi --query-gpu=index,temperature.gpu,<reasons> --format=csv,noheader,nounits on an
+#: 8-GPU node, as R535+ prints it (the reasons are "Active" or "Not Active").
+COOL = "".join(f"{i}, {40 + i}, Not Active, Not Active, Not Active\n" for i in range(8))
+HOT = COOL.replace("3, 43, Not Active, Not Active", "3, 91, Active, Not Active")
+BRAKED = COOL.replace("0, 40, Not Active, Not Active, Not Active", "0, 55, Not Active, Not Active, Active")
+#: A driver before the rename rejects the new field names (nvidia-smi exit 2).
+OLD_DRIVER = """case "$*" in
+  *clocks_event_reasons*) echo 'Field "clocks_event_reasons.hw_thermal_slowdown" is not a valid field to query.'; exit 2 ;;
+esac
+cat <<'EOT'
+{rows}EOT
+"""
+
+
+def smi_printing(rows: str) -> str:
+    return f"cat <<'EOT'\n{rows}EOT\n"
+
+
+def test_thermal_check_healthy(tmp_path: Path) -> None:
+    assert run_plugin("check_gpu_thermal.sh", tmp_path, {"nvidia-smi": smi_printing(COOL)}) == (
+        0,
+        "no GPU throttled for heat or power, all below 87C",
+    )
+
+
+def test_thermal_check_finds_a_hot_throttled_gpu_and_the_power_brake(tmp_path: Path) -> None:
+    code, out = run_plugin("check_gpu_thermal.sh", tmp_path, {"nvidia-smi": smi_printing(HOT)})
+    assert (code, out) == (1, "1 GPU(s) throttled or hot; GPU 3: hw-thermal 91C")
+    code, out = run_plugin("check_gpu_thermal.sh", tmp_path, {"nvidia-smi": smi_printing(BRAKED)})
+    assert (code, out) == (1, "1 GPU(s) throttled or hot; GPU 0: power-brake")
+    # Hot without a slowdown yet: the temperature bound alone.
+    code, out = run_plugin(
+        "check_gpu_thermal.sh", tmp_path, {"nvidia-smi": smi_printing(COOL)}, GPU_TEMP_MAX="45"
+    )
+    assert (code, out) == (1, "3 GPU(s) throttled or hot; GPU 5: 45C")
+
+
+def test_thermal_check_reads_the_old_field_names_on_older_drivers(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    old = f'echo "$*" >> {calls}\n' + OLD_DRIVER.replace("{rows}", HOT)
+    code, out = run_plugin("check_gpu_thermal.sh", tmp_path, {"nvidia-smi": old})
+    assert (code, out) == (1, "1 GPU(s) throttled or hot; GPU 3: hw-thermal 91C")
+    first, second = calls.read_text().splitlines()
+    assert "clocks_event_reasons.hw_thermal_slowdown" in first
+    assert "clocks_throttle_reasons.hw_thermal_slowdown" in second
+    assert "clocks_throttle_reasons.hw_power_brake_slowdown" in second
+
+
+def test_thermal_check_unsupported_fields_read_as_not_throttled(tmp_path: Path) -> None:
+    na = "".join(f"{i}, 50, [N/A], [N/A], [N/A]\n" for i in range(2))
+    assert run_plugin("check_gpu_thermal.sh", tmp_path, {"nvidia-smi": smi_printing(na)})[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("tools", "env", "expected"),
+    [
+        ({}, {"NVIDIA_SMI": "nvidia-smi-missing"}, "monitor failed: nvidia-smi not found"),
+        (
+            {"nvidia-smi": smi_printing(COOL)},
+            {"GPU_TEMP_MAX": "hot"},
+            "monitor misconfigured: SMI_TIMEOUT=10 GPU_TEMP_MAX=hot",
+        ),
+        # nvidia-smi answering with an error is GPUUnavailable's to decide, not a thermal fault.
+        (
+            {"nvidia-smi": "echo 'No devices were found'\nexit 6\n"},
+            {},
+            "nvidia-smi could not report temperatures (6): No devices were found",
+        ),
+        # So is one that does not answer: the plugin ends it and says so.
+        (
+            {"nvidia-smi": "trap '' TERM\nsleep 20 &\nwait\nwait\n"},
+            {"SMI_TIMEOUT": "1"},
+            "nvidia-smi timed out (1s); thermal state unknown",
+        ),
+    ],
+    ids=["missing", "bad-config", "smi-error", "smi-timeout"],
+)
+def test_thermal_check_unknown_when_it_cannot_read(
+    tmp_path: Path, tools: dict[str, str], env: dict[str, str], expected: str
+) -> None:
+    code, out = run_plugin("check_gpu_thermal.sh", tmp_path, tools, **env)
+    assert code == 2
+    assert out.startswith(expected)

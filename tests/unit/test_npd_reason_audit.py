@@ -209,6 +209,10 @@ PLUGIN_FAULTS: dict[str, list[str]] = {
         "1 stuck process(es) hold /dev/nvidia*: 9001 pt_main_thread (D)",
         "1 stuck process(es) hold /dev/nvidia*: 9002 python3 (Z)",
     ],
+    "gpu-thermal-monitor.json": [
+        "1 GPU(s) throttled or hot; GPU 3: hw-thermal 91C",
+        "8 GPU(s) throttled or hot; GPU 0: power-brake",
+    ],
 }
 
 
