@@ -78,8 +78,8 @@ def xid_line(xid: int, detail: str) -> str:
 
 def catalog_faults() -> dict[str, str]:
     """Every catalog Xid as the driver logs it, once per text the policy decodes differently
-    (94/95 RST flag, NVLink5 severity, each Xid 154 recovery action), plus the two GPU faults the
-    driver logs without an Xid."""
+    (94/95 RST flag, NVLink5 severity, each Xid 154 recovery action), plus the GPU faults the
+    driver and the kernel log without an Xid (fallen off the bus, the driver failing to load)."""
     faults: dict[str, str] = {}
     for xid in catalog_xids():
         entry = lookup(xid)
@@ -110,6 +110,14 @@ def catalog_faults() -> dict[str, str]:
         "the bus and is not responding to commands."
     )
     faults["rminitadapter-failed"] = "NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x62:0x55:2477)"
+    # The driver failed to load (tests/unit/fixtures/nvidia_kernel_log.txt has more forms).
+    faults["rm-init-adapter-minor"] = "NVRM: GPU 0000:3b:00.0: rm_init_adapter failed, device minor number 0"
+    faults["api-mismatch"] = "NVRM: API mismatch: the client has the version 550.127.05, but"
+    faults["probe-routine-failed"] = "NVRM: The NVIDIA probe routine failed for 1 device(s)."
+    faults["module-unknown-symbol"] = "nvidia: Unknown symbol drm_gem_object_free (err -2)"
+    faults["module-version-magic"] = (
+        "nvidia: version magic '6.1.112 SMP mod_unload ' should be '6.1.115 SMP mod_unload '"
+    )
     return faults
 
 
