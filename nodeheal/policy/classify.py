@@ -108,6 +108,20 @@ DEFAULT_CONDITION_RULES: Mapping[str, ConditionRule] = MappingProxyType(
         # (cooling, the rack's power) where a new instance may land again. A person should know;
         # five minutes (about three runs) first, so a burst of heat under a new job is not a page.
         "GPUThermalThrottling": ConditionRule(Action.ALERT, confirm_seconds=300),
+        # The subnet's router does not answer this node's pings (check_gateway.sh) while the node
+        # still reaches the API server to say so: its own network path (ENI, ENA, the host) is
+        # broken, which a new instance on other hardware fixes, as EC2 stop/start does. Five
+        # minutes first, so a brief loss is not a replacement; a fault every node shares (the
+        # VPC's) is what the breaker and the budgets bound.
+        "GatewayUnreachable": ConditionRule(Action.REPLACE, confirm_seconds=300),
+        # The node does not resolve its configured name (check_dns.sh): almost always the
+        # resolver's fault or the VPC's, which no new node fixes. A person should know, after five
+        # minutes.
+        "DNSUnavailable": ConditionRule(Action.ALERT, confirm_seconds=300),
+        # containerd answers slower than its bound, or not at all (check_runtime.sh): no pod
+        # starts or stops cleanly on the node. A wedged daemon is what a reboot clears; five
+        # minutes first, so a burst of image pulls is not a fault.
+        "ContainerRuntimeUnresponsive": ConditionRule(Action.REBOOT, confirm_seconds=300),
         # The node's kernel or disk is wedged; give it ten minutes to clear on its own.
         "KernelDeadlock": ConditionRule(Action.REPLACE, confirm_seconds=600),
         "ReadonlyFilesystem": ConditionRule(Action.REPLACE, confirm_seconds=600),

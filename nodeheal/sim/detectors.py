@@ -112,6 +112,27 @@ CONDITIONS: Mapping[str, Owner] = MappingProxyType(
             "no GPU is throttled for heat or power or above its temperature bound",
             "deploy/node-problem-detector/gpu-thermal-monitor.json",
         ),
+        "GatewayUnreachable": Owner(
+            Detector.NPD_CUSTOM_PLUGIN,
+            "False",
+            "GatewayReachable",
+            "the default gateway answers ping",
+            "deploy/node-problem-detector/gateway-monitor.json",
+        ),
+        "DNSUnavailable": Owner(
+            Detector.NPD_CUSTOM_PLUGIN,
+            "False",
+            "DNSResolves",
+            "the node resolves the configured name",
+            "deploy/node-problem-detector/dns-monitor.json",
+        ),
+        "ContainerRuntimeUnresponsive": Owner(
+            Detector.NPD_CUSTOM_PLUGIN,
+            "False",
+            "ContainerRuntimeResponsive",
+            "containerd answers on its socket within the bound",
+            "deploy/node-problem-detector/runtime-monitor.json",
+        ),
         # The agent's managed conditions (cmd/eks-node-monitoring-agent/main.go, conditionConfigs).
         "AcceleratedHardwareReady": Owner(
             Detector.NODE_MONITORING_AGENT,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket as sockets
 import subprocess
 import time
 from pathlib import Path
@@ -64,7 +65,14 @@ def script_default(script: str, variable: str) -> int:
 
 
 #: Kill-after seconds written into a script rather than read from a variable.
-KILL_AFTER = {"check_gpu_zombies.sh": 2, "check_gpu_thermal.sh": 10}
+KILL_AFTER = {
+    "check_gpu_zombies.sh": 2,
+    "check_gpu_thermal.sh": 10,
+    "check_dns.sh": 2,
+    # timeout -k 2 10 around ping.
+    "check_gateway.sh": 12,
+    "check_runtime.sh": 2,
+}
 
 
 def seconds(duration: str) -> int:
@@ -169,6 +177,9 @@ def test_gpu_check_non_executable_nvidia_smi_is_unknown(tmp_path: Path) -> None:
         ("gpu-zombie-monitor.json", "check_gpu_zombies.sh", ("SCAN_TIMEOUT",)),
         # Two queries at most (new field names, then the old ones), each TERM + 5 s KILL.
         ("gpu-thermal-monitor.json", "check_gpu_thermal.sh", ("SMI_TIMEOUT", "SMI_TIMEOUT")),
+        ("dns-monitor.json", "check_dns.sh", ("DNS_TIMEOUT",)),
+        ("gateway-monitor.json", "check_gateway.sh", ()),
+        ("runtime-monitor.json", "check_runtime.sh", ("RUNTIME_TIMEOUT",)),
     ],
 )
 def test_each_plugin_ends_its_probe_before_npd_kills_it(
@@ -344,5 +355,195 @@ def test_thermal_check_unknown_when_it_cannot_read(
     tmp_path: Path, tools: dict[str, str], env: dict[str, str], expected: str
 ) -> None:
     code, out = run_plugin("check_gpu_thermal.sh", tmp_path, tools, **env)
+    assert code == 2
+    assert out.startswith(expected)
+
+
+# --- check_gateway.sh: the default gateway answers ping --------------------------------------
+
+#: /proc/net/route of an EKS node: the default route via 172.31.64.1 (little-endian hex), then
+#: the subnet's own route.
+ROUTES = (
+    "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+    "ens5\t00000000\t01401FAC\t0003\t0\t0\t512\t00000000\t0\t0\t0\n"
+    "ens5\t00401FAC\t00000000\t0001\t0\t0\t512\t00F0FFFF\t0\t0\t0\n"
+)
+#: iputils ping's summary, as `ping -n -q -c 3` prints it.
+PING_OK = (
+    'echo "$*" > "$(dirname "$0")/../ping-args"\n'
+    "echo 'PING 172.31.64.1 (172.31.64.1) 56(84) bytes of data.'\n"
+    "echo '3 packets transmitted, 3 received, 0% packet loss, time 2003ms'\n"
+)
+PING_LOST = (
+    "echo 'PING 172.31.64.1 (172.31.64.1) 56(84) bytes of data.'\n"
+    "echo '3 packets transmitted, 0 received, 100% packet loss, time 2040ms'\nexit 1\n"
+)
+
+
+def run_gateway(tmp_path: Path, ping: str | None, routes: str = ROUTES, **env: str) -> tuple[int, str]:
+    route_file = tmp_path / "route"
+    route_file.write_text(routes)
+    tools = {"ping": ping} if ping is not None else {}
+    env.setdefault("PING", "ping")
+    return run_plugin("check_gateway.sh", tmp_path, tools, ROUTE_FILE=str(route_file), **env)
+
+
+def test_gateway_check_healthy_pings_the_default_route(tmp_path: Path) -> None:
+    assert run_gateway(tmp_path, PING_OK) == (0, "gateway 172.31.64.1 answers ping")
+    assert (tmp_path / "ping-args").read_text().split() == [
+        "-n",
+        "-q",
+        "-c",
+        "3",
+        "-W",
+        "2",
+        "-w",
+        "6",
+        "172.31.64.1",
+    ]
+
+
+def test_gateway_check_no_reply_is_the_fault(tmp_path: Path) -> None:
+    assert run_gateway(tmp_path, PING_LOST) == (1, "gateway 172.31.64.1 unreachable: no reply to 3 pings")
+
+
+@pytest.mark.parametrize(
+    ("ping", "routes", "env", "expected"),
+    [
+        (None, ROUTES, {"PING": "ping-missing"}, "monitor failed: ping not found"),
+        # Without NET_RAW (no privileged container, no hostNetwork capability) iputils exits 2.
+        (
+            "echo 'ping: socket: Operation not permitted' >&2\nexit 2\n",
+            ROUTES,
+            {},
+            "monitor failed: ping 172.31.64.1 could not run (2): ping: socket: Operation not permitted",
+        ),
+        (PING_OK, ROUTES.splitlines(keepends=True)[0], {}, "monitor failed: no IPv4 default route in"),
+    ],
+    ids=["missing", "no-net-raw", "no-default-route"],
+)
+def test_gateway_check_failing_for_its_own_reasons_is_unknown(
+    tmp_path: Path, ping: str | None, routes: str, env: dict[str, str], expected: str
+) -> None:
+    code, out = run_gateway(tmp_path, ping, routes, **env)
+    assert code == 2
+    assert out.startswith(expected)
+
+
+def test_gateway_check_decides_when_ping_hangs(tmp_path: Path) -> None:
+    started = time.monotonic()
+    code, out = run_gateway(tmp_path, "trap '' TERM\nsleep 30 &\nwait\nwait\n")
+    assert (code, out) == (2, "monitor failed: ping 172.31.64.1 hung past its 6s deadline")
+    assert time.monotonic() - started < 20
+
+
+# --- check_dns.sh: the configured name resolves ------------------------------------------------
+
+
+def run_dns(tmp_path: Path, getent: str | None, **env: str) -> tuple[int, str]:
+    tools = {"getent": getent} if getent is not None else {}
+    env.setdefault("DNS_CHECK_NAME", "sts.amazonaws.com")
+    env.setdefault("GETENT", "getent")
+    return run_plugin("check_dns.sh", tmp_path, tools, **env)
+
+
+def test_dns_check_healthy(tmp_path: Path) -> None:
+    answer = "echo '52.94.241.129   STREAM sts.amazonaws.com'\n"
+    assert run_dns(tmp_path, answer) == (0, "sts.amazonaws.com resolves")
+
+
+def test_dns_check_tells_a_failed_lookup_from_a_silent_resolver(tmp_path: Path) -> None:
+    # getent(1): exit 2, "One or more supplied key could not be found in the database".
+    assert run_dns(tmp_path, "exit 2\n") == (1, "DNS: sts.amazonaws.com does not resolve")
+    assert run_dns(tmp_path, "trap '' TERM\nsleep 30 &\nwait\nwait\n", DNS_TIMEOUT="1") == (
+        1,
+        "DNS: no answer for sts.amazonaws.com within 1s",
+    )
+
+
+@pytest.mark.parametrize(
+    ("getent", "env", "expected"),
+    [
+        (None, {"GETENT": "getent-missing"}, "monitor failed: getent not found"),
+        ("exit 0\n", {"DNS_CHECK_NAME": ""}, "monitor misconfigured: DNS_CHECK_NAME is not set"),
+        ("exit 0\n", {"DNS_TIMEOUT": "ten"}, "monitor misconfigured: DNS_TIMEOUT=ten"),
+        (
+            "echo 'Unknown database: ahosts' >&2\nexit 1\n",
+            {},
+            "monitor failed: getent could not run (1): Unknown database",
+        ),
+    ],
+    ids=["missing", "no-name", "bad-timeout", "getent-error"],
+)
+def test_dns_check_failing_for_its_own_reasons_is_unknown(
+    tmp_path: Path, getent: str | None, env: dict[str, str], expected: str
+) -> None:
+    code, out = run_dns(tmp_path, getent, **env)
+    assert code == 2
+    assert out.startswith(expected)
+
+
+# --- check_runtime.sh: containerd answers on its socket within a bound ------------------------
+
+
+def run_runtime(tmp_path: Path, ctr: str | None, socket: bool = True, **env: str) -> tuple[int, str]:
+    path = tmp_path / "containerd.sock"
+    listener = None
+    if socket and not path.exists():
+        listener = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+        listener.bind(str(path))
+    tools = {"ctr": ctr} if ctr is not None else {}
+    env.setdefault("CTR", "ctr")
+    try:
+        return run_plugin("check_runtime.sh", tmp_path, tools, RUNTIME_SOCKET=str(path), **env)
+    finally:
+        if listener is not None:
+            listener.close()
+            path.unlink()
+
+
+CTR_VERSION = "echo 'Client:'\necho '  Version:  1.7.27'\necho 'Server:'\necho '  Version:  1.7.27'\n"
+
+
+def test_runtime_check_healthy(tmp_path: Path) -> None:
+    code, out = run_runtime(tmp_path, CTR_VERSION)
+    assert code == 0 and re.fullmatch(r"containerd answered in [0-9]+ ms", out), out
+
+
+def test_runtime_check_slow_refused_and_silent_are_the_fault(tmp_path: Path) -> None:
+    code, out = run_runtime(tmp_path, "sleep 1.3\n" + CTR_VERSION, RUNTIME_SLOW_MS="1000")
+    assert code == 1 and re.fullmatch(r"containerd answered in 1[0-9]{3} ms \(bound 1000 ms\)", out), out
+    refused = (
+        'echo \'ctr: failed to dial "/run/containerd/containerd.sock": connection error: desc = '
+        '"transport: error while dialing: dial unix /run/containerd/containerd.sock: connect: '
+        "connection refused\"' >&2\nexit 1\n"
+    )
+    code, out = run_runtime(tmp_path, refused)
+    assert code == 1 and out.startswith(
+        'containerd not answering (1): ctr: failed to dial "/run/containerd'
+    ), out
+    code, out = run_runtime(tmp_path, "trap '' TERM\nsleep 30 &\nwait\nwait\n", RUNTIME_TIMEOUT="1")
+    assert (code, out) == (1, "containerd did not answer within 1s")
+
+
+@pytest.mark.parametrize(
+    ("ctr", "socket", "env", "expected"),
+    [
+        (None, True, {"CTR": "ctr-missing"}, "monitor failed: ctr not found"),
+        (CTR_VERSION, False, {}, "monitor failed: "),
+        (
+            "echo 'ctr: failed to dial: connect: permission denied' >&2\nexit 1\n",
+            True,
+            {},
+            "monitor failed: no permission on ",
+        ),
+        (CTR_VERSION, True, {"RUNTIME_SLOW_MS": "fast"}, "monitor misconfigured: RUNTIME_SLOW_MS=fast"),
+    ],
+    ids=["missing", "socket-not-mounted", "permission", "bad-bound"],
+)
+def test_runtime_check_failing_for_its_own_reasons_is_unknown(
+    tmp_path: Path, ctr: str | None, socket: bool, env: dict[str, str], expected: str
+) -> None:
+    code, out = run_runtime(tmp_path, ctr, socket, **env)
     assert code == 2
     assert out.startswith(expected)

@@ -221,6 +221,16 @@ PLUGIN_FAULTS: dict[str, list[str]] = {
         "1 GPU(s) throttled or hot; GPU 3: hw-thermal 91C",
         "8 GPU(s) throttled or hot; GPU 0: power-brake",
     ],
+    "gateway-monitor.json": ["gateway 172.31.64.1 unreachable: no reply to 3 pings"],
+    "dns-monitor.json": [
+        "DNS: sts.amazonaws.com does not resolve",
+        "DNS: no answer for sts.amazonaws.com within 10s",
+    ],
+    "runtime-monitor.json": [
+        "containerd answered in 3412 ms (bound 2000 ms)",
+        "containerd did not answer within 15s",
+        'containerd not answering (1): ctr: failed to dial "/run/containerd/containerd.sock": connecti',
+    ],
 }
 
 
