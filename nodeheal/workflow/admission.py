@@ -115,8 +115,10 @@ def _admit(
     previous = _previous_admission(state)
     node = kube.nodes.get(state.node_name)
     if node is None:
+        _give_back(state, ledger, previous)
         return Admission(STOP, None, None, None, now, note="node no longer exists (live re-check)")
     if state.event.node.uid and node.uid != state.event.node.uid:
+        _give_back(state, ledger, previous)
         return Admission(
             STOP,
             None,
@@ -511,15 +513,27 @@ def _stop(
     A contender mark it left on a holder is withdrawn, so the holder carries on with its own fault
     instead of stopping for a successor that never comes (D2). And a read of the whole node healthy
     ends the instance's episode (D19)."""
-    if previous.lock_held:
-        ledger.release_lock(state.cluster, admitted.subject, state.execution.name)
-    if previous.displaced_execution:
-        ledger.withdraw_contention(state.cluster, admitted.subject, state.execution.name)
+    _give_back(state, ledger, previous)
     if episode_over_on(node):
         ended = to_clear(ledger.sightings(state.cluster, admitted.subject), node)
         if ended:
             ledger.clear_sightings(state.cluster, admitted.subject, ended, now)
     return Admission(STOP, None, admitted, live, now, note=note)
+
+
+def _give_back(state: WorkflowState, ledger: LedgerPort, previous: _Previous) -> None:
+    """A stop after an earlier admit of this execution: give back the lock it took to confirm and
+    withdraw a contender mark it left on a holder, under the instance it admitted then. Record
+    outcome cannot: a stop's Admission may name no node, and the event may name no instance (a
+    node that joined before its providerID was set), so Record would look under another key and
+    the lock would stay taken until its TTL."""
+    if previous.node is None:
+        return
+    subject = previous.node.subject
+    if previous.lock_held:
+        ledger.release_lock(state.cluster, subject, state.execution.name)
+    if previous.displaced_execution:
+        ledger.withdraw_contention(state.cluster, subject, state.execution.name)
 
 
 def _displaced_to_take_over(
