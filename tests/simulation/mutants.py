@@ -34,6 +34,9 @@ class Mutant:
     #: The safety check it takes out, as the issue names it.
     check: str
     patches: tuple[Patch, ...]
+    #: The invariants whose promise the check keeps: only a schedule that breaks one of these
+    #: catches the mutant (another invariant broken first may be another layer's doing).
+    invariants: tuple[str, ...] = ()
 
 
 # -- 1-3: the guard's proof that the live node is the admitted one -------------------------------
@@ -146,8 +149,11 @@ def _finalizer_releases_nothing(state: WorkflowState, ledger: LedgerPort, *args:
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         1,
-        "the Node UID comparison in the guard",
-        (Patch(guard, "prove_admitted", _prove_admitted_without(uid=False)),),
+        "the Node UID comparison in the guard (with the taint check, which alone stops every step "
+        "after the cordon on a node registered again; the cordon's patch carries the UID as a "
+        "precondition)",
+        (Patch(guard, "prove_admitted", _prove_admitted_without(uid=False, taint=False)),),
+        invariants=("I1 only the admitted node",),
     ),
     Mutant(
         2,
@@ -158,19 +164,32 @@ MUTANTS: tuple[Mutant, ...] = (
             Patch(guard, "prove_admitted", _prove_admitted_without(instance=False)),
             Patch(admission, "names_no_instance", lambda node: False),
         ),
+        invariants=("I1 only the admitted node",),
     ),
     Mutant(
         3,
         "the taint check after cordon",
         (Patch(guard, "prove_admitted", _prove_admitted_without(taint=False)),),
+        invariants=("I16 a node a person took back is left alone",),
     ),
     Mutant(
         4,
         "the lock claim before every mutation",
         (Patch(guard, "before_mutation", _before_mutation_without_claim),),
+        invariants=("I9 one execution mutates a node at a time",),
     ),
-    Mutant(5, "the EC2 ownership-tag check", (Patch(actions, "verify_ownership", _owns_everything),)),
-    Mutant(6, "the budget verdict", (Patch(admission, "_take_budget_slot", _budget_verdict_ignored),)),
+    Mutant(
+        5,
+        "the EC2 ownership-tag check",
+        (Patch(actions, "verify_ownership", _owns_everything),),
+        invariants=("I1 only the admitted node",),
+    ),
+    Mutant(
+        6,
+        "the budget verdict",
+        (Patch(admission, "_take_budget_slot", _budget_verdict_ignored),),
+        invariants=("I3 budgets",),
+    ),
     Mutant(
         7,
         "the EPISODE# sightings, read and written (the record-based worst fault stays)",
@@ -178,13 +197,20 @@ MUTANTS: tuple[Mutant, ...] = (
             Patch(MemoryLedger, "remember_sighting", _remembers_nothing),
             Patch(MemoryLedger, "sightings", _recalls_nothing),
         ),
+        invariants=("I8 severity only rises", "I13 no fault decided below its severity"),
     ),
     Mutant(
         8,
         "the finalizer's and the sweeper's release",
         (Patch(finalizer, "record_failure", _finalizer_releases_nothing),),
+        invariants=("I4 every execution accounted for",),
     ),
-    Mutant(9, "refuse decided before the holds", REVERTS["refuse before the holds"]),
+    Mutant(
+        9,
+        "refuse decided before the holds",
+        REVERTS["refuse before the holds"],
+        invariants=("I14 refuse evicts nothing",),
+    ),
 )
 
 __all__ = ["MUTANTS", "Mutant"]

@@ -79,7 +79,7 @@ DROPPED_FAULTS = (
 IDENTITY_FAULTS = (
     # The kubelet re-registers the Node (its object was deleted while it ran): same name and
     # instance, a new UID, NodeHeal's taint gone; NPD posts its conditions again as they were.
-    # Just before a cordon.
+    # Just before a cordon or a drain round.
     "kubelet-re-registers",
     # A person takes the node back: uncordons it and removes NodeHeal's taint. Just before a
     # drain round, a reboot or a terminate.

@@ -48,7 +48,7 @@ ARMED = frozenset(
 )
 #: The functions each identity fault fires before, on the execution's own node.
 IDENTITY_BEFORE = {
-    "kubelet-re-registers": ("cordon",),
+    "kubelet-re-registers": ("cordon", "drain"),
     "person-takes-node-back": ("drain", "reboot", "terminate"),
     "instance-untagged": ("reboot", "terminate"),
 }
