@@ -122,6 +122,23 @@ DEFAULT_CONDITION_RULES: Mapping[str, ConditionRule] = MappingProxyType(
         # starts or stops cleanly on the node. A wedged daemon is what a reboot clears; five
         # minutes first, so a burst of image pulls is not a fault.
         "ContainerRuntimeUnresponsive": ConditionRule(Action.REBOOT, confirm_seconds=300),
+        # The kernel log monitors' conditions below never return to False until NPD restarts (a
+        # reboot), so a confirmation time would only delay: each acts on the line itself.
+        # NPD's stock kernel monitor: XFS shut a filesystem down after an I/O or metadata error
+        # (the EKS AL2023 AMIs' root is XFS): the node cannot write; a new one can.
+        "XfsShutdown": ConditionRule(Action.REPLACE, confirm_seconds=0),
+        # NPD's stock kernel monitor: the firmware reported a fatal hardware error (CPER): the
+        # host's hardware, which only different hardware fixes.
+        "CperHardwareErrorFatal": ConditionRule(Action.REPLACE, confirm_seconds=0),
+        # NodeHeal's node-monitor.json: a soft or hard CPU lockup or an RCU stall. The kernel
+        # that reported it stays suspect until it restarts; a reboot is the cheapest remedy.
+        "CPUStuck": ConditionRule(Action.REBOOT, confirm_seconds=0),
+        # An uncorrectable host memory error (EDAC UE): the DIMM is failing; new hardware.
+        "MemoryUncorrectable": ConditionRule(Action.REPLACE, confirm_seconds=0),
+        # An NVMe controller (EBS or instance store) timed out into a reset or went down.
+        "DiskUnresponsive": ConditionRule(Action.REPLACE, confirm_seconds=0),
+        # XFS or ext4 found corrupt metadata: nothing on the node repairs a mounted filesystem.
+        "FilesystemCorrupted": ConditionRule(Action.REPLACE, confirm_seconds=0),
         # The node's kernel or disk is wedged; give it ten minutes to clear on its own.
         "KernelDeadlock": ConditionRule(Action.REPLACE, confirm_seconds=600),
         "ReadonlyFilesystem": ConditionRule(Action.REPLACE, confirm_seconds=600),

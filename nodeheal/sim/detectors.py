@@ -133,6 +133,48 @@ CONDITIONS: Mapping[str, Owner] = MappingProxyType(
             "containerd answers on its socket within the bound",
             "deploy/node-problem-detector/runtime-monitor.json",
         ),
+        "XfsShutdown": Owner(
+            Detector.NPD_LOG_MONITOR,
+            "False",
+            "XfsHasNotShutDown",
+            "XFS has not shutdown",
+            "NPD config/kernel-monitor.json",
+        ),
+        "CperHardwareErrorFatal": Owner(
+            Detector.NPD_LOG_MONITOR,
+            "False",
+            "CperHardwareHasNoFatalError",
+            "UEFI CPER has no fatal error",
+            "NPD config/kernel-monitor.json",
+        ),
+        "CPUStuck": Owner(
+            Detector.NPD_LOG_MONITOR,
+            "False",
+            "CPUsResponsive",
+            "no CPU lockup or RCU stall seen in the kernel log",
+            "deploy/node-problem-detector/node-monitor.json",
+        ),
+        "MemoryUncorrectable": Owner(
+            Detector.NPD_LOG_MONITOR,
+            "False",
+            "NoUncorrectableMemoryError",
+            "no uncorrectable memory error seen in the kernel log",
+            "deploy/node-problem-detector/node-monitor.json",
+        ),
+        "DiskUnresponsive": Owner(
+            Detector.NPD_LOG_MONITOR,
+            "False",
+            "DisksResponsive",
+            "no NVMe controller reset or failure seen in the kernel log",
+            "deploy/node-problem-detector/node-monitor.json",
+        ),
+        "FilesystemCorrupted": Owner(
+            Detector.NPD_LOG_MONITOR,
+            "False",
+            "NoFilesystemCorruption",
+            "no filesystem corruption seen in the kernel log",
+            "deploy/node-problem-detector/node-monitor.json",
+        ),
         # The agent's managed conditions (cmd/eks-node-monitoring-agent/main.go, conditionConfigs).
         "AcceleratedHardwareReady": Owner(
             Detector.NODE_MONITORING_AGENT,

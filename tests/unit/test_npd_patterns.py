@@ -173,3 +173,43 @@ def test_plugin_unknown_without_nvidia_smi(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2
+
+
+NODE_FIXTURES = Path(__file__).parent / "fixtures" / "node_kernel_log.txt"
+
+
+def node_fixtures() -> list[tuple[str, str]]:
+    cases = []
+    for raw in NODE_FIXTURES.read_text().splitlines():
+        if raw.strip() and not raw.startswith("#"):
+            expected, line = (part.strip() for part in raw.split("|", 1))
+            cases.append((expected, line))
+    return cases
+
+
+def classify_node_line(line: str) -> str:
+    for rule in monitor("node-monitor.json")["rules"]:
+        if re.search(f"(?:{rule['pattern']})\\Z", line):
+            return rule["reason"] if rule["type"] == "permanent" else f"event:{rule['reason']}"
+    return "-"
+
+
+@pytest.mark.parametrize(("expected", "line"), node_fixtures(), ids=lambda value: value[:60])
+def test_node_kernel_log_line_is_classified(expected: str, line: str) -> None:
+    assert classify_node_line(line) == expected
+
+
+def test_every_node_rule_is_exercised_and_re2_compatible_and_its_condition_declared() -> None:
+    config = monitor("node-monitor.json")
+    reasons = {expected for expected, _ in node_fixtures()}
+    declared = {condition["type"] for condition in config["conditions"]}
+    for rule in config["rules"]:
+        key = rule["reason"] if rule["type"] == "permanent" else f"event:{rule['reason']}"
+        assert key in reasons, f"no fixture line for rule {rule['reason']}"
+        assert not _NOT_RE2.search(rule["pattern"]), rule["pattern"]
+        if rule["type"] == "permanent":
+            assert rule["condition"] in declared
+    # NPD's stock monitors keep their own conditions; NodeHeal's monitor never writes one of them.
+    assert declared.isdisjoint(
+        {"KernelDeadlock", "ReadonlyFilesystem", "XfsShutdown", "CperHardwareErrorFatal"}
+    )

@@ -287,3 +287,79 @@ def test_every_pair_of_plugin_faults_reaches_nodeheal_with_its_own_verdict(
         # A fault the policy would ignore must not be reported as a fault at all.
         assert plugin_verdict(alone, policy)[0] is not Action.NONE, second
     assert collisions == []
+
+
+# --- NodeHeal's node log monitor (CPU, memory, disk, filesystem) --------------------------------
+
+NODE_MONITOR = NPD_DIR / "node-monitor.json"
+NODE_FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "node_kernel_log.txt"
+
+
+def node_faults() -> list[str]:
+    return [
+        raw.split("|", 1)[1].strip()
+        for raw in NODE_FIXTURES.read_text().splitlines()
+        if raw.strip() and not raw.startswith("#") and not raw.startswith("-")
+    ]
+
+
+def after_node_line(conditions: dict[str, NpdCondition], line: str) -> dict[str, NpdCondition]:
+    """``parseLog``/``generateStatus`` for one line, over every condition of the monitor."""
+    config = json.loads(NODE_MONITOR.read_text())
+    conditions = dict(conditions)
+    for rule in config["rules"]:
+        match = re.search(f"(?:{rule['pattern']})\\Z", line)
+        if match is None or rule["type"] != "permanent":
+            continue
+        current = conditions[rule["condition"]]
+        if current.status == "False" or current.reason != rule["reason"]:
+            conditions[rule["condition"]] = NpdCondition("True", rule["reason"], match.group(0))
+        else:
+            conditions[rule["condition"]] = replace(current, status="True")
+    return conditions
+
+
+def node_initial() -> dict[str, NpdCondition]:
+    config = json.loads(NODE_MONITOR.read_text())
+    return {c["type"]: NpdCondition("False", c["reason"], c["message"]) for c in config["conditions"]}
+
+
+def node_verdicts(
+    conditions: dict[str, NpdCondition], policy: PolicySettings
+) -> dict[str, tuple[Action, int]]:
+    verdicts = {}
+    for condition_type, state in conditions.items():
+        decided = classify(
+            Condition(condition_type, state.status, state.reason, state.message),
+            policy.overrides,
+            policy.unknown_action,
+        )
+        verdicts[condition_type] = (decided.action, decided.confirm_seconds)
+    return verdicts
+
+
+def test_every_pair_of_node_faults_reaches_nodeheal_with_its_own_verdict(policy: PolicySettings) -> None:
+    faults = node_faults()
+    assert len(faults) >= 10
+    collisions = []
+    for first, second in itertools.permutations(faults, 2):
+        alone = after_node_line(node_initial(), second)
+        both = after_node_line(after_node_line(node_initial(), first), second)
+        for condition_type, state in alone.items():
+            if state.status != "True":
+                continue
+            if node_verdicts(both, policy)[condition_type] != node_verdicts(alone, policy)[condition_type]:
+                collisions.append(f"{first!r} then {second!r} on {condition_type}")
+    assert collisions == []
+
+
+def test_every_node_fault_sets_a_condition_nodeheal_acts_on(policy: PolicySettings) -> None:
+    for line in node_faults():
+        alone = after_node_line(node_initial(), line)
+        bad = {t: s for t, s in alone.items() if s.status == "True"}
+        if not bad:
+            continue  # a temporary rule: an Event only
+        ((condition_type, _),) = bad.items()
+        action, _ = node_verdicts(alone, policy)[condition_type]
+        assert action is not Action.NONE, line
+        assert detectors.CONDITIONS[condition_type].detector is detectors.Detector.NPD_LOG_MONITOR
