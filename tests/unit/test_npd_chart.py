@@ -9,6 +9,14 @@ because there is no helm on this machine to render it:
 * ``Chart.yaml`` appVersion per chart version: the NPD image the chart was released with.
 * The charts are published as OCI artifacts at ``oci://ghcr.io/deliveryhero/helm-charts`` since
   deliveryhero/helm-charts#612.
+* Chart 2.4.1 (commit a0b62790c2bdcdb6a17cb2dae159e1901df0ef0f), ``templates/*.yaml``: the values
+  it reads (:data:`CHART_VALUES`); ``daemonset.yaml`` sets the pod's ``hostNetwork``, ``hostPID``
+  and ``dnsPolicy`` from the values of those names, appends ``extraVolumes`` and
+  ``extraVolumeMounts`` to its own (``log`` at ``/var/log/``, ``custom-config``), and its
+  ``values.yaml`` defaults ``securityContext`` to ``privileged: true``, which gives the container
+  the host's devices (``/dev/kmsg``, ``/dev/nvidia*``) and every capability (``NET_RAW`` for ping).
+* The NPD v1.35.1 image (its ``Dockerfile``: debian-base plus util-linux, bash, libsystemd-dev)
+  has ``timeout``, ``getent``, ``date``, but no ``ping`` and no ``ctr``.
 """
 
 from __future__ import annotations
@@ -93,3 +101,69 @@ def test_the_command_reader_finds_unpinned_and_non_oci_commands(tmp_path: Path) 
     assert OCI_CHART not in command
     with pytest.raises(AssertionError, match="no --version"):
         pinned_version(command)
+
+
+#: Top-level values chart 2.4.1's templates read (``git grep -o '.Values.[A-Za-z_]*' templates``).
+CHART_VALUES = frozenset(
+    [
+        "affinity",
+        "annotations",
+        "dnsConfig",
+        "dnsPolicy",
+        "env",
+        "extraContainers",
+        "extraVolumeMounts",
+        "extraVolumes",
+        "fullnameOverride",
+        "hostNetwork",
+        "hostPID",
+        "hostUsers",
+        "image",
+        "imagePullSecrets",
+        "initContainers",
+        "labels",
+        "logDir",
+        "maxUnavailable",
+        "metrics",
+        "nameOverride",
+        "nodeSelector",
+        "priorityClassName",
+        "rbac",
+        "resizePolicy",
+        "resources",
+        "securityContext",
+        "serviceAccount",
+        "settings",
+        "tolerations",
+        "updateStrategy",
+        "volume",
+    ]
+)
+
+
+def test_every_value_we_set_is_one_the_pinned_chart_reads() -> None:
+    (version,) = {pinned_version(c) for c in helm_commands(ROOT / "README.md")}
+    assert version == "2.4.1", "CHART_VALUES was read from chart 2.4.1: read it again for the new pin"
+    values = yaml.safe_load(VALUES.read_text())
+    assert set(values) <= CHART_VALUES, set(values) - CHART_VALUES
+
+
+def test_the_daemonset_gets_what_the_detectors_need() -> None:
+    values = yaml.safe_load(VALUES.read_text())
+    # ping and the node's resolver (check_gateway.sh, check_dns.sh).
+    assert values["hostNetwork"] is True and values["dnsPolicy"] == "Default"
+    # The host's processes in /proc (check_gpu_zombies.sh).
+    assert values["hostPID"] is True
+    # Devices and NET_RAW: the chart's default privileged securityContext, not overridden away.
+    assert "securityContext" not in values or values["securityContext"].get("privileged") is True
+    mounts = {m["name"]: m["mountPath"] for m in values["extraVolumeMounts"]}
+    volumes = {v["name"]: v["hostPath"] for v in values["extraVolumes"]}
+    assert set(mounts) == set(volumes)
+    # containerd's socket directory (not the socket file, which a restart replaces) and the
+    # node's ctr and ping, on the plugins' PATH.
+    assert volumes["containerd-socket"] == {"path": "/run/containerd", "type": "Directory"}
+    assert mounts["containerd-socket"] == "/run/containerd"
+    assert mounts["host-ctr"] == "/usr/local/bin/ctr" and volumes["host-ctr"]["path"] == "/usr/bin/ctr"
+    assert mounts["host-ping"] == "/usr/local/bin/ping" and volumes["host-ping"]["path"] == "/usr/bin/ping"
+    env = {e["name"]: e["value"] for e in values["env"]}
+    assert env["DNS_CHECK_NAME"] and env["NVIDIA_VISIBLE_DEVICES"] == "all"
