@@ -21,6 +21,9 @@ from typing import Any
 
 import pytest
 
+from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
+from nodeheal.sim.detectors import CONDITIONS, Detector
+
 ROOT = Path(__file__).resolve().parents[2]
 NPD = ROOT / "deploy" / "node-problem-detector"
 
@@ -547,3 +550,25 @@ def test_runtime_check_failing_for_its_own_reasons_is_unknown(
     code, out = run_runtime(tmp_path, ctr, socket, **env)
     assert code == 2
     assert out.startswith(expected)
+
+
+# --- The docs list every detector with its default ---------------------------------------------
+
+
+def test_every_npd_condition_is_in_the_detector_table_and_the_readme_with_its_default() -> None:
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    table = operations[operations.index("#### The detectors, their cost and their decision") :]
+    table = table[: table.index("\n\n", table.index("| condition (reason)"))]
+    readme = (ROOT / "README.md").read_text()
+    npd = (Detector.NPD_LOG_MONITOR, Detector.NPD_CUSTOM_PLUGIN)
+    for condition_type, owner in CONDITIONS.items():
+        if owner.detector not in npd:
+            continue
+        rule = DEFAULT_CONDITION_RULES[condition_type]
+        rows = [line for line in table.splitlines() if f"`{condition_type}`" in line]
+        assert rows, f"{condition_type} is not in operations.md's detector table"
+        assert any(rule.action.value in row for row in rows), (condition_type, rule.action.value)
+        readme_rows = [
+            line for line in readme.splitlines() if line.startswith("|") and f"`{condition_type}`" in line
+        ]
+        assert any(f"| {rule.action.value}" in row for row in readme_rows), condition_type
