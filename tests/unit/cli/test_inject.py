@@ -12,6 +12,7 @@ import pytest
 from moto import mock_aws
 
 from nodeheal.commands.inject import XID_REASONS, xid_message
+from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
 from nodeheal.policy.signals import xids_in_message
 from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node
 from tests.unit.cli.conftest import Result, kubeconfig
@@ -223,3 +224,32 @@ def test_xids_npd_only_records_as_events_are_not_in_the_table() -> None:
         message = xid_message(xid)
         assert any(re.fullmatch(r["pattern"], message) for r in temporary)
         assert xid not in XID_REASONS
+
+
+def npd_rules() -> list[tuple[str, str]]:
+    """(condition, reason) of every permanent rule in the shipped NPD monitors."""
+    directory = Path(__file__).resolve().parents[3] / "deploy" / "node-problem-detector"
+    found = set()
+    for path in directory.glob("*.json"):
+        for rule in json.loads(path.read_text())["rules"]:
+            if rule["type"] == "permanent":
+                found.add((rule["condition"], rule["reason"]))
+    return sorted(found)
+
+
+@pytest.mark.parametrize(("condition_type", "reason"), npd_rules(), ids=lambda value: value)
+def test_via_condition_raises_every_condition_the_shipped_detectors_set(
+    cli: Cli, server: FakeKubeApiServer, config: str, condition_type: str, reason: str
+) -> None:
+    result = cli(
+        "inject", "--cluster", "sim", "--node", NODE, "--kubeconfig", config, "--yes", "--json",
+        "--via", "condition", "--condition", condition_type, "--status", "True", "--reason", reason,
+        "--message", "injected by the test",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    raised = condition(server, NODE, condition_type)
+    assert raised is not None and (raised["status"], raised["reason"]) == ("True", reason)
+    # The built-in defaults' mode is dry-run: the planned action is the rule's, nothing is done.
+    decision = json.loads(result.out)["decision"]
+    rule = DEFAULT_CONDITION_RULES[condition_type]
+    assert decision["plannedAction"] == rule.action.value, decision
