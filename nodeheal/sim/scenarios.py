@@ -22,6 +22,7 @@ from nodeheal.events import cluster_source
 from nodeheal.kube.model import UNHEALTHY_TAINT_KEY
 from nodeheal.sim.cluster import (
     DCGM_ERROR,
+    GATEWAY_UNREACHABLE,
     NOTEBOOK_NAMESPACE,
     XID_48,
     XID_63,
@@ -320,6 +321,37 @@ def _xid79_check(run: ScenarioRun) -> None:
             pods == run.facts["pods"], f"pods on {short_node(node)} changed: {run.facts['pods']} -> {pods}"
         )
         run.expect_notifications(severities)
+
+
+#: The demo's confirmation for GatewayUnreachable: the default (five minutes, so a brief loss is
+#: not a replacement) is what a deployment waits; the demo shows the same path in seconds.
+GATEWAY_DEMO_CONFIRM_SECONDS = 5
+
+
+def _gateway_check(run: ScenarioRun) -> None:
+    """From the condition to its decision: the gateway rule of the policy, confirmed, then replace."""
+    node, instance = run.subject, run.facts["instance"]
+    record = run.only_record(node)
+    run.expect_executions(1)
+    if record is None:
+        return
+    run.expected = (
+        "expected for a gateway that stays unreachable: the condition confirmed for "
+        f"{GATEWAY_DEMO_CONFIRM_SECONDS} s, then replace: the worker evicted, the instance "
+        "terminated, a new node"
+    )
+    run.expect(
+        record.signal == "condition:GatewayUnreachable",
+        f"decided by {record.signal!r}, expected the GatewayUnreachable condition rule",
+    )
+    run.expect(record.xid is None, f"record has xid {record.xid}")
+    run.expect(
+        record.planned_action is Action.REPLACE, f"planned {record.planned_action.value}, expected replace"
+    )
+    run.expect_outcome(record, Outcome.REPLACED)
+    run.expect_replaced(node, instance)
+    run.expect_workload_running()
+    run.expect_notifications(["info"])
 
 
 def _no_action_play(fault: Fault) -> Callable[[ScenarioRun], None]:
@@ -1048,6 +1080,23 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "xid48", "Xid 48 (double-bit ECC) -> reboot, recovers, uncordoned", _xid48_play, _xid48_check
+        ),
+        Scenario(
+            "gateway-unreachable",
+            "default gateway unreachable (NPD check_gateway.sh) -> confirmed, cordon, drain, terminate, "
+            "Karpenter replaces",
+            _replace_play(GATEWAY_UNREACHABLE),
+            _gateway_check,
+            context={
+                "policy": {
+                    "conditionRules": {
+                        "GatewayUnreachable": {
+                            "action": "replace",
+                            "confirmSeconds": GATEWAY_DEMO_CONFIRM_SECONDS,
+                        }
+                    }
+                }
+            },
         ),
         Scenario(
             "xid48-repeat",

@@ -331,3 +331,19 @@ def test_api_server_outage_is_ridden_out_by_the_exporter_and_fails_the_workflow_
         p.detail["node"]["name"] == first and p.detail["condition"]["status"] == "True"
         for p in run.pipeline.publications
     )
+
+
+def test_a_gateway_unreachable_goes_from_the_condition_to_its_decision(play) -> None:
+    """A network fault NodeHeal's NPD plugin reports: GatewayUnreachable, decided by its condition
+    rule after its confirmation, the node replaced."""
+    run = play("gateway-unreachable")
+
+    assert run.problems == []
+    kinds = kinds_in_order(run)
+    path = ["fault", "transition", "published", "matched", "started", "decision", "cordoned", "terminated"]
+    positions = [kinds.index(kind) for kind in path]
+    assert positions == sorted(positions), kinds
+    (record,) = run.pipeline.records(run.subject)
+    assert record.execution.startswith(f"training-on-eks-{short_node(run.subject)}-GatewayUnreachable-")
+    assert "GatewayUnreachable=True (reason GatewayNotAnswering)" in record.reason
+    assert "once it has stayed bad for 5 s" in record.reason
