@@ -8,6 +8,7 @@ This module is the one place that knows those keys.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -130,7 +131,7 @@ class WorkflowState:
             received_at=parse_timestamp(received_raw, "receivedAt") if received_raw else None,
             # Checked against the timing rules when deployed; a run started by an earlier
             # deployment must still finish (and release its lock) under newer rules.
-            settings=RemediationSettings.from_json(payload.get("settings"), check_timing=False),
+            settings=_settings_of(payload.get("settings")),
             execution=ExecutionInfo(
                 name=str(execution_raw.get("name", "")),
                 arn=str(execution_raw.get("id", "")),
@@ -138,3 +139,27 @@ class WorkflowState:
             ),
             raw=payload,
         )
+
+
+#: Settings already read, by their JSON text: every step of every execution carries the deployed
+#: settings, and reading them is most of what parsing the state costs (a warm Lambda, the
+#: simulation). RemediationSettings is frozen; a few entries cover a deployment and its last one.
+_READ_SETTINGS: dict[str, RemediationSettings] = {}
+_READ_SETTINGS_KEPT = 8
+
+
+def _settings_of(raw: Any) -> RemediationSettings:
+    """``RemediationSettings.from_json`` of the state's settings, read once per distinct value.
+    Checked against the timing rules when deployed; a run started by an earlier deployment must
+    still finish (and release its lock) under newer rules, so they are not checked here."""
+    try:
+        key = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return RemediationSettings.from_json(raw, check_timing=False)  # its own clear error
+    settings = _READ_SETTINGS.get(key)
+    if settings is None:
+        settings = RemediationSettings.from_json(raw, check_timing=False)
+        if len(_READ_SETTINGS) >= _READ_SETTINGS_KEPT:
+            _READ_SETTINGS.pop(next(iter(_READ_SETTINGS)))
+        _READ_SETTINGS[key] = settings
+    return settings
