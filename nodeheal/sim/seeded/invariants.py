@@ -125,8 +125,11 @@ class Invariants:
         self._refused_at_start: dict[int, list[str]] = {}
         #: Execution -> the outcome its Record step returned (I15).
         self._recorded_by_step: dict[str, str] = {}
-        #: Node name -> (resourceVersion, uid, its bad conditions): a node is rescanned when it changes.
-        self._node_scans: dict[str, tuple[str, str, list[tuple[tuple[str, str, str], Any, Episode]]]] = {}
+        #: Node name -> (resourceVersion, uid, its bad conditions, wholly healthy): a node is
+        #: rescanned when it changes.
+        self._node_scans: dict[
+            str, tuple[str, str, list[tuple[tuple[str, str, str], Any, Episode]], bool]
+        ] = {}
         #: (start, duration) of outages: nothing of NodeHeal runs then, so I2's clock stops.
         self.outages: list[tuple[datetime, timedelta]] = []
         #: How many of the world's told Events E1 has checked.
@@ -748,14 +751,19 @@ class Invariants:
             rv = str(node["metadata"].get("resourceVersion", ""))
             cached = self._node_scans.get(name)
             if cached is None or cached[0] != rv or cached[1] != node["metadata"]["uid"]:
-                cached = (rv, node["metadata"]["uid"], self._scan(name, node, now))
+                cached = (
+                    rv,
+                    node["metadata"]["uid"],
+                    self._scan(name, node, now),
+                    self._wholly_healthy(node),
+                )
                 self._node_scans[name] = cached
-            bad = cached[2]
+            bad, healthy = cached[2], cached[3]
             instance = world.instance_of(name)
             episode_key = self._episode_of(node, instance)
             for key, _, _ in bad:
                 live.add(key)
-            if self._wholly_healthy(node):
+            if healthy:
                 # The world's episode is over (NodeHeal may not have read it yet, and then holds
                 # on to the worse decision: never a violation of I8, which only looks down).
                 self._seen_worst.pop(episode_key, None)
