@@ -217,6 +217,32 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
     # which joined before its providerID was set, so its event named no instance. Admit's "node no
     # longer exists" stop left the lock to Record outcome, which looked under the event's key.
     "I4 a stop gives back the lock it took to confirm": (9002126, None),
+    # The oracle's own defect: a waiting contender admitted afresh right after a person took the
+    # node back, at the same instant (the clock moves only on a wait); I16 compared clocks and read
+    # the fresh admit as one from before. I16 now orders them by their place in the schedule.
+    "I16 an admit at the instant a person took the node back decides anew": (
+        10012539,
+        plan(
+            "gpu-fault@15#368819880",
+            "message-less-severe@34#52423740",
+            "gpu-fault@82#995174564",
+            "gpu-fault@145#416896612",
+            "condition-clears@281#339514037",
+            "second-condition@313#1066708745",
+            "lock-ttl-expiry@372#1068592628",
+            "person-takes-node-back@372#989772908",
+        ),
+    ),
+    "I16 a contender behind a holder a person stopped decides anew": (
+        10016117,
+        plan(
+            "gpu-fault@7#771313988",
+            "gpu-fault@48#290796979",
+            "kubelet-dead@94#272718788",
+            "api-timeout@98#531042242",
+            "person-takes-node-back@104#709474421",
+        ),
+    ),
 }
 
 

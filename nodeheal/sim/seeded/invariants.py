@@ -134,10 +134,15 @@ class Invariants:
         self.outages: list[tuple[datetime, timedelta]] = []
         #: How many of the world's told Events E1 has checked.
         self._told_checked = 0
-        #: Execution -> when its last admit returned (I16).
-        self._admitted_at: dict[str, datetime] = {}
-        #: Node uid -> (when a person took it back, the executions of the node running then) (I16).
-        self._taken_back: dict[str, tuple[datetime, frozenset[str]]] = {}
+        #: I16 orders an admit and a take-back by when each happened in the schedule, not by the
+        #: clock: many events share one instant (the clock only moves on a wait), and an admit that
+        #: read the node just after a person took it back, at the same instant, decided anew.
+        self._happened = 0
+        #: Execution -> (when its last admit returned, its place in the schedule) (I16).
+        self._admitted_at: dict[str, tuple[datetime, int]] = {}
+        #: Node uid -> (when a person took it back, its place in the schedule, the executions of
+        #: the node running then) (I16).
+        self._taken_back: dict[str, tuple[datetime, int, frozenset[str]]] = {}
 
     # -- reporting ---------------------------------------------------------------------------------
 
@@ -332,11 +337,13 @@ class Invariants:
         if function == "record" and execution and isinstance(result, Mapping) and result.get("outcome"):
             self._recorded_by_step[execution] = str(result["outcome"])
         if function == "admit" and execution:
-            self._admitted_at[execution] = self.sim.clock
+            self._happened += 1
+            self._admitted_at[execution] = (self.sim.clock, self._happened)
 
     def taken_back(self, node_uid: str, at: datetime, executions: Iterable[str]) -> None:
         """A person took the node back from NodeHeal (uncordoned it, removed its taint) at ``at``."""
-        self._taken_back[node_uid] = (at, frozenset(executions))
+        self._happened += 1
+        self._taken_back[node_uid] = (at, self._happened, frozenset(executions))
 
     def check_i16_taken_back(self, mutation: Mutation, invocation: Invocation) -> None:
         """I16: once a person takes a node back, no execution that admitted it before acts on it
@@ -348,14 +355,14 @@ class Invariants:
         taken = self._taken_back.get(uid)
         if taken is None:
             return
-        at, executions = taken
+        at, taken_place, executions = taken
         execution = invocation.execution
         admitted = self._admitted_at.get(execution)
-        if execution in executions and (admitted is None or admitted <= at):
+        if execution in executions and (admitted is None or admitted[1] < taken_place):
             self.fail(
                 "I16 a node a person took back is left alone",
                 f"{mutation.kind} of {mutation.pod or mutation.node} by {execution}, admitted "
-                f"{admitted} before a person took the node back at {at}",
+                f"{admitted[0] if admitted else None} before a person took the node back at {at}",
             )
 
     # -- the checks ----------------------------------------------------------------------------------
