@@ -44,6 +44,17 @@ _XID_LINE = re.compile(r"(?<![A-Za-z0-9_])xid(?![A-Za-z])|fallen\s+off\s+the\s+b
 _LINE_ENDS = ("\n", "\r")
 
 
+#: The most bytes one character takes inside a JSON string: ``\uXXXX`` for a control character
+#: (a UTF-8 character is at most four).
+_MAX_JSON_BYTES_PER_CHARACTER = 6
+
+
+def fits(text: str, limit: int) -> bool:
+    """Whether ``text`` takes at most ``limit`` bytes inside a JSON document (:func:`json_bytes`),
+    without encoding it when it is too short to exceed the limit."""
+    return len(text) * _MAX_JSON_BYTES_PER_CHARACTER <= limit or json_bytes(text) <= limit
+
+
 def json_bytes(text: str) -> int:
     """Bytes ``text`` takes inside a JSON document as Step Functions counts it (UTF-8, escaped)."""
     if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
@@ -82,7 +93,7 @@ def _marker_cost(size: int) -> int:
 
 def cut_text(text: str, limit: int) -> str:
     """``text`` when it fits in ``limit`` bytes, else its beginning and a truncation marker."""
-    if json_bytes(text) <= limit:
+    if fits(text, limit):
         return text
     size = _raw_bytes(text)
     kept = _prefix_within(text, limit - _marker_cost(size))
@@ -187,7 +198,7 @@ def bound_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
     not read): the exporter cuts before any policy is, and no later step can recover a dropped
     line.
     """
-    if json_bytes(message) <= limit:
+    if fits(message, limit):
         return message
     size = _raw_bytes(message)
     budget = limit - _marker_cost(size)

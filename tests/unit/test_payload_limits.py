@@ -23,6 +23,7 @@ from nodeheal.payload import (
     MAX_REASON_BYTES,
     bound_message,
     cut_text,
+    fits,
     json_bytes,
     state_bytes,
 )
@@ -326,3 +327,17 @@ def test_defect_4_an_explanation_lists_a_few_other_signals_not_hundreds() -> Non
 def test_defect_4_settings_leave_room_in_the_state() -> None:
     # The deployed settings travel in every state; the defaults take a small share of 64 KiB.
     assert state_bytes(RemediationSettings().to_json()) < 4 * 1024
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fits_agrees_with_the_exact_count_at_every_length_near_the_bound(seed: int) -> None:
+    """The short-text shortcut never says a text fits that does not: control characters take six
+    bytes escaped, non-ASCII up to four, quotes and backslashes two."""
+    import random
+
+    rng = random.Random(seed)
+    alphabet = ["a", " ", "\n", "\x01", '"', "\\", "é", "€", "𝄞", "\ud800"]
+    for length in range(0, 40):
+        text = "".join(rng.choice(alphabet) for _ in range(length))
+        for limit in range(0, 6 * length + 2):
+            assert fits(text, limit) == (json_bytes(text) <= limit), (text, limit)
