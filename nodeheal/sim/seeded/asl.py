@@ -268,6 +268,8 @@ class Execution:
     size: int = 0
     _attempts: dict[int, int] = field(default_factory=dict)
     _waiting: bool = False
+    #: The value ``size`` was measured on.
+    _sized: Any = None
 
     def __post_init__(self) -> None:
         self.current = self.current or self.machine.start_at
@@ -315,7 +317,11 @@ class Execution:
         self.current = name
         self._attempts = {}
         self._waiting = False
-        self.size = _size(self.data)
+        # Values in a state are never changed in place (see _with_result), so the same object has
+        # the same size: a Choice or a Wait passes its input on and is not measured again.
+        if self.data is not self._sized:
+            self.size = _size(self.data)
+            self._sized = self.data
         if self.size > MAX_PAYLOAD_BYTES:
             raise _StateError(
                 "States.DataLimitExceeded",

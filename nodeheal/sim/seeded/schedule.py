@@ -415,8 +415,13 @@ class Simulation:
             drain["deleteAfterSeconds"] = rng.randrange(0, int(drain["timeoutSeconds"]))
 
     def _definition(self) -> dict[str, Any]:
-        definition = copy.deepcopy(dict(self.template.definition))
-        definition["States"]["Load settings"]["Parameters"]["settings"] = self.settings.to_json()
+        # Copy only the objects on the way to the settings: the interpreter never changes a
+        # definition, so every other state is shared with the template.
+        definition = dict(self.template.definition)
+        states = definition["States"] = dict(definition["States"])
+        load = states["Load settings"] = dict(states["Load settings"])
+        parameters = load["Parameters"] = dict(load["Parameters"])
+        parameters["settings"] = self.settings.to_json()
         return definition
 
     # -- the cluster -----------------------------------------------------------------------------------
