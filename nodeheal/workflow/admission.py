@@ -147,12 +147,15 @@ def _admit(
             ),
         )
     live = node.condition(state.condition_type)
-    stop_note = _not_bad_note(state.condition_type, live) or _scope_note(state, node, live)
+    gone_note = _not_bad_note(state.condition_type, live)
+    stop_note = gone_note or _scope_note(state, node, live)
     switched = ""
     if live is None or stop_note:
         taken_over = _displaced_to_take_over(state, ledger, node, admitted_node, previous)
         if taken_over is None:
-            return _stop(state, ledger, node, admitted_node, live, previous, now, stop_note)
+            return _stop(
+                state, ledger, node, admitted_node, live, previous, now, stop_note, fault_gone=bool(gone_note)
+            )
         # This execution pushed a holder aside (D2) and its own fault is gone: the holder's fault
         # is still there and nobody else holds the node, so it is handled here, not dropped.
         switched = (
@@ -506,19 +509,53 @@ def _stop(
     previous: _Previous,
     now: datetime,
     note: str,
+    *,
+    fault_gone: bool,
 ) -> Admission:
     """Stop: this execution's fault is gone (or out of scope) and it took no holder's over.
 
     A waiting or confirming execution may hold the lock from an earlier admit: it gives it back.
     A contender mark it left on a holder is withdrawn, so the holder carries on with its own fault
-    instead of stopping for a successor that never comes (D2). And a read of the whole node healthy
-    ends the instance's episode (D19)."""
+    instead of stopping for a successor that never comes (D2). A read of the whole node healthy
+    ends the instance's episode (D19); while another condition is still bad, the episode goes on
+    and the fault the event reported is remembered in it, as if it were still there."""
     _give_back(state, ledger, previous)
     if episode_over_on(node):
         ended = to_clear(ledger.sightings(state.cluster, admitted.subject), node)
         if ended:
             ledger.clear_sightings(state.cluster, admitted.subject, ended, now)
+    elif fault_gone:
+        _remember_gone_report(state, ledger, node, admitted)
     return Admission(STOP, None, admitted, live, now, note=note)
+
+
+def _remember_gone_report(
+    state: WorkflowState, ledger: LedgerPort, node: LiveNode, admitted: AdmittedNode
+) -> None:
+    """The event's fault is no longer on the live node, but another condition of the instance is
+    bad, so its episode goes on (D19) and the fault still counts in it: a Xid 79 whose condition a
+    detector restart cleared is the same dead GPU, and the execution holding the node for a lesser
+    fault must replace it, not reboot it. Remembered as the exporter saw it, when it saw it, and only
+    if it was confirmed then: a fault that cleared inside its confirmation time was a flap. A
+    report the event cannot tie to this Node object and boot is not remembered."""
+    reported = state.event.condition
+    event_node = state.event.node
+    if reported.type == "Ready" or not reported.is_bad:
+        return
+    if event_node.uid != node.uid or not event_node.boot_id or event_node.boot_id != node.boot_id:
+        return
+    remembered = ledger.sightings(state.cluster, admitted.subject)
+    ended_at = episode_ended_at(remembered, node)
+    if ended_at is not None and state.event.observed_at <= ended_at:
+        return  # seen before NodeHeal read the whole node healthy: an earlier episode
+    sighting = sighting_of(
+        reported, node, state.settings.policy, execution=state.execution.name, now=state.event.observed_at
+    )
+    if sighting is None or not sighting.confirmed_when_seen:
+        return
+    kept = next((s for s in remembered if s.condition_type == reported.type), None)
+    if kept is None or sighting.replaces(kept):
+        ledger.remember_sighting(state.cluster, admitted.subject, sighting)
 
 
 def _give_back(state: WorkflowState, ledger: LedgerPort, previous: _Previous) -> None:

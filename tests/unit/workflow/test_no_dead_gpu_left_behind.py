@@ -478,3 +478,61 @@ def test_a_contender_that_is_aborted_gives_the_node_back_to_the_holder() -> None
     record_failure(aborted, ledger, None, NOW, region="us-west-2", by="finalizer")
     ledger.claim_mutation(CLUSTER, INSTANCE, "holder", step="drain", busy_for=MUTATION_BUSY)
     assert ledger.lock_holder(CLUSTER, INSTANCE) == "holder"
+
+
+# -- a fault gone by the time its own execution admits -----------------------------------------------
+
+
+HEALTHY_GPU = npd("NoGPUProblem", "", "2026-11-21T10:00:02Z") | {"status": "False"}
+
+
+def test_a_xid_79_gone_before_its_admit_still_decides_while_the_episode_goes_on() -> None:
+    """Soak seed 12001501: a detector restart cleared GPUProblem's Xid 79 two seconds after the
+    exporter shipped it, while AcceleratedHardwareReady's Xid 48 was being remediated. The Xid 79's
+    own execution stopped (its condition no longer bad) and forgot it; the holder rebooted a GPU
+    that had fallen off the bus. The episode goes on while another condition is bad (D19), so the
+    stop remembers the fault the event reported, and the instance is replaced."""
+    node = with_conditions(
+        live_node(), HEALTHY_GPU, nma("False", "NvidiaXID48Error", XID_48, "2026-11-21T10:00:00Z")
+    )
+    nodes = FakeNodes({"gpu-a": node})
+    ledger = FakeLedger()
+    at = NOW + timedelta(seconds=3)
+    ledger.now = at
+    gone = admit(event_state(node, FELL_OFF, execution="xid-79"), kube(nodes), ledger, at, mode=Mode.FULL)
+    assert gone.verdict == STOP and "no longer bad" in gone.note
+    remembered = ledger.sightings(CLUSTER, INSTANCE)
+    assert [(s.condition_type, s.action) for s in remembered] == [("GPUProblem", Action.REPLACE)]
+    assert remembered[0].seen_at < at  # as the exporter saw it, not as admit found it
+    agent = admit(
+        event_state(
+            node, nma("False", "NvidiaXID48Error", XID_48, "2026-11-21T10:00:00Z"), execution="agent"
+        ),
+        kube(nodes),
+        ledger,
+        at,
+        mode=Mode.FULL,
+    )
+    assert agent.decision is not None and agent.decision.planned_action is Action.REPLACE
+
+
+def test_a_fault_gone_inside_its_confirmation_time_is_a_flap_and_not_remembered() -> None:
+    """KernelDeadlock waits 600 s before it counts: one the exporter saw two seconds into its bad
+    period, gone when its execution admits, was a flap, and the Xid 48 beside it is rebooted."""
+    deadlock = {
+        "type": "KernelDeadlock",
+        "status": "True",
+        "reason": "DockerHung",
+        "message": "task docker:9506 blocked for more than 120 seconds.",
+        "lastTransitionTime": "2026-11-21T09:59:59Z",
+        "lastHeartbeatTime": "2026-11-21T09:59:59Z",
+    }
+    recovered = deadlock | {"status": "False", "reason": "KernelHasNoDeadlock", "message": ""}
+    node = with_conditions(
+        live_node(), recovered, nma("False", "NvidiaXID48Error", XID_48, "2026-11-21T10:00:00Z")
+    )
+    nodes = FakeNodes({"gpu-a": node})
+    ledger = FakeLedger()
+    gone = admit(event_state(node, deadlock, execution="deadlock"), kube(nodes), ledger, NOW, mode=Mode.FULL)
+    assert gone.verdict == STOP
+    assert ledger.sightings(CLUSTER, INSTANCE) == []
