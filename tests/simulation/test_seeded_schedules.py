@@ -233,6 +233,27 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
             "person-takes-node-back@372#989772908",
         ),
     ),
+    # A detector restart cleared GPUProblem's Xid 79 two seconds after the exporter shipped it,
+    # while AcceleratedHardwareReady's Xid 48 was being drained: the Xid 79's execution stopped
+    # ("no longer bad") and forgot it, and the holder rebooted. The stop now remembers it.
+    "I8 a fault gone before its admit counts while the episode goes on": (
+        12001501,
+        plan("gpu-fault@70#418264867", "contender-ends@91#458881786", "condition-flaps@101#332602589"),
+    ),
+    # The oracle's own defect: it counted an event as known from the moment the exporter shipped
+    # it, and held a holder rebooting at that instant to a Xid 79 no step of NodeHeal could have
+    # read yet. I8 now counts an event once admit of its execution read it (I13 still from the
+    # moment it was shipped).
+    "I8 an event on its way is not yet known to a holder": (
+        12003957,
+        plan(
+            "lesser-reason-before-instance-action@0#21393663",
+            "gpu-fault@1#752292752",
+            "gpu-fault@84#290129455",
+            "api-slow@91#907958833",
+            "message-more-severe@113#985306429",
+        ),
+    ),
     "I16 a contender behind a holder a person stopped decides anew": (
         10016117,
         plan(

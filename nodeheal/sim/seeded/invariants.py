@@ -16,6 +16,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from nodeheal.conditions import is_bad_status
+from nodeheal.errors import InvalidEventError
+from nodeheal.events import NodeConditionEvent
 from nodeheal.kube.event_model import NOTE_MAX_BYTES, REPORTING_INSTANCE_PREFIX
 from nodeheal.kube.model import ANNOTATION_EXECUTION
 from nodeheal.sim.seeded.faults import FAULT_KINDS
@@ -121,6 +123,13 @@ class Invariants:
         self._seen_worst: dict[
             tuple[str, str, str], dict[str, dict[str, tuple[datetime, int, datetime]]]
         ] = {}
+        #: The same, of what a step of NodeHeal had read when it could act on it (I8): a Node it
+        #: read, or an event once admit of its execution read it. An event on its way (EventBridge,
+        #: ingest, the execution's start) is seen for I13, which waits its bound, but not yet
+        #: known to a holder about to reboot: no step of NodeHeal can know of it then.
+        self._known_worst: dict[
+            tuple[str, str, str], dict[str, dict[str, tuple[datetime, int, datetime]]]
+        ] = {}
         #: Invocation number -> the refuse-class pods on its node when a drain step began (I14).
         self._refused_at_start: dict[int, list[str]] = {}
         #: Execution -> the outcome its Record step returned (I15).
@@ -191,7 +200,12 @@ class Invariants:
     # -- what NodeHeal has seen of each condition (I8 holds it to the worst of that) -----------------
 
     def _saw(
-        self, episode: tuple[str, str, str], condition: Mapping[str, Any], labels: Mapping[str, str]
+        self,
+        episode: tuple[str, str, str],
+        condition: Mapping[str, Any],
+        labels: Mapping[str, str],
+        *,
+        known: bool = True,
     ) -> None:
         from nodeheal.sim.seeded.schedule import classify, confirm_seconds
 
@@ -205,11 +219,12 @@ class Invariants:
         bad_since = parse_timestamp(str(since), "lastTransitionTime")
         action = classify(dict(condition), self.sim.settings, labels)
         confirm = confirm_seconds(dict(condition), self.sim.settings, labels)
-        seen = self._seen_worst.setdefault(episode, {}).setdefault(str(condition["type"]), {})
-        earlier = seen.get(action)
         confirmed_at = bad_since + timedelta(seconds=confirm)
-        if earlier is None or confirmed_at < earlier[0] + timedelta(seconds=earlier[1]):
-            seen[action] = (bad_since, confirm, earlier[2] if earlier is not None else self.sim.clock)
+        for memory in (self._seen_worst, self._known_worst) if known else (self._seen_worst,):
+            seen = memory.setdefault(episode, {}).setdefault(str(condition["type"]), {})
+            earlier = seen.get(action)
+            if earlier is None or confirmed_at < earlier[0] + timedelta(seconds=earlier[1]):
+                seen[action] = (bad_since, confirm, earlier[2] if earlier is not None else self.sim.clock)
 
     @staticmethod
     def _episode_of(node: Mapping[str, Any], instance: str) -> tuple[str, str, str]:
@@ -231,21 +246,34 @@ class Invariants:
         episode = self._episode_of(node, instance)
         if self._wholly_healthy(node):
             self._seen_worst.pop(episode, None)
+            self._known_worst.pop(episode, None)
             self._worst.pop(instance, None)
             return
         for condition in node["status"]["conditions"]:
             self._saw(episode, condition, node["metadata"]["labels"])
 
-    def saw_event(self, event: Any) -> None:
-        """The exporter shipped this condition: NodeHeal will see it in the event, on the boot the
-        event names (the live node's when it names none)."""
+    def _admitted_event(self, execution: str) -> None:
+        """Admit of ``execution`` returned: the condition its event reported is known to NodeHeal
+        (D19: admission remembers what the event reported)."""
+        sim_execution = self.sim.executions.get(execution)
+        if sim_execution is None:
+            return
+        try:
+            event = NodeConditionEvent.from_detail(sim_execution.run.input.get("event"))
+        except (InvalidEventError, AttributeError, TypeError):
+            return  # a malformed event, which admit refuses before reading anything
+        self.saw_event(event, known=True)
+
+    def saw_event(self, event: Any, *, known: bool = False) -> None:
+        """The exporter shipped this condition (``known``: and admit read it): NodeHeal sees it in
+        the event, on the boot the event names (the live node's when it names none)."""
         node = self.sim.world.nodes.get(event.node.name)
         labels = node["metadata"]["labels"] if node is not None else dict(event.node.labels)
         boot = event.node.boot_id or (
             str(node["status"]["nodeInfo"].get("bootID", "")) if node is not None else ""
         )
         instance = event.node.instance_id or (self.sim.world.instance_of(event.node.name) if node else "")
-        self._saw((instance, event.node.uid, boot), event.condition.to_api(), labels)
+        self._saw((instance, event.node.uid, boot), event.condition.to_api(), labels, known=known)
 
     def invocation_started(self, invocation: Invocation) -> None:
         self._track_conditions()
@@ -339,6 +367,7 @@ class Invariants:
         if function == "admit" and execution:
             self._happened += 1
             self._admitted_at[execution] = (self.sim.clock, self._happened)
+            self._admitted_event(execution)
 
     def taken_back(self, node_uid: str, at: datetime, executions: Iterable[str]) -> None:
         """A person took the node back from NodeHeal (uncordoned it, removed its taint) at ``at``."""
@@ -774,6 +803,7 @@ class Invariants:
                 # The world's episode is over (NodeHeal may not have read it yet, and then holds
                 # on to the worse decision: never a violation of I8, which only looks down).
                 self._seen_worst.pop(episode_key, None)
+                self._known_worst.pop(episode_key, None)
                 self._worst.pop(instance, None)
                 continue
             # A fault counts once NodeHeal saw it in this episode (same instance, Node object and
@@ -782,7 +812,7 @@ class Invariants:
             # preempted by a lesser fault that acts sooner, D2). A lesser message since, even with
             # a new reason and transition time (NPD rewrites both), does not lower it (D19).
             worst: dict[str, tuple[str, str]] = {}
-            for condition_type, seen in self._seen_worst.get(episode_key, {}).items():
+            for condition_type, seen in self._known_worst.get(episode_key, {}).items():
                 confirmed = [
                     action
                     for action, (since, confirm, _) in seen.items()
