@@ -72,6 +72,7 @@ def _fail_on_permanent_errors(failed: Sequence[PodOutcomeView], what: str) -> No
 def cordon(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
+    admitted = guard.admitted_node(state)
     guard.before_mutation(
         state,
         kube,
@@ -80,9 +81,11 @@ def cordon(
         live_mode=mode,
         allowed=(Mode.FULL, Mode.CORDON_ONLY),
         step="cordon",
-        require_taint=False,
+        # Admitted while another execution's cordon was on the node: that taint gone now means a
+        # person took the node back since (a holder that lost the node cannot uncordon it), and
+        # what began before that is theirs to decide (I16).
+        require_taint=admitted.had_nodeheal_taint,
     )
-    admitted = guard.admitted_node(state)
     decision = (state.step("admission") or {}).get("decision") or {}
     reason = f"{state.condition_type}: {decision.get('reason', '')}".strip()
     try:

@@ -792,6 +792,7 @@ def _admitted(node: LiveNode, pool_label: str) -> AdmittedNode:
         pool=node.labels.get(pool_label, ""),
         instance_type=node.labels.get("node.kubernetes.io/instance-type", ""),
         boot_id=node.boot_id,
+        had_nodeheal_taint=node.cordoned_by_nodeheal,
     )
 
 

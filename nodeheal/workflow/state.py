@@ -39,13 +39,16 @@ class AdmittedNode:
     pool: str
     instance_type: str
     boot_id: str
+    #: NodeHeal's taint was on the node when it was admitted (another execution had cordoned it,
+    #: or left it cordoned). Gone by this execution's cordon, a person took the node back (I16).
+    had_nodeheal_taint: bool = False
 
     @property
     def subject(self) -> str:
         """The identity locks and history follow (D1): the instance, never the name."""
         return identity_key(self.instance_id, self.uid, self.name)
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, str | bool]:
         return {
             "name": self.name,
             "uid": self.uid,
@@ -54,6 +57,7 @@ class AdmittedNode:
             "pool": self.pool,
             "instanceType": self.instance_type,
             "bootId": self.boot_id,
+            "hadNodeHealTaint": self.had_nodeheal_taint,
         }
 
     @classmethod
@@ -66,6 +70,7 @@ class AdmittedNode:
             pool=str(raw.get("pool", "")),
             instance_type=str(raw.get("instanceType", "")),
             boot_id=str(raw.get("bootId", "")),
+            had_nodeheal_taint=raw.get("hadNodeHealTaint") is True,
         )
 
 

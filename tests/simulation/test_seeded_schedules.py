@@ -254,6 +254,24 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
             "message-more-severe@113#985306429",
         ),
     ),
+    # A KernelDeadlock execution took the node when the GPU holder's lock ran out, the holder's
+    # cordon still on it; a person then took the node back, and the cordon step put it all back.
+    # Admit now remembers NodeHeal's taint was there, and cordon requires it still is.
+    "I16 a node taken back after admit under another's cordon is left alone": (
+        13001950,
+        plan(
+            "gpu-fault@46#429195744",
+            "gpu-fault@54#1072998780",
+            "condition-flaps@82#3784625",
+            "gpu-fault@92#61720276",
+            "gpu-fault@182#860033865",
+            "second-condition@197#1031544061",
+            "api-timeout@231#419882820",
+            "person-takes-node-back@286#42455064",
+            "api-5xx@313#93849095",
+            "lock-ttl-expiry@318#1037598883",
+        ),
+    ),
     "I16 a contender behind a holder a person stopped decides anew": (
         10016117,
         plan(

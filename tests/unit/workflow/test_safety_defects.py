@@ -27,6 +27,7 @@ from nodeheal.workflow.locks import LockClaim
 from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.recording import record
 from nodeheal.workflow.records import Outcome, RemediationRecord
+from nodeheal.workflow.state import WorkflowState
 from tests.unit.workflow.fakes import (
     CLUSTER,
     NOW,
@@ -173,6 +174,56 @@ def test_defect_1_a_node_whose_taint_was_removed_is_left_alone() -> None:
             mode=Mode.FULL,
         )
     assert pods.evictions == []
+
+
+def _admitted_while_tainted(node: LiveNode, *, tainted: bool) -> Any:
+    state = admitted_state(node)
+    raw = dict(state.raw)
+    raw["admission"] = {**raw["admission"], "node": {**raw["admission"]["node"], "hadNodeHealTaint": tainted}}
+    return WorkflowState.parse(raw)
+
+
+def test_a_node_admitted_under_another_cordon_and_taken_back_since_is_not_cordoned_again() -> None:
+    """Soak seed 13001950: an execution admitted a node another execution had cordoned (its lock
+    had run out); a person then took the node back, uncordoning it and removing the taint. The
+    cordon step put it all back. A holder that lost the node cannot uncordon it (it needs the
+    lock), so the taint gone since admit means a person: what began before is theirs (I16)."""
+    node = live_node(condition=gpu_problem())  # uncordoned, the taint removed
+    nodes = FakeNodes({"gpu-a": node})
+    with pytest.raises(NodeReplacedError, match="taint"):
+        actions.cordon(
+            _admitted_while_tainted(node, tainted=True),
+            KubeAccess(nodes, RecordingPods({})),
+            held_ledger(),
+            NOW,
+            mode=Mode.FULL,
+        )
+    assert not nodes.nodes["gpu-a"].cordoned_by_nodeheal and not nodes.nodes["gpu-a"].unschedulable
+    # Admitted untainted, the cordon is this execution's own first one.
+    actions.cordon(
+        _admitted_while_tainted(node, tainted=False),
+        KubeAccess(nodes, RecordingPods({})),
+        held_ledger(),
+        NOW,
+        mode=Mode.FULL,
+    )
+    assert nodes.nodes["gpu-a"].cordoned_by_nodeheal
+
+
+def test_admit_remembers_whether_nodeheals_taint_was_on_the_node() -> None:
+    for node, expected in (
+        (live_node(condition=gpu_problem()), False),
+        (cordoned(live_node(condition=gpu_problem())), True),
+    ):
+        admission = admit(
+            workflow_state(node),
+            KubeAccess(FakeNodes({"gpu-a": node}), RecordingPods({})),
+            FakeLedger(),
+            NOW,
+            mode=Mode.FULL,
+        )
+        assert admission.node is not None and admission.node.had_nodeheal_taint is expected
+        assert admission.to_json()["node"]["hadNodeHealTaint"] is expected
 
 
 def test_defect_1_terminate_refuses_the_instance_behind_a_reused_name() -> None:
