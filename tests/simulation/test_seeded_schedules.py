@@ -272,6 +272,17 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
             "lock-ttl-expiry@318#1037598883",
         ),
     ),
+    # The oracle's own defect: a reboot timed out on a slow API read and went, as designed, to
+    # Record failure (a reboot is not retried after a Lambda timeout); Record failure's own retry
+    # then changed the state R1 read the error from, and R1 judged the retry instead of the reboot.
+    "R1 judges the state whose error was caught": (
+        14004046,
+        plan(
+            "gpu-fault@38#427985976",
+            "api-timeout@119#661429666",
+            "lambda-killed-after-side-effect@122#700570781",
+        ),
+    ),
     "I16 a contender behind a holder a person stopped decides anew": (
         10016117,
         plan(

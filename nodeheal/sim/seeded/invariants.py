@@ -141,6 +141,8 @@ class Invariants:
         ] = {}
         #: (start, duration) of outages: nothing of NodeHeal runs then, so I2's clock stops.
         self.outages: list[tuple[datetime, timedelta]] = []
+        #: (execution, states entered) of each entry into Record failure R1 has judged.
+        self._r1_checked: set[tuple[str, int]] = set()
         #: How many of the world's told Events E1 has checked.
         self._told_checked = 0
         #: I16 orders an admit and a take-back by when each happened in the schedule, not by the
@@ -321,7 +323,11 @@ class Invariants:
                     "I11 payload bound",
                     f"{run.name} state at {run.current} is {size} bytes (bound {STATE_BOUND_BYTES})",
                 )
-        if run.current == "Record failure" and not run.done:
+        entry = (run.name, len(run.entered))
+        if run.current == "Record failure" and not run.done and entry not in self._r1_checked:
+            # Once per entry, as it is entered: a retry of Record failure itself changes the state
+            # the last error came from, which is not the state whose error was caught.
+            self._r1_checked.add(entry)
             failure = (run.data or {}).get("failure") or {}
             error = str(failure.get("Error", ""))
             injected = max(execution.transient.values(), default=0)
