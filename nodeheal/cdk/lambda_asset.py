@@ -1,11 +1,13 @@
-"""The one code asset every NodeHeal Lambda runs: ``nodeheal/`` + ``lambdas/`` + their wheels.
+"""The one code asset every NodeHeal Lambda runs: ``lambdas/``, what it imports of ``nodeheal/``, the wheels.
 
 Packaging needs neither Docker nor, once the wheels are there, the network:
 
 1. ``python -m nodeheal.cdk.lambda_asset download`` (``make lambda-deps`` in the checkout) fetches
    the wheels listed in ``lambdas/requirements.txt`` for the Lambda platform into the wheelhouse.
 2. ``cdk synth`` bundles locally (:class:`WheelhouseBundling`): ``pip install --no-index`` from that
-   wheelhouse into the asset directory, then copies the source packages.
+   wheelhouse into the asset directory, then copies the handlers and the modules of ``nodeheal/``
+   they import, directly or not (nodeheal.cdk.import_closure): not the CDK code, the simulation,
+   the fake API server nor the command line, which no function runs.
 
 Where the sources and the wheelhouse are depends on how NodeHeal is installed:
 
@@ -29,7 +31,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,13 @@ from aws_cdk import aws_lambda as lambda_
 from nodeheal import __version__ as nodeheal_version
 from nodeheal.aws.service_models import MODELS_DIRECTORY, write_trimmed_models
 from nodeheal.cdk.bytecode import BytecodeError, BytecodeResult, Compiler, ship_bytecode
+from nodeheal.cdk.import_closure import (
+    ImportClosureError,
+    SourceModule,
+    import_closure,
+    package_modules,
+    shipped_files,
+)
 from nodeheal.cdk.synth_summary import directory_size
 
 #: This package: the CDK code that builds the asset, never imported by a function (nor importable
@@ -73,6 +82,9 @@ DOWNLOADS_MISSING_WHEELS = WHEELHOUSE == CACHE_WHEELHOUSE
 #: Source packages copied into the asset next to the installed wheels: asset directory -> source.
 SOURCE_DIRECTORIES: dict[str, Path] = {"nodeheal": NODEHEAL_PACKAGE, "lambdas": HANDLERS}
 SOURCE_PACKAGES = tuple(SOURCE_DIRECTORIES)
+#: The package of the handlers, shipped whole; the other source packages ship what it imports.
+HANDLER_PACKAGE = "lambdas"
+CDK_MODULE = f"{NODEHEAL_PACKAGE.name}.{CDK_PACKAGE.name}"
 #: Copy of the requirements the wheelhouse was downloaded for; a mismatch means it is stale.
 WHEELHOUSE_STAMP = "requirements.txt"
 
@@ -94,15 +106,6 @@ BUNDLING_IMAGE = "public.ecr.aws/sam/build-python3.12"
 #: Installed paths removed from the asset: ``bin`` holds console scripts whose shebangs name the
 #: build machine's interpreter.
 PRUNED_PATHS: tuple[str, ...] = ("bin",)
-
-_IGNORED_SOURCE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", "requirements.txt")
-
-
-def _ignored_in_asset(directory: str, names: list[str]) -> set[str]:
-    ignored = set(_IGNORED_SOURCE(directory, names))
-    if Path(directory).resolve() == CDK_PACKAGE.parent:
-        ignored.add(CDK_PACKAGE.name)
-    return ignored
 
 
 class LambdaAssetError(RuntimeError):
@@ -161,6 +164,35 @@ def _requirement_lines(text: str) -> list[str]:
     return [line for line in lines if line]
 
 
+def shipped_modules(
+    sources: Mapping[str, Path] = SOURCE_DIRECTORIES, handlers: str = HANDLER_PACKAGE
+) -> dict[str, SourceModule]:
+    """The source modules the asset carries: the handlers' package whole, and of the others what
+    the handlers import (nodeheal.cdk.import_closure), so no function ships the simulation, the
+    fake API server or the command line. Importing this package (the CDK code) is an error."""
+    modules = import_closure(package_modules(handlers, sources[handlers]), sources)
+    cdk_modules = sorted(name for name in modules if name.startswith(f"{CDK_MODULE}."))
+    if CDK_MODULE in modules or cdk_modules:
+        raise LambdaAssetError(
+            f"a Lambda handler imports {', '.join(cdk_modules) or CDK_MODULE}, the CDK code, "
+            "which the asset does not carry (it has no aws_cdk)"
+        )
+    return modules
+
+
+def shipped_sources(
+    sources: Mapping[str, Path] = SOURCE_DIRECTORIES, handlers: str = HANDLER_PACKAGE
+) -> dict[Path, Path]:
+    """Path in the asset -> source file, for :func:`shipped_modules` and their packages' data."""
+    try:
+        files = shipped_files(shipped_modules(sources, handlers).values(), sources)
+    except ImportClosureError as exc:
+        raise LambdaAssetError(str(exc)) from exc
+    # The handlers' requirements are the wheels, installed already.
+    files.pop(Path(handlers) / REQUIREMENTS.name, None)
+    return files
+
+
 def build(
     output_dir: Path,
     wheelhouse: Path = WHEELHOUSE,
@@ -190,8 +222,9 @@ def build(
     )
     for pruned in PRUNED_PATHS:
         shutil.rmtree(output_dir / pruned, ignore_errors=True)
-    for package, source in SOURCE_DIRECTORIES.items():
-        shutil.copytree(source, output_dir / package, ignore=_ignored_in_asset, dirs_exist_ok=True)
+    for destination, source in shipped_sources().items():
+        (output_dir / destination).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, output_dir / destination)
     # The EC2 client of terminate and reboot is built from a model of the three operations they
     # call (nodeheal.aws.service_models), found next to the nodeheal package by the runtime.
     write_trimmed_models(output_dir / MODELS_DIRECTORY)
