@@ -1,4 +1,4 @@
-"""How long ``make test``'s 500 seeded schedules take (DESIGN D16: at most 60 s on two cores).
+"""How long ``make test``'s 500 seeded schedules take (docs/architecture.md, D16: at most 60 s on two cores).
 
     .venv/bin/python benchmarks/simulation_speed.py [--schedules 500] [--first-seed 0]
 
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nodeheal.commands.demo import make_sources_importable
 
-#: DESIGN D16's bound for the 500 schedules of ``make test``.
+#: D16's (docs/architecture.md) bound for the 500 schedules of ``make test``.
 TARGET_SECONDS = 60.0
 
 

@@ -25,7 +25,7 @@ Each check answers one question a person asks after ``cdk deploy`` and the manif
     itself decides (``TestEventPattern``).
 ``node`` (with ``--node``)
     What Admit would do about that node now, with the deployed policy and the live mode, computed
-    locally (:mod:`nodeheal.workflow.preview`, DESIGN D18).
+    locally (:mod:`nodeheal.workflow.preview`, D18 in docs/architecture.md).
 
 Doctor starts no execution and writes nothing, anywhere: every AWS call is a Describe, List, Get or
 TestEventPattern; every Kubernetes request is a GET or an access review (a ``create`` that stores

@@ -1,6 +1,6 @@
 """What each NodeHeal component may do in a cluster: the Kubernetes RBAC rules, in one table.
 
-One ClusterRole per remediation function (DESIGN D8), each bound to its own group
+One ClusterRole per remediation function (docs/architecture.md, D8), each bound to its own group
 ``<prefix>-<function>``; the stack's EKS access entry of a function's IAM role names that group
 and nothing else. The rules list exactly the requests the code makes, named as kube-apiserver's
 authorizer sees them (verb, API group, resource[/subresource]):

@@ -1,4 +1,4 @@
-"""How long one remediation can take, computed from the configuration (DESIGN.md D5). Pure.
+"""How long one remediation can take, computed from the configuration (docs/architecture.md, D5). Pure.
 
 Every wait of the state machine has a bound from configuration, and the per-node lock is never
 renewed, so the lock TTL and the workflow timeout are safe only if they cover the longest run the

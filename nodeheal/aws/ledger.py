@@ -15,7 +15,7 @@ re-evaluation counter        REEVALUATION#<cluster> / COUNTER         N of the -
 dropped event                DROPPED#<yyyy-mm-dd> / <t>#<id>          why an event started nothing
 ===========================  =======================================  ======================================
 
-Identity is the EC2 instance, never the node name (DESIGN D1): EC2 reuses private IPs, so a new
+Identity is the EC2 instance, never the node name (docs/architecture.md, D1): EC2 reuses private IPs, so a new
 Node can take an old name, and it must not inherit the old instance's lock, reboots, attempt cap or
 escalation. Records written by earlier versions under ``NODE#<cluster>#<node>`` keys stay visible
 in the per-cluster index (``nodeheal history``) but are never read as an instance's history.

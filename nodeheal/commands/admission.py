@@ -6,7 +6,8 @@ closes it; pause is a person's "stop remediating": running ones stop before thei
 Every write is conditional on the version read, so a reset cannot silently undo an admission made meanwhile.
 
 A reset also re-reads the live cluster and, once the person has seen the list and agreed, starts a
-``-r<N>`` execution for each condition still bad (DESIGN D13, :mod:`nodeheal.workflow.reevaluation`):
+``-r<N>`` execution for each condition still bad (D13 in docs/architecture.md, and
+:mod:`nodeheal.workflow.reevaluation`):
 the executions refused while the breaker was open have ended, and their transitions' deliveries
 are duplicates now, so without this those nodes would stay broken until their condition changed.
 """
@@ -364,10 +365,10 @@ class Started:
 def start_reevaluation(
     ledger: Ledger, workflow: DeployedWorkflow, event: NodeConditionEvent, *, started_by: str, now: datetime
 ) -> Started:
-    """Start one person's re-evaluation of ``event``'s transition (DESIGN D3), for ``breaker reset``
-    and ``retry`` alike: named ``<base name>-r<N>``, N from the cluster's counter in the ledger (never
-    reused), with the input ingest gives an execution; its ``eventId`` ``<started_by>-r<N>`` says
-    in the execution's input who asked."""
+    """Start one person's re-evaluation of ``event``'s transition (docs/architecture.md, D3), for
+    ``breaker reset`` and ``retry`` alike: named ``<base name>-r<N>``, N from the cluster's counter in
+    the ledger (never reused), with the input ingest gives an execution; its ``eventId``
+    ``<started_by>-r<N>`` says in the execution's input who asked."""
     from nodeheal.runtime import SfnExecutionStarter
 
     number = ledger.next_reevaluation(event.cluster)

@@ -7,8 +7,8 @@ scenario injects a fault as node-problem-detector would; the timeline shows ever
 
 The stack is synthesized from ``--config``, else ``./cdk.json`` (the checkout's, when run there),
 else the built-in defaults, as every command that reads a configuration chooses, with the changes
-the demo needs printed one by one before it starts (DESIGN D14): ``mode: full`` whatever the file
-ships, the simulated cluster's name, the waits divided by ``--speed``, and the scenario's settings.
+the demo needs printed one by one before it starts (docs/architecture.md, D14): ``mode: full`` whatever the
+file ships, the simulated cluster's name, the waits divided by ``--speed``, and the scenario's settings.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ end marker makes recording idempotent).
 
 ``retry`` starts a fresh execution from the failed one's input (the event that started it), named
 ``<base name>-r<N>`` with N from the cluster's counter in the ledger, exactly as ``breaker reset``
-names its re-evaluations (DESIGN D3, :func:`nodeheal.commands.admission.start_reevaluation`). It
+names its re-evaluations (D3 in docs/architecture.md;
+:func:`nodeheal.commands.admission.start_reevaluation`). It
 begins at Admit, which re-reads the live node, takes the lock and a budget slot, and decides again
 with the node's history, so whatever the failed run did (a cordon, a reboot) is accounted for.
 
@@ -202,7 +203,7 @@ def _event_of(ended: EndedExecution) -> NodeConditionEvent:
 
 
 def _subject(event: NodeConditionEvent) -> str:
-    """The node's lock key as Admit took it for this event (the instance; DESIGN D1)."""
+    """The node's lock key as Admit took it for this event (the instance; D1 in docs/architecture.md)."""
     return identity_key(event.node.instance_id or "", event.node.uid, event.node.name)
 
 

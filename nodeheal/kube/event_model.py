@@ -12,7 +12,7 @@ Karpenter's and the scheduler's events come from), so they read like every other
   back to a name of the digest alone, as client-go's ``GenerateEventName`` falls back to a UUID;
 * the namespace is the regarding object's, or ``default`` for a cluster-scoped Node;
 * ``eventTime`` is a MicroTime (six fractional digits); ``reportingController`` names NodeHeal's
-  remediation (the exporter never ships Events of this controller back, DESIGN D10) and
+  remediation (the exporter never ships Events of this controller back, D10 in docs/architecture.md) and
   ``reportingInstance`` the function that wrote it (``nodeheal-drain``);
 * ``action`` and ``reason`` are CamelCase, ``type`` is Normal or Warning, and the ``note`` is at most
   1 KiB and always ends with the execution's name, so a cut never loses it;
@@ -42,7 +42,7 @@ from nodeheal.payload import cut_text
 from nodeheal.timeutil import format_micro_time
 
 #: ``reportingController`` of every Event NodeHeal's remediation writes: a qualified name, as the
-#: API server requires. The exporter drops Events of this controller (DESIGN D10).
+#: API server requires. The exporter drops Events of this controller (docs/architecture.md, D10).
 REPORTING_CONTROLLER = "nodeheal.io/remediation"
 #: ``reportingInstance`` is ``nodeheal-<function>`` (the workflow function, ``nodeheal/rbac.py``).
 REPORTING_INSTANCE_PREFIX = "nodeheal-"

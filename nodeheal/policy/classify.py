@@ -1,6 +1,6 @@
 """What a bad Node condition asks for, before any history, label or mode is considered. Pure.
 
-The default table (DESIGN.md, "Decision policy"), from the most specific signal to the least:
+The default table (docs/architecture.md, "Decision policy"), from the most specific signal to the least:
 
 1. **Xids** in the reason (``NvidiaXID79Error``) or the message (``NVRM: Xid (...): 79, ...``).
    Each Xid maps through its catalog category (see :data:`CATEGORY_ACTIONS`), with the driver's
@@ -63,9 +63,9 @@ CATEGORY_ACTIONS: Mapping[str, Action] = MappingProxyType(
         # 54: aux power / seating, physical; only different hardware helps.
         "HARDWARE_INSPECTION": Action.REPLACE,
         # 56, 57, 58, 61: unused on Ampere and later, so seeing one on a modern GPU means the board
-        # is misbehaving; NVIDIA says contact support. Replace, as DESIGN.md does for 56-58.
+        # is misbehaving; NVIDIA says contact support. Replace, as the design does for 56-58.
         "UNUSED_ON_MODERN_GPUS": Action.REPLACE,
-        # 74: NVLink error; the register decode needs NVIDIA's workflow. DESIGN.md treats it as a
+        # 74: NVLink error; the register decode needs NVIDIA's workflow. The design treats it as a
         # link fault that follows the board, so replace.
         "DECODE_REQUIRED_GPU_RESET_OR_REBOOT": Action.REPLACE,
     }

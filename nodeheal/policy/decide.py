@@ -113,8 +113,8 @@ def decide(
 ) -> Decision:
     """Decide for ``condition``. ``worst_seen`` is the decision made earlier in this episode of the
     node (an earlier admit of the same execution, or the lock holder it takes over): severity only
-    rises (DESIGN D2), because NPD keeps only the latest message and a lesser fault overwriting a
-    worse one does not mean the worse one healed."""
+    rises (docs/architecture.md, D2), because NPD keeps only the latest message and a lesser fault
+    overwriting a worse one does not mean the worse one healed."""
     pool = labels.get(policy.node_pool_label)
     classification = classify(condition, policy.for_pool(pool), policy.unknown_action)
     planned = classification.action

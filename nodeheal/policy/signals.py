@@ -144,7 +144,7 @@ def decode_recovery_action(text: str) -> RecoveryAction | None:
 
 
 #: The node monitoring agent's reasons that name a fault NVIDIA's catalog lists as an Xid, under
-#: another name: one fault, one verdict (DESIGN.md D11), decided by the catalog's row.
+#: another name: one fault, one verdict (docs/architecture.md, D11), decided by the catalog's row.
 #: ``NvidiaDoubleBitError`` is DCGM's double-bit ECC policy violation (``handleDbeFinding`` in
 #: https://github.com/aws/eks-node-monitoring-agent/blob/main/monitors/nvidia/dcgm/dcgm_policies.go),
 #: the uncorrectable ECC error the driver logs as Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE), whose NVIDIA

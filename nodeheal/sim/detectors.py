@@ -14,7 +14,7 @@ The sources, read for this module (the functions are named in each writer's docs
 * the EKS node monitoring agent (NMA) at ``51af5494fde6d2ed4629df2ed9f847ae800957fd`` (v1.7.0-7;
   ``pkg/manager/node_exporter.go`` is the same as at the v1.7.0 tag).
 
-What the detectors do differently, and why it matters to NodeHeal (DESIGN.md D19): while a
+What the detectors do differently, and why it matters to NodeHeal (docs/architecture.md, D19): while a
 condition stays bad, NPD's log monitor moves ``lastTransitionTime`` and replaces the message
 whenever the reason changes, and keeps the old message when the same reason repeats; the agent
 keeps ``lastTransitionTime``, overwrites the reason with the newest and joins the messages with

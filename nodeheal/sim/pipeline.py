@@ -120,7 +120,7 @@ DEMO_SCALED_WAITS: tuple[tuple[str, int], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class Override:
-    """A setting the demo runs with that is not what cdk.json says (DESIGN D14), and why."""
+    """A setting the demo runs with that is not what cdk.json says (docs/architecture.md, D14), and why."""
 
     path: str
     #: What cdk.json says, or the default it leaves in place when it does not set the key.
@@ -333,7 +333,7 @@ class LocalPipeline:
         self._exporter_overrides = dict(exporter_overrides or {})
         # Graceful pod deletion (a pod's terminationGracePeriodSeconds) runs at the same speed.
         self.store = ClusterStore(time_scale=1.0 / speed)
-        # Every function and the exporter run under their own RBAC roles (DESIGN D8); pass an
+        # Every function and the exporter run under their own RBAC roles (docs/architecture.md, D8); pass an
         # authorizer to share what was used across pipelines.
         self.authorizer = authorizer if authorizer is not None else nodeheal_authorizer()
         self.server = FakeKubeApiServer(self.store, authorizer=self.authorizer)

@@ -579,7 +579,7 @@ def _storm_play(run: ScenarioRun) -> None:
     run.facts["notifications"] = pipeline.aws.notifications()
     # 1. A person closes the breaker only (the ledger item, as `nodeheal breaker reset
     #    --no-reevaluate` writes it), then the exporter restarts and re-sends every condition
-    #    still bad: nothing may be replayed (DESIGN D13, invariant 5).
+    #    still bad: nothing may be replayed (docs/architecture.md, D13, invariant 5).
     ledger = pipeline.ledger
     state = ledger.read_admission_state(pipeline.cluster_name)
     ledger.write_admission_state(replace(state, breaker=BreakerState(), recent_refusals=()))

@@ -1,4 +1,4 @@
-"""The memory of an instance's episode: the worst fault NodeHeal has seen on it (DESIGN D2, D19).
+"""The memory of an instance's episode: the worst fault NodeHeal saw on it (docs/architecture.md, D2, D19).
 
 What an episode is (D19). It belongs to an instance (its Node object and boot), not to one
 condition. It starts when any of the instance's conditions goes bad and ends only when

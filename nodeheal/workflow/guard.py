@@ -1,4 +1,4 @@
-"""What every step proves before it reads or mutates anything (DESIGN safety invariants 1, 2, 4, 8).
+"""What every step proves before it reads or mutates anything (docs/architecture.md, invariants 1, 2, 4, 8).
 
 The state machine's state is a plan made in the past; the node, its condition, the lock, the pause
 switch and the mode may all have changed since. So each mutating step, in this order:

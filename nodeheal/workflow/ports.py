@@ -77,7 +77,7 @@ class PodPort(Protocol):
 
 
 class EventPort(Protocol):
-    """Where a step tells the cluster what it did (``events.k8s.io/v1`` Events, DESIGN D8).
+    """Where a step tells the cluster what it did (``events.k8s.io/v1`` Events, D8 in docs/architecture.md).
 
     Best effort by contract: neither method raises. A write that fails or finds no time left is
     logged and counted by the adapter, and the step goes on as if it had been written.

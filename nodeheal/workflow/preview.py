@@ -1,4 +1,4 @@
-"""What Admit would do about a node now, read without writing anything (DESIGN D18).
+"""What Admit would do about a node now, read without writing anything (docs/architecture.md, D18).
 
 ``nodeheal doctor --node`` asks, for a real node and the deployed policy: if one of its conditions
 reached NodeHeal now, what would Admit decide, and would it act? The answer is Admit's own reasoning

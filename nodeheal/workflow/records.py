@@ -71,7 +71,7 @@ def replaces_end(writer: str, stored: str) -> bool:
 
 
 def identity_key(instance_id: str, node_uid: str = "", node_name: str = "") -> str:
-    """The key locks, history, attempt caps and escalation follow (DESIGN D1): the EC2 instance.
+    """The key locks, history, attempt caps and escalation follow (D1 in docs/architecture.md): the instance.
 
     A node with no EC2 instance (not NodeHeal's to reboot or terminate, but it may be cordoned)
     falls back to its object UID, which is never reused either; the name comes last, only for

@@ -1,4 +1,4 @@
-"""Re-evaluation after a breaker reset (DESIGN D13): which still-bad nodes to look at again, and now.
+"""Re-evaluation after a breaker reset (docs/architecture.md, D13): which still-bad nodes to look at again.
 
 While the breaker was open, Admit refused every node and recorded it; those executions ended. The
 exporter's later resyncs re-send the same transitions under the same base names (D3), so Step

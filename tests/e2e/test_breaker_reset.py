@@ -1,7 +1,8 @@
 """After a storm opened the breaker, ``nodeheal breaker reset`` gets the refused nodes remediated.
 
 The whole local pipeline: the refused executions have ended and the exporter's resyncs are
-duplicates, so only the reset's re-evaluations (``-r<N>``, DESIGN D13) can act on those nodes.
+duplicates, so only the reset's re-evaluations (``-r<N>``, D13 in docs/architecture.md) can act on those
+nodes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Defect 10: the exporter, too, runs under its own roles (deploy/exporter, DESIGN D8).
+"""Defect 10: the exporter, too, runs under its own roles (deploy/exporter, D8 in docs/architecture.md).
 
 With leader election and Node Events shipping on (the deployed shape plus the optional
 component), every request the exporter makes is authorized against its ClusterRoles and its

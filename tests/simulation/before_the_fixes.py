@@ -1,4 +1,4 @@
-"""The code before each fix of the dropped-fault class (DESIGN D19; the issue "no dead GPU left
+"""The code before each fix of the dropped-fault class (docs/architecture.md, D19; the issue "no dead GPU left
 behind"), as patches the search puts back one fix at a time (tests/simulation/test_finds_defects.py).
 
 Each function here is the shipped function as it was before its fix, trimmed to what the fix

@@ -168,7 +168,7 @@ class Pipeline:
 def open_pipeline(
     overrides: Mapping[str, Any] | None = None, *, authorizer: RbacAuthorizer | None = None
 ) -> Iterator[Pipeline]:
-    """Every function calls the fake API server as itself, under its own RBAC role (DESIGN D8):
+    """Every function calls the fake API server as itself, under its own RBAC role (docs/architecture.md, D8):
     a request its role does not allow is a 403. Pass ``authorizer`` to collect what several
     pipelines used."""
     app = synthesized(overrides)

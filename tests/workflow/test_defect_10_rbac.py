@@ -1,4 +1,4 @@
-"""Defect 10, least privilege for real: each function runs under its own ClusterRole (DESIGN D8).
+"""Defect 10, least privilege: each function runs under its own ClusterRole (docs/architecture.md, D8).
 
 The fake API server authorizes every request of every function against the rules of
 ``nodeheal/rbac.py`` (the same rules ``deploy/rbac/remediator.yaml`` is rendered from), with the

@@ -1,4 +1,4 @@
-"""Ends no Catch sees (defect 5, DESIGN D6): an aborted or timed-out execution still leaves a
+"""Ends no Catch sees (defect 5, D6 in docs/architecture.md): an aborted or timed-out execution still leaves a
 ledger record, releases its lock and budget slot and tells a person, through the finalizer (fed the
 documented "Step Functions Execution Status Change" event, which moto does not emit) or the sweeper.
 """

@@ -1,9 +1,9 @@
 """The story a remediation leaves on the Node and its pods, through the deployed state machine.
 
 Each execution runs the synthesized workflow in moto with every function calling the fake API
-server as itself (its own RBAC role, DESIGN D8). The Events are read back as ``kubectl describe
-node`` and ``kubectl get events`` read them; each one names the execution. An Events endpoint that
-fails or hangs changes nothing about the remediation.
+server as itself (its own RBAC role, D8 in docs/architecture.md). The Events are read back as
+``kubectl describe node`` and ``kubectl get events`` read them; each one names the execution. An
+Events endpoint that fails or hangs changes nothing about the remediation.
 """
 
 from __future__ import annotations

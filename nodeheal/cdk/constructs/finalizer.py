@@ -1,4 +1,4 @@
-"""The finalizer and its sweeper (DESIGN D6): no execution ends unrecorded.
+"""The finalizer and its sweeper (docs/architecture.md, D6): no execution ends unrecorded.
 
 A workflow timeout, an abort or a data limit ends an execution where no Catch sees it, so
 ``Record failure`` never runs. Step Functions reports those ends as "Step Functions Execution Status

@@ -256,8 +256,8 @@ class ObservabilityConstruct(Construct):
                 ],
                 width=WIDTH // 3,
             ),
-            # A step never fails for an Event it could not write (DESIGN D8); this is where a broken
-            # Events path (RBAC, admission webhook, API server load) shows.
+            # A step never fails for an Event it could not write (docs/architecture.md, D8); this is
+            # where a broken Events path (RBAC, admission webhook, API server load) shows.
             self._graph(
                 "Kubernetes Events not written",
                 [

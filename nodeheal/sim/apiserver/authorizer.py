@@ -1,4 +1,4 @@
-"""Authentication and RBAC authorization for the fake API server (DESIGN D8).
+"""Authentication and RBAC authorization for the fake API server (docs/architecture.md, D8).
 
 Each caller presents a bearer token naming an identity (user and groups), as an EKS access entry
 or a service account token does. Each request is turned into the attributes kube-apiserver's

@@ -6,15 +6,15 @@ faults, and every choice the scheduler makes. The workflow runs as deployed: the
 read from the synthesized template (:mod:`.asl` walks it one state at a time, with its Choice
 rules, Retry and Catch clauses and timeout) and every Task runs the real Lambda handler over
 in-memory adapters (:mod:`.world`, :mod:`.ledger`) that pass the same contract tests as the real
-ones (DESIGN D7). :mod:`.schedule` interleaves executions, the cluster and the faults; inside a
+ones (docs/architecture.md, D7). :mod:`.schedule` interleaves executions, the cluster and the faults; inside a
 handler, each adapter call is a point where other work or a fault may come first. A violation
 stops the schedule; :func:`.runner.shrink` cuts its plan to the fewest faults that still break the
 same invariant (delta debugging), and ``make simulate SEED=n`` replays it with the trace.
 
-The invariants (:mod:`.invariants`), and the safety invariants of DESIGN.md each one enforces:
+The invariants (:mod:`.invariants`), and the safety invariants of docs/architecture.md each one enforces:
 
 =====  =======================================================================  ===============
-Check  What it asserts                                                          DESIGN.md
+Check  What it asserts                                                          invariant
 =====  =======================================================================  ===============
 I1     only the admitted Node object (UID + instance) and its own, owned          1, 2, 3
        instance are cordoned, drained, rebooted or terminated

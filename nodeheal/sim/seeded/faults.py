@@ -51,7 +51,7 @@ PLATFORM_FAULTS = (
     "mode-flip",
     "breaker-reset",
 )
-#: The class of faults behind which a fatal fault used to be dropped (DESIGN D19, the issue "no
+#: The class of faults behind which a fatal fault used to be dropped (docs/architecture.md, D19, the issue "no
 #: dead GPU left behind"). Each is drawn from a stream of its own (:func:`draw_dropped_fault_plan`),
 #: so the kinds above are drawn for a seed exactly as before these existed.
 DROPPED_FAULTS = (

@@ -1,7 +1,7 @@
 """The safety invariants, as code, checked after every step of every schedule.
 
 Each check is named after the invariant it enforces (I1-I12 of the seeded-simulation issue, which
-map onto DESIGN.md's safety invariants as the package docstring's table shows) and reads the
+map onto the safety invariants of docs/architecture.md as the package docstring's table shows) and reads the
 simulation's ground truth (the world, the mutation journal, the executions) rather than trusting
 NodeHeal's own bookkeeping wherever the two could differ.
 """
@@ -116,8 +116,8 @@ class Invariants:
         )
         self._seen_conditions: dict[tuple[str, str], tuple[str, str, str]] = {}
         #: (instance, node uid, boot) -> condition type -> each action a message NodeHeal saw in the
-        #: episode called for (DESIGN D19: the instance's episode, whatever the reason or transition
-        #: time became since), in an event or by reading the Node, with (bad since, confirmation
+        #: episode called for (docs/architecture.md, D19: the instance's episode, whatever the reason or
+        #: transition time became since), in an event or by reading the Node, with (bad since, confirmation
         #: seconds) of its earliest confirmation and when NodeHeal first saw it. A message no event
         #: carried and no step read is not "seen": a detector may overwrite it before anything reads it.
         self._seen_worst: dict[

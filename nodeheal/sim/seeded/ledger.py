@@ -1,4 +1,4 @@
-"""The ledger's contract in memory, for the step tests and the seeded simulation (DESIGN D7).
+"""The ledger's contract in memory, for the step tests and the seeded simulation (docs/architecture.md, D7).
 
 Same conditional semantics as :class:`nodeheal.aws.ledger.Ledger`: locks keyed by identity (the
 instance), expiring at their TTL; preemption conditional on the exact holder and on its claimed

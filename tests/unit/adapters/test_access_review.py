@@ -58,7 +58,7 @@ def test_may_asks_about_exactly_the_groups_named(served: tuple[FakeKubeApiServer
             answer = admin.may(DRAIN.name, DRAIN.groups, permission)
             assert answer.allowed, permission
             assert answer.reason.startswith("RBAC: allowed by") and "nodeheal-drain" in answer.reason
-    # Only uncordon and cordon patch nodes (DESIGN D8): drain may not.
+    # Only uncordon and cordon patch nodes (docs/architecture.md, D8): drain may not.
     assert not admin.may(DRAIN.name, DRAIN.groups, Permission("patch", "", "nodes")).allowed
     assert not admin.may(DRAIN.name, (), EVICT).allowed  # the same user without its group
 

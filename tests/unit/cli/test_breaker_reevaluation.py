@@ -1,5 +1,5 @@
-"""``nodeheal breaker reset`` re-evaluates the nodes still bad (DESIGN D13), against moto (ledger,
-stack outputs, the state machine and its executions) and the fake API server (the live cluster)."""
+"""``nodeheal breaker reset`` re-evaluates the nodes still bad (docs/architecture.md, D13), against moto
+(ledger, stack outputs, the state machine and its executions) and the fake API server (the live cluster)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The default decision table of DESIGN.md, row by row, and the overrides from cdk.json."""
+"""The default decision table (docs/architecture.md, "Decision policy"), row by row; cdk.json overrides."""
 
 from __future__ import annotations
 
@@ -344,7 +344,7 @@ def test_per_pool_overrides_merge_over_global() -> None:
     assert run(npd(line(13)), policy.for_pool("inference")) is Action.ALERT
 
 
-# One fault, one verdict (DESIGN.md D11): a double-bit ECC error is Xid 48 in the kernel log (NPD)
+# One fault, one verdict (docs/architecture.md, D11): a double-bit ECC error is Xid 48 in the kernel log (NPD)
 # and NvidiaXID48Error or NvidiaDoubleBitError from the node monitoring agent (its Xid policy and
 # its DCGM double-bit policy). NVIDIA's WORKFLOW_XID_48: reset the GPU first, replace only when the
 # error persists, which the reboot escalation does.

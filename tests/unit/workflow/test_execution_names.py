@@ -1,4 +1,4 @@
-"""Execution names (DESIGN D3): what people search the console for stays in them.
+"""Execution names (docs/architecture.md, D3): what people search the console for stays in them.
 
 A name is ``<cluster>-<node>-<condition>-<transition time>-<hash>`` (plus ``-r<N>`` for a person's
 re-evaluation) in at most 80 characters of ``[A-Za-z0-9_-]``. When it would not fit, the time and

@@ -1,6 +1,6 @@
 """One contract, two ledgers: the DynamoDB ledger (over moto) and the in-memory one the step tests
 use must agree on every lock, preemption and end-of-execution rule, or the step tests prove
-nothing about production (DESIGN D7)."""
+nothing about production (docs/architecture.md, D7)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The paths where a fatal fault was dropped (issue: no dead GPU left behind), each as it was
 reproduced, over the real admit and the in-memory ledger.
 
-The detectors are written as their source writes them (DESIGN D19): node-problem-detector rewrites
-reason, message AND lastTransitionTime when a permanent rule with another reason matches
+The detectors are written as their source writes them (docs/architecture.md, D19): node-problem-detector
+rewrites reason, message AND lastTransitionTime when a permanent rule with another reason matches
 (``pkg/systemlogmonitor/log_monitor.go``, ``generateStatus``), while the status stays True.
 """
 

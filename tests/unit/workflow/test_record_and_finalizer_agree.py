@@ -1,4 +1,4 @@
-"""Record outcome and the finalizer reach one end (issue 24, point 5; DESIGN D6).
+"""Record outcome and the finalizer reach one end (issue 24, point 5; D6 in docs/architecture.md).
 
 Step Functions does not stop a task's Lambda when the execution times out or is aborted, and
 Record outcome has no Catch: when it fails, the execution fails with no Catch. Either way the
