@@ -544,7 +544,7 @@ class RemediationSettings:
     #: A per-node lock expires after this many seconds, so a crashed execution cannot wedge a node.
     #: It is never renewed, so it must exceed the worst case of one execution holding it by a
     #: margin (``nodeheal.timing``); 9 h covers the defaults' 7 h 47 min with room to tune. It is a
-    #: backstop only: the finalizer releases the lock of every execution that ends (D6).
+    #: backstop only: the finalizer releases the lock of every execution that ends (docs/architecture.md, D6).
     lock_ttl_seconds: int = 32_400
     #: Seconds between two looks at the lock of an execution that waits behind the node's lock
     #: holder; the holder's end is noticed at most this late.

@@ -121,7 +121,7 @@ def deploy_for_doctor(
 
 def _deploy_functions(aws: LocalAws, stack_name: str) -> None:
     """The workflow functions under their real names (``<stack>-<task>``) with the template's
-    environment: where the deployed mode lives (D4)."""
+    environment: where the deployed mode lives (docs/architecture.md, D4)."""
     iam = aws.client("iam")
     role = iam.create_role(RoleName="nodeheal-doctor-test", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
     archive = io.BytesIO()

@@ -110,7 +110,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
             # contend: a conditional UpdateItem telling a busy, less severe holder to stand aside.
             LedgerGrant(("dynamodb:DeleteItem", "dynamodb:UpdateItem"), (LedgerItem.LOCK,)),
             # instance_records: the instance's recent remediations (escalation, attempt limit);
-            # sightings: the instance's episode memory (D2).
+            # sightings: the instance's episode memory (docs/architecture.md, D2).
             LedgerGrant(("dynamodb:Query",), (LedgerItem.RECORDS, LedgerItem.EPISODE)),
             # remember_sighting: a conditional UpdateItem of the episode memory.
             LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.EPISODE,)),

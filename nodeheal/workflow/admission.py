@@ -67,7 +67,7 @@ class Admission:
     breaker_opened: bool = False
     #: When this execution first found the lock held by another (it waits at most the lock TTL).
     waiting_since: datetime | None = None
-    #: The execution this one took the lock from (D2), if it preempted one.
+    #: The execution this one took the lock from (docs/architecture.md, D2), if it preempted one.
     preempted: str = ""
     #: The holder this execution preempted or contended (``{"execution", "conditionType"}``): if
     #: this execution's own fault is gone before it acts, it takes over that holder's fault (D2).

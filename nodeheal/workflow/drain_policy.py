@@ -57,7 +57,7 @@ The classes follow the tools EKS users already run:
 * Karpenter's ``karpenter.sh/do-not-disrupt``, held for ``drain.doNotDisruptWaitSeconds``.
 
 Every wait a plan asks for is bounded by ``drain.timeoutSeconds``: past it, ``drain_round``
-reports the drain timed out and ``drain.onTimeout`` applies (D5).
+reports the drain timed out and ``drain.onTimeout`` applies (docs/architecture.md, D5).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ FORGED = "forged"
 FUTURE_DATED = "future-dated"
 #: How far ahead of ingest's clock an event may claim to have been observed: clocks of EKS nodes
 #: and Lambda are NTP-synchronised, so more than this is a wrong clock or a forged event, and its
-#: transition time would give it an execution name no genuine delivery shares (D3).
+#: transition time would give it an execution name no genuine delivery shares (docs/architecture.md, D3).
 FUTURE_TOLERANCE = timedelta(minutes=5)
 
 

@@ -41,7 +41,7 @@ class LockView:
     #: A mutating step of the holder may still be running until then (claimed, not yet returned).
     busy_until: datetime | None = None
     #: A more severe execution waits to take the node over (it found the holder's step running):
-    #: the holder stops before its next mutation and leaves the node to it (D2).
+    #: the holder stops before its next mutation and leaves the node to it (docs/architecture.md, D2).
     contender: str = ""
     contender_action: Action = Action.NONE
     #: The contender comes back by then (its next admit renews the mark or preempts the lock).

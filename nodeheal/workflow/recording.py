@@ -314,7 +314,7 @@ def _account_for_end(
     region: str,
     step_may_be_running: bool = False,
 ) -> dict[str, Any]:
-    """Record, release and notify once per execution, whoever gets here first (D6).
+    """Record, release and notify once per execution, whoever gets here first (docs/architecture.md, D6).
 
     ``Record outcome``, ``Record failure``, the finalizer and the sweeper may all reach one end
     (a retried task, a failed execution whose Record failure ran, a Record step still running when

@@ -45,7 +45,7 @@ class AdmittedNode:
 
     @property
     def subject(self) -> str:
-        """The identity locks and history follow (D1): the instance, never the name."""
+        """The identity locks and history follow (docs/architecture.md, D1): the instance, never the name."""
         return identity_key(self.instance_id, self.uid, self.name)
 
     def to_json(self) -> dict[str, str | bool]:

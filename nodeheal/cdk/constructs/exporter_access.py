@@ -1,7 +1,7 @@
 """The exporters' AWS access: one IAM role per cluster, assumed through EKS Pod Identity, that may
 only put events on the NodeHeal bus under that cluster's own Source; and the bus policy.
 
-Why one role per cluster (D9): a PutEvents condition sees ``events:source`` and
+Why one role per cluster (docs/architecture.md, D9): a PutEvents condition sees ``events:source`` and
 ``events:detail-type``, never the detail, so the only way to stop one cluster's exporter from
 speaking for another is to give each its own Source (``<prefix>.<cluster>``) and a role allowed
 that Source alone. Ingest then checks that the Source and ``detail.cluster`` agree.

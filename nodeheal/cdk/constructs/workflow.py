@@ -148,7 +148,7 @@ class WorkflowConstruct(Construct):
 
 
 def _task_environment(spec: TaskSpec, ledger_table_name: str, topic_arn: str, mode: str) -> dict[str, str]:
-    # Every step reads the mode from here, live (D4): a redeploy in dry-run changes this
+    # Every step reads the mode from here, live (docs/architecture.md, D4): a redeploy in dry-run changes this
     # variable and stops executions already in flight before their next mutation.
     environment: dict[str, str] = {"NODEHEAL_MODE": mode}
     if spec.ledger:

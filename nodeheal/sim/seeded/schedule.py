@@ -111,7 +111,7 @@ class Invocation:
     @property
     def condition_type(self) -> str:
         """The condition the execution remediates: admit's (it takes over the fault of a holder it
-        pushed aside when its own is gone, D2), else the event's."""
+        pushed aside when its own is gone, D2 in docs/architecture.md), else the event's."""
         admitted = ((self.payload or {}).get("admission") or {}).get("condition") or {}
         if admitted.get("type"):
             return str(admitted["type"])
