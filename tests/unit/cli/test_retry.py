@@ -113,7 +113,7 @@ class Aws:
     def start(
         self, event_id: str, *, name: str = BASE, machine: str = STATE_MACHINE_ARN, payload: Any = None
     ) -> str:
-        """An execution as ingest starts one: the event under its D3 name."""
+        """An execution as ingest starts one: the event under its D3 name (docs/architecture.md)."""
         received = datetime(2026, 11, 21, 10, 0, 2, tzinfo=UTC)
         document = (
             payload
