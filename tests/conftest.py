@@ -30,7 +30,8 @@ os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "nodeheal")
 
 import json
 import logging
-from collections.abc import Iterator
+import sys
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,22 @@ def _restore_the_environment() -> Iterator[None]:
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+# -- the rewritten test modules, kept between runs ---------------------------------------------------
+#
+# pytest rewrites the asserts of every test module it imports and keeps the result in
+# __pycache__/*-pytest-*.pyc, but not when bytecode writing is off (PYTHONDONTWRITEBYTECODE, set by
+# the Makefile and on the build machines): then each run, and each xdist worker of a run, rewrote all
+# of them again, about 15 s of a worker's start. Writing is on while the tests are collected only;
+# the tests themselves, and every subprocess they start, run as the environment says.
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = saved
