@@ -127,6 +127,7 @@ def test_every_block_with_a_command_says_whether_it_runs_here(block: Block) -> N
         assert block.commands(), f"{block.where} is marked runnable but has no command"
 
 
+@pytest.mark.slow  # the demo, a synth of the stack, a simulated schedule: `make test` runs them
 @pytest.mark.parametrize(
     ("block", "command"), RUNNABLE, ids=[f"{block.where} {command}"[:100] for block, command in RUNNABLE]
 )

@@ -330,6 +330,7 @@ def test_thermal_check_unsupported_fields_read_as_not_throttled(tmp_path: Path) 
     assert run_plugin("check_gpu_thermal.sh", tmp_path, {"nvidia-smi": smi_printing(na)})[0] == 0
 
 
+@pytest.mark.slow  # waits on a real timeout
 @pytest.mark.parametrize(
     ("tools", "env", "expected"),
     [
@@ -433,6 +434,7 @@ def test_gateway_check_failing_for_its_own_reasons_is_unknown(
     assert out.startswith(expected)
 
 
+@pytest.mark.slow  # waits on a real timeout
 def test_gateway_check_decides_when_ping_hangs(tmp_path: Path) -> None:
     started = time.monotonic()
     code, out = run_gateway(tmp_path, "trap '' TERM\nsleep 30 &\nwait\nwait\n")
@@ -455,6 +457,7 @@ def test_dns_check_healthy(tmp_path: Path) -> None:
     assert run_dns(tmp_path, answer) == (0, "sts.amazonaws.com resolves")
 
 
+@pytest.mark.slow  # waits on a real timeout
 def test_dns_check_tells_a_failed_lookup_from_a_silent_resolver(tmp_path: Path) -> None:
     # getent(1): exit 2, "One or more supplied key could not be found in the database".
     assert run_dns(tmp_path, "exit 2\n") == (1, "DNS: sts.amazonaws.com does not resolve")
@@ -513,6 +516,7 @@ def test_runtime_check_healthy(tmp_path: Path) -> None:
     assert code == 0 and re.fullmatch(r"containerd answered in [0-9]+ ms", out), out
 
 
+@pytest.mark.slow  # waits on a real timeout
 def test_runtime_check_slow_refused_and_silent_are_the_fault(tmp_path: Path) -> None:
     code, out = run_runtime(tmp_path, "sleep 1.3\n" + CTR_VERSION, RUNTIME_SLOW_MS="1000")
     assert code == 1 and re.fullmatch(r"containerd answered in 1[0-9]{3} ms \(bound 1000 ms\)", out), out
