@@ -62,11 +62,12 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help bootstrap test lint typecheck unit synth lambda-deps demo bench rbac pin-image simulate mutate soak clean
+.PHONY: help bootstrap check test lint typecheck unit synth lambda-deps demo bench rbac pin-image simulate mutate soak clean
 
 help:
 	@echo "make demo   - run the local end-to-end simulation (bootstraps everything)"
-	@echo "make test   - lint, type-check and run the whole test suite (bootstraps everything)"
+	@echo "make check  - the fast tier for every change: lint, types, import contracts, unit and domain tests"
+	@echo "make test   - lint, type-check and run the whole test suite, as CI does (bootstraps everything)"
 	@echo "make synth  - build the Lambda asset and synthesize the CloudFormation template"
 	@echo "make bench  - run the benchmarks under benchmarks/"
 	@echo "make rbac   - regenerate deploy/rbac/remediator.yaml and fault-injector.yaml from nodeheal/rbac.py"
@@ -143,6 +144,23 @@ test: bootstrap lambda-deps lint
 	PATH="$(CURDIR)/node_modules/.bin:$$PATH" $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal; tests=$$?; \
 	wait $$mypy_pid; typed=$$?; \
 	echo "$(BIN)/mypy"; cat build/mypy.log; \
+	exit $$(( tests != 0 ? tests : typed ))
+
+# The fast tier (D20), for every change: lint, types (mypy beside the tests, as in `make test`),
+# import contracts, and the unit and domain tests: tests/unit without the tests marked slow (a real
+# synth of the stack, a run of the local pipeline, a wait on a real timeout; pyproject.toml's
+# markers) and without tests/unit/cli, which drives each command against moto stacks and the fake
+# API server (two fifths of tests/unit's time). At most 2 minutes on two cores with mypy's cache
+# warm; `make test` runs everything.
+CHECK_TESTS ?= tests/unit --ignore=tests/unit/cli
+check: lint
+	@if [ -f .importlinter ]; then echo "$(BIN)/lint-imports"; $(BIN)/lint-imports; fi
+	@mkdir -p build; \
+	$(BIN)/python -m compileall -q -j 0 nodeheal lambdas stacks tests > /dev/null; \
+	$(BIN)/mypy > build/mypy-check.log 2>&1 & mypy_pid=$$!; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m 'not soak and not slow' $(CHECK_TESTS); tests=$$?; \
+	wait $$mypy_pid; typed=$$?; \
+	echo "$(BIN)/mypy"; cat build/mypy-check.log; \
 	exit $$(( tests != 0 ? tests : typed ))
 
 # Wheels for the Lambda asset, fetched once for the Lambda platform (manylinux x86_64, Python 3.12);
