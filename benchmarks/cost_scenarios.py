@@ -29,7 +29,8 @@ from typing import Any
 
 from benchmarks.harness import CLUSTER, deep_merge, production_context
 from nodeheal.sim.apiserver.objects import make_pdb, make_pod
-from nodeheal.sim.cluster import DCGM_ERROR, XID_13, XID_48, XID_79, ClusterLayout, Fault
+from nodeheal.sim.cluster import DCGM_ERROR, XID_13, XID_48, XID_79, Fault
+from nodeheal.sim.cluster_setup import ClusterLayout
 from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, align_to_second, demo_context, wait_until
 from nodeheal.workflow.records import Outcome
 

@@ -22,8 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 from nodeheal.conditions import Condition
-from nodeheal.events import DEFAULT_SOURCE, NodeConditionEvent, PreviousState, cluster_source
-from nodeheal.exporter.transitions import node_identity
+from nodeheal.events import DEFAULT_SOURCE, NodeConditionEvent, PreviousState, cluster_source, node_identity
 from nodeheal.kube.client import StaticClientProvider
 from nodeheal.sim.apiserver.objects import make_node, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer

@@ -14,12 +14,11 @@ everywhere (exporter resync, ingest, admit, recovery check):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from nodeheal.errors import InvalidEventError
-from nodeheal.payload import MAX_REASON_BYTES, bound_message, cut_text
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 
 #: Conditions the kubelet sets from resource pressure. They are the scheduler's business (the
@@ -57,15 +56,6 @@ class Condition:
     @property
     def is_bad(self) -> bool:
         return is_bad_status(self.type, self.status)
-
-    def bounded(self) -> Condition:
-        """This condition with its message and reason cut to the bounds of D17 (see
-        :mod:`nodeheal.payload`); itself when both already fit."""
-        message = bound_message(self.message)
-        reason = cut_text(self.reason, MAX_REASON_BYTES)
-        if message is self.message and reason is self.reason:
-            return self
-        return replace(self, message=message, reason=reason)
 
     @classmethod
     def from_api(cls, raw: Any) -> Condition:

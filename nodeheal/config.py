@@ -573,25 +573,21 @@ class RemediationSettings:
         }
 
     @classmethod
-    def from_json(cls, raw: Any, path: str = "settings", *, check_timing: bool = True) -> RemediationSettings:
-        """Every problem of ``raw`` in one ConfigurationError (the timing checks' after the others')."""
+    def from_json(cls, raw: Any, path: str = "settings") -> RemediationSettings:
+        """Every problem of ``raw`` in one ConfigurationError. What the durations break together
+        (D5) is :func:`nodeheal.timing.checked_settings`'s to check: the settings an execution carries
+        were checked when they were deployed, and the run must finish under newer code."""
         with all_problems():
             reader = SettingsReader(raw, path)
             scope = ScopeSettings.read(reader.child("scope"))
-            settings = dataclasses.replace(cls.read(reader, check_timing=False), scope=scope)
+            settings = dataclasses.replace(cls.read(reader), scope=scope)
             reader.finish()
-            if check_timing:
-                report_timing(settings, reader)
         return settings
 
     @classmethod
-    def read(cls, reader: SettingsReader, *, check_timing: bool = True) -> RemediationSettings:
-        """Read the remediation keys from ``reader``; the caller calls ``finish`` (it may own more keys).
-
-        ``check_timing`` refuses a lock TTL that does not cover the worst case (D5) and a retry
-        backoff that waits too long. Only the settings carried by a running execution skip it: they
-        were checked when they were deployed, and the run must be able to finish under newer code.
-        """
+    def read(cls, reader: SettingsReader) -> RemediationSettings:
+        """Read the remediation keys from ``reader``; the caller calls ``finish`` (it may own more keys)
+        and, for settings about to be deployed, :func:`nodeheal.timing.report_timing`."""
         mode_value = reader.choice("mode", tuple(m.value for m in Mode), DEFAULT_MODE.value)
         settings = cls(
             mode=Mode(mode_value),
@@ -611,49 +607,4 @@ class RemediationSettings:
                 f'"{REPLACE_DELETE_NODECLAIM}": Karpenter\'s termination removes the Node itself, after '
                 "its own drain; deleting the Node first would cut that drain short. Leave it false"
             )
-        if check_timing:
-            report_timing(settings, reader)
         return settings
-
-
-def report_timing(settings: RemediationSettings, reader: SettingsReader) -> None:
-    """Report what the durations of ``settings`` break together (D5): a lock TTL that does not
-    cover one execution's worst case, a retry backoff that waits too long. Run after the per-key
-    checks, on the values they let through (a refused one counts as its default)."""
-    # nodeheal.timing reads the built-in policy, which imports this module's types.
-    from nodeheal import timing
-
-    drain = settings.drain
-    if 0 < drain.do_not_disrupt_wait_seconds >= drain.timeout_seconds:
-        where = reader.where("drain")
-        problem(
-            f"{where}.doNotDisruptWaitSeconds ({drain.do_not_disrupt_wait_seconds}) must be shorter than "
-            f"{where}.timeoutSeconds ({drain.timeout_seconds}), or 0: pods held back until the drain "
-            "times out are never evicted, only force-deleted or left behind"
-        )
-    if drain.deletes_after_timeout and drain.delete_after_seconds >= drain.timeout_seconds:
-        where = reader.where("drain")
-        problem(
-            f"{where}.deleteAfterSeconds ({drain.delete_after_seconds}) must be shorter than "
-            f"{where}.timeoutSeconds ({drain.timeout_seconds}) when an {where}.evictionModes rule uses "
-            '"delete-after-timeout": the drain would time out (drain.onTimeout) before deleting them'
-        )
-    retry_wait = timing.retry_wait_seconds(settings.retry)
-    if retry_wait > timing.MAX_RETRY_WAIT_SECONDS:
-        retry = settings.retry
-        problem(
-            f"{reader.where('retry')} waits {retry_wait} s in backoff over {retry.max_attempts} retries "
-            f"({retry.interval_seconds} s x {retry.backoff_rate:g}^k); at most "
-            f"{timing.MAX_RETRY_WAIT_SECONDS} s, so a dead API fails the remediation in minutes"
-        )
-    holding = timing.holding_worst_case(settings)
-    margin = timing.margin_seconds(holding.total_seconds)
-    required = holding.total_seconds + margin
-    if settings.lock_ttl_seconds < required:
-        problem(
-            f"{reader.where('lockTtlSeconds')} ({settings.lock_ttl_seconds}) must be at least {required}: "
-            f"one execution can hold the lock for {holding.total_seconds} s "
-            f"({timing.format_duration(holding.total_seconds)}) and the lock is never renewed, so it "
-            f"needs a margin of {margin} s ({timing.MARGIN_SHARE:.0%}, at least "
-            f"{timing.MIN_MARGIN_SECONDS} s). Worst case: {holding.describe()}"
-        )

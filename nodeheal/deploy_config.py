@@ -24,7 +24,6 @@ from nodeheal.config import (
     RemediationSettings,
     ScopeCondition,
     ScopeSettings,
-    report_timing,
 )
 from nodeheal.errors import ConfigurationError
 from nodeheal.events import DEFAULT_SOURCE
@@ -226,7 +225,7 @@ class NodeHealConfig:
         ingest.finish()
         # The rule's scope rides along in every execution's settings: admit re-checks it live. The
         # timing checks run once every key has been read (below).
-        remediation = replace(RemediationSettings.read(reader, check_timing=False), scope=rule)
+        remediation = replace(RemediationSettings.read(reader), scope=rule)
         notifications = reader.child("notifications")
         emails = notifications.string_list("emails", ())
         for email in emails:
@@ -273,7 +272,7 @@ class NodeHealConfig:
         )
         exporter.finish()
         reader.finish()
-        report_timing(remediation, reader)
+        timing.report_timing(remediation, reader)
         _check_workflow_timeout(timeout_minutes, remediation, workflow.where("timeoutMinutes"))
         return config
 

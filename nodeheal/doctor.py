@@ -59,7 +59,7 @@ from nodeheal.events import (
     PreviousState,
 )
 from nodeheal.kube.access_review import AccessAnswer
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube_views import LiveNode
 from nodeheal.patterns import match
 from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE, Permission
 from nodeheal.timeutil import format_timestamp

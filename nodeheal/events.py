@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from nodeheal.conditions import Condition
 from nodeheal.errors import InvalidEventError
-from nodeheal.payload import MAX_REASON_BYTES, cut_text, json_bytes, state_bytes
+from nodeheal.payload import MAX_REASON_BYTES, bounded_condition, cut_text, json_bytes, state_bytes
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 
 SCHEMA_VERSION = "1.1"
@@ -198,7 +198,7 @@ class NodeConditionEvent:
             raise InvalidEventError("condition is required")
         # An exporter older than D17 may send a message of any length: cut it here as the exporter
         # now does, so no execution input carries more (idempotent for a message already cut).
-        condition = Condition.from_api(detail["condition"]).bounded()
+        condition = bounded_condition(Condition.from_api(detail["condition"]))
         if len(condition.type) > MAX_FIELD_CHARS:
             raise InvalidEventError(f"condition.type is longer than {MAX_FIELD_CHARS} characters")
         previous_raw = detail.get("previous")
@@ -361,3 +361,50 @@ class ExporterHeartbeat:
             dropped=count(counters, "dropped"),
             schema_version=str(version),
         )
+
+
+# -- the node block, from a raw Node ------------------------------------------------------------
+
+INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
+NODE_POOL_LABEL = "karpenter.sh/nodepool"
+CAPACITY_TYPE_LABELS = ("karpenter.sh/capacity-type", "eks.amazonaws.com/capacityType")
+
+
+def node_identity(obj: Mapping[str, Any]) -> NodeIdentity:
+    """The contract's node block from a raw Node; instance ID and zone fall back to providerID."""
+    metadata = obj.get("metadata") or {}
+    labels: Mapping[str, str] = metadata.get("labels") or {}
+    provider_id = str((obj.get("spec") or {}).get("providerID") or "")
+    shipped, trimmed = bound_labels({str(k): str(v) for k, v in labels.items()})
+    zone = _first_label(labels, ZONE_LABELS)
+    if not zone and provider_id.startswith("aws:///"):
+        zone = provider_id[len("aws:///") :].split("/", 1)[0]
+    return NodeIdentity(
+        name=str(metadata.get("name") or ""),
+        uid=str(metadata.get("uid") or ""),
+        provider_id=provider_id,
+        instance_id=instance_id_from_provider_id(provider_id) or "",
+        instance_type=_first_label(labels, INSTANCE_TYPE_LABELS),
+        zone=zone,
+        node_pool=str(labels.get(NODE_POOL_LABEL, "")),
+        capacity_type=_capacity_type(labels),
+        labels=shipped,
+        labels_trimmed=trimmed,
+        boot_id=str(((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""),
+    )
+
+
+def _first_label(labels: Mapping[str, str], keys: Iterable[str]) -> str:
+    for key in keys:
+        value = labels.get(key)
+        if value:
+            return str(value)
+    return ""
+
+
+def _capacity_type(labels: Mapping[str, str]) -> str:
+    # Karpenter writes "on-demand"/"spot"; managed node groups write "ON_DEMAND"/"SPOT". One
+    # spelling on the bus lets one rule match both.
+    value = _first_label(labels, CAPACITY_TYPE_LABELS)
+    return value.lower().replace("_", "-")

@@ -22,7 +22,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
+
+from nodeheal.conditions import Condition
+from nodeheal.config import PolicySettings
+from nodeheal.policy.classify import default_xid_action
+from nodeheal.policy.signals import xids_in_message
 
 #: Step Functions' limit on a state, an execution's input and a task's result: 256 KiB of UTF-8.
 STATE_LIMIT_BYTES = 256 * 1024
@@ -144,12 +150,6 @@ def _severity_reader() -> Callable[[str], int]:
     of what the default policy decides on the most severe Xid in it, read as the classifier reads
     it (the driver's text decoded for 94/95, 144-150 and 154, "fallen off the bus" as Xid 79). An
     Xid the default cannot judge costs what the default ``unknownAction`` does."""
-    # Imported here: the policy imports the condition model, which imports this module. Only a
-    # message that must be cut pays for them (the exporter has no other use for the policy).
-    from nodeheal.config import PolicySettings
-    from nodeheal.policy.classify import default_xid_action
-    from nodeheal.policy.signals import xids_in_message
-
     unknown = PolicySettings().unknown_action
     seen: dict[str, int] = {}  # a joined message repeats its lines
 
@@ -267,3 +267,13 @@ def bound_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
     if text and not text.endswith(_LINE_ENDS):
         text += "\n"
     return text + _MARKER.format(size - kept_bytes)
+
+
+def bounded_condition(condition: Condition) -> Condition:
+    """``condition`` with its message and reason cut to their bounds (D17); itself when both
+    already fit."""
+    message = bound_message(condition.message)
+    reason = cut_text(condition.reason, MAX_REASON_BYTES)
+    if message is condition.message and reason is condition.reason:
+        return condition
+    return replace(condition, message=message, reason=reason)

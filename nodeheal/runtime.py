@@ -26,7 +26,7 @@ from nodeheal.deadline import Deadline
 from nodeheal.deadline import current as current_deadline
 from nodeheal.errors import ConfigurationError, DeadlineExceededError, DuplicateExecutionError
 from nodeheal.events import DEFAULT_SOURCE
-from nodeheal.kube.event_model import EventTally
+from nodeheal.kube_event_body import EventTally
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.ports import KubeAccess
 

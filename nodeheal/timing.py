@@ -47,6 +47,7 @@ from nodeheal.errors import (
     LedgerContentionError,
 )
 from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
+from nodeheal.settings_reader import SettingsReader, all_problems, problem
 
 #: Seconds of one Kubernetes request answered just inside its timeouts: connect 5 + read 30 = 35
 #: (``nodeheal.kube.client.DEFAULT_REQUEST_TIMEOUT``; a test holds the two equal).
@@ -468,3 +469,56 @@ def required_workflow_timeout_minutes(
     """The smallest ``workflow.timeoutMinutes`` the configuration accepts."""
     execution = execution_worst_case(settings, task_timeouts).total_seconds
     return math.ceil((execution + margin_seconds(execution)) / 60)
+
+
+# -- the checks a deployment's settings pass ------------------------------------------------------
+
+
+def checked_settings(raw: Any, path: str = "settings") -> RemediationSettings:
+    """:meth:`RemediationSettings.from_json` with what the durations break together (D5): every
+    problem in one ConfigurationError, the timing checks' after the others'."""
+    with all_problems():
+        settings = RemediationSettings.from_json(raw, path)
+        # The reader only names keys here: ``raw`` was read, and any problem of its shape reported.
+        report_timing(settings, SettingsReader({}, path))
+    return settings
+
+
+def report_timing(settings: RemediationSettings, reader: SettingsReader) -> None:
+    """Report what the durations of ``settings`` break together (D5): a lock TTL that does not
+    cover one execution's worst case, a retry backoff that waits too long. Run after the per-key
+    checks, on the values they let through (a refused one counts as its default)."""
+    drain = settings.drain
+    if 0 < drain.do_not_disrupt_wait_seconds >= drain.timeout_seconds:
+        where = reader.where("drain")
+        problem(
+            f"{where}.doNotDisruptWaitSeconds ({drain.do_not_disrupt_wait_seconds}) must be shorter than "
+            f"{where}.timeoutSeconds ({drain.timeout_seconds}), or 0: pods held back until the drain "
+            "times out are never evicted, only force-deleted or left behind"
+        )
+    if drain.deletes_after_timeout and drain.delete_after_seconds >= drain.timeout_seconds:
+        where = reader.where("drain")
+        problem(
+            f"{where}.deleteAfterSeconds ({drain.delete_after_seconds}) must be shorter than "
+            f"{where}.timeoutSeconds ({drain.timeout_seconds}) when an {where}.evictionModes rule uses "
+            '"delete-after-timeout": the drain would time out (drain.onTimeout) before deleting them'
+        )
+    retry_wait = retry_wait_seconds(settings.retry)
+    if retry_wait > MAX_RETRY_WAIT_SECONDS:
+        retry = settings.retry
+        problem(
+            f"{reader.where('retry')} waits {retry_wait} s in backoff over {retry.max_attempts} retries "
+            f"({retry.interval_seconds} s x {retry.backoff_rate:g}^k); at most "
+            f"{MAX_RETRY_WAIT_SECONDS} s, so a dead API fails the remediation in minutes"
+        )
+    holding = holding_worst_case(settings)
+    margin = margin_seconds(holding.total_seconds)
+    required = holding.total_seconds + margin
+    if settings.lock_ttl_seconds < required:
+        problem(
+            f"{reader.where('lockTtlSeconds')} ({settings.lock_ttl_seconds}) must be at least {required}: "
+            f"one execution can hold the lock for {holding.total_seconds} s "
+            f"({format_duration(holding.total_seconds)}) and the lock is never renewed, so it "
+            f"needs a margin of {margin} s ({MARGIN_SHARE:.0%}, at least "
+            f"{MIN_MARGIN_SECONDS} s). Worst case: {holding.describe()}"
+        )

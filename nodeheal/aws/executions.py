@@ -43,7 +43,7 @@ def deployed_settings(client: Any, state_machine_arn: str) -> RemediationSetting
             f"state machine {state_machine_arn} has no {LOAD_SETTINGS_STATE!r} state with settings: "
             "is it NodeHeal's remediation workflow?"
         )
-    return RemediationSettings.from_json(settings, "deployed settings", check_timing=False)
+    return RemediationSettings.from_json(settings, "deployed settings")
 
 
 class StepFunctionsExecutions:

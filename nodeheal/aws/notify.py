@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from nodeheal.workflow.ports import Notification
 
 MAX_SUBJECT_LENGTH = 100
 #: SNS's message limit is 256 KB of UTF-8; leave room for the envelope e-mail adds.
 MAX_MESSAGE_BYTES = 250 * 1024
 ELLIPSIS = "..."
-_ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
 _WHITESPACE_RUN = re.compile(r"\s+")
 
 
@@ -41,19 +40,6 @@ def clean_message(message: str) -> str:
     cut = encoded[: MAX_MESSAGE_BYTES - len(marker.encode("utf-8"))]
     # errors="ignore" drops a multi-byte character the cut split in half.
     return cut.decode("utf-8", errors="ignore") + marker
-
-
-@dataclass(frozen=True, slots=True)
-class Notification:
-    subject: str
-    message: str
-    #: Published as String message attributes, so subscriptions can filter (e.g. on ``action``).
-    attributes: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for name in self.attributes:
-            if not _ATTRIBUTE_NAME.match(name) or name.lower().startswith(("aws.", "amazon.")):
-                raise ValueError(f"invalid SNS message attribute name {name!r}")
 
 
 class SnsNotifier:

@@ -43,7 +43,7 @@ from nodeheal.events import (
     NodeConditionEvent,
     unwrap_eventbridge_envelope,
 )
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube_views import LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timeutil import utc_now
 

@@ -271,7 +271,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     injection = injection_for(args)
     api = kube_transport(args, args.cluster)
-    from nodeheal.kube.model import LiveNode
+    from nodeheal.kube_views import LiveNode
 
     node = kube_injection.read_node(api, args.node, args.cluster)
     current = next(

@@ -7,10 +7,12 @@ dependencies of the other ``nodeheal`` subcommands (the policy, the workflow's A
 import argparse
 import sys
 
-from nodeheal.cli import EXIT_USAGE
-from nodeheal.commands.exporter import run
 from nodeheal.errors import ConfigurationError
+from nodeheal.exporter.main import run
 from nodeheal.exporter.settings import add_arguments
+
+#: A usage error, as argparse and the nodeheal CLI report one (nodeheal.cli.EXIT_USAGE).
+EXIT_USAGE = 2
 
 parser = argparse.ArgumentParser(
     prog="python -m nodeheal.exporter",

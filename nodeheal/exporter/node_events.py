@@ -31,7 +31,7 @@ from nodeheal.events import DETAIL_TYPE_NODE_EVENT, SCHEMA_VERSION
 from nodeheal.exporter.metrics import Metrics
 from nodeheal.exporter.publisher import fit_detail
 from nodeheal.exporter.queue import QueuedEvent
-from nodeheal.kube.event_model import is_nodeheal_event
+from nodeheal.kube_event_body import is_nodeheal_event
 from nodeheal.timeutil import format_timestamp, utc_now
 
 NODE_EVENTS_PATH = "/api/v1/events"

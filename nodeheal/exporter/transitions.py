@@ -34,15 +34,10 @@ from nodeheal.events import (
     NodeConditionEvent,
     NodeIdentity,
     PreviousState,
-    bound_labels,
-    instance_id_from_provider_id,
+    node_identity,
 )
+from nodeheal.payload import bounded_condition
 from nodeheal.timeutil import utc_now
-
-INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
-ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
-NODE_POOL_LABEL = "karpenter.sh/nodepool"
-CAPACITY_TYPE_LABELS = ("karpenter.sh/capacity-type", "eks.amazonaws.com/capacityType")
 
 _StatusReason = tuple[str, str]
 
@@ -56,45 +51,6 @@ class _NodeState:
     #: resync from memory (periodic, or on becoming leader) can re-emit them without an API call.
     bad: dict[str, Condition] = field(default_factory=dict)
     identity: NodeIdentity | None = None
-
-
-def node_identity(obj: Mapping[str, Any]) -> NodeIdentity:
-    """The contract's node block from a raw Node; instance ID and zone fall back to providerID."""
-    metadata = obj.get("metadata") or {}
-    labels: Mapping[str, str] = metadata.get("labels") or {}
-    provider_id = str((obj.get("spec") or {}).get("providerID") or "")
-    shipped, trimmed = bound_labels({str(k): str(v) for k, v in labels.items()})
-    zone = _first_label(labels, ZONE_LABELS)
-    if not zone and provider_id.startswith("aws:///"):
-        zone = provider_id[len("aws:///") :].split("/", 1)[0]
-    return NodeIdentity(
-        name=str(metadata.get("name") or ""),
-        uid=str(metadata.get("uid") or ""),
-        provider_id=provider_id,
-        instance_id=instance_id_from_provider_id(provider_id) or "",
-        instance_type=_first_label(labels, INSTANCE_TYPE_LABELS),
-        zone=zone,
-        node_pool=str(labels.get(NODE_POOL_LABEL, "")),
-        capacity_type=_capacity_type(labels),
-        labels=shipped,
-        labels_trimmed=trimmed,
-        boot_id=str(((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""),
-    )
-
-
-def _first_label(labels: Mapping[str, str], keys: Iterable[str]) -> str:
-    for key in keys:
-        value = labels.get(key)
-        if value:
-            return str(value)
-    return ""
-
-
-def _capacity_type(labels: Mapping[str, str]) -> str:
-    # Karpenter writes "on-demand"/"spot"; managed node groups write "ON_DEMAND"/"SPOT". One
-    # spelling on the bus lets one rule match both.
-    value = _first_label(labels, CAPACITY_TYPE_LABELS)
-    return value.lower().replace("_", "-")
 
 
 class TransitionTracker:
@@ -216,7 +172,7 @@ class TransitionTracker:
             if not emit and not is_bad:
                 continue
             try:
-                condition = Condition.from_api(raw).bounded()
+                condition = bounded_condition(Condition.from_api(raw))
             except InvalidEventError:
                 continue  # a condition the API would not accept either; nothing to decide on
             if is_bad:

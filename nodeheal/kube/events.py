@@ -12,7 +12,7 @@ its time:
   5xx, 429, 401, 403), the invocation's remaining Events are skipped rather than each waiting for
   the same failure. Another 4xx is about that one Event (it is logged) and the next is still sent;
 * 409 AlreadyExists is success: the Event's name is derived from what it tells
-  (:func:`~nodeheal.kube.event_model.event_name`), so it was written by an earlier run of this step.
+  (:func:`~nodeheal.kube_event_body.event_name`), so it was written by an earlier run of this step.
 
 The Lambda handler turns :class:`EventTally` into the ``KubernetesEventsFailed`` and
 ``KubernetesEventsSkipped`` metrics.
@@ -28,8 +28,8 @@ from urllib.parse import quote
 from nodeheal.deadline import MIN_CALL_SECONDS, UNBOUNDED, Deadline
 from nodeheal.errors import DeadlineExceededError, KubernetesApiError, KubernetesApiUnavailableError
 from nodeheal.kube.client import JsonResponse, request_json
-from nodeheal.kube.event_model import EventTally, ObjectEvent, event_body
 from nodeheal.kube.transport import KubeTransport, RequestTimeout
+from nodeheal.kube_event_body import EventTally, ObjectEvent, event_body
 
 logger = logging.getLogger(__name__)
 

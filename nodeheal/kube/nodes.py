@@ -34,7 +34,7 @@ from nodeheal.kube.client import (
     expect_success,
 )
 from nodeheal.kube.errors import error_for_status
-from nodeheal.kube.model import (
+from nodeheal.kube_views import (
     ANNOTATION_CORDONED_AT,
     ANNOTATION_CORDONED_BY_NODEHEAL,
     ANNOTATION_EXECUTION,

@@ -38,7 +38,7 @@ from nodeheal.kube.client import (
     expect_success,
 )
 from nodeheal.kube.errors import ApiStatus, is_retryable_status
-from nodeheal.kube.model import PodView
+from nodeheal.kube_views import PodView
 
 #: policyv1.DisruptionBudgetCause: the cause the eviction subresource gives a PDB's 429.
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"

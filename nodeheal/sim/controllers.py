@@ -9,14 +9,17 @@ import functools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from nodeheal.conditions import is_bad_status, is_positive_condition
 from nodeheal.events import instance_id_from_provider_id
 from nodeheal.sim.apiserver.objects import make_pod
 from nodeheal.sim.apiserver.pdb import controller_of
 from nodeheal.sim.apiserver.status import ApiError
-from nodeheal.sim.timeline import short_node
+from nodeheal.sim.apiserver.store import ClusterStore
+from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings, SimClock
+from nodeheal.sim.local_aws import LocalAws
+from nodeheal.sim.timeline import Timeline, short_node
 from nodeheal.sim.workload import (
     GPU,
     HEALTHY_CONDITIONS,
@@ -27,8 +30,37 @@ from nodeheal.sim.workload import (
     is_running,
 )
 
-if TYPE_CHECKING:
-    from nodeheal.sim.cluster import SimulatedCluster
+
+class ControlledCluster(Protocol):
+    """What the controllers need of the cluster that starts them
+    (:class:`nodeheal.sim.cluster.SimulatedCluster`, which cannot be imported here)."""
+
+    store: ClusterStore
+    aws: LocalAws
+    timeline: Timeline
+    clock: SimClock
+    layout: ClusterLayout
+    timings: ClusterTimings
+    #: The cluster's name.
+    cluster: str
+
+    def suffix(self) -> str: ...
+    def node(self, name: str) -> JSON | None: ...
+    def nodes(self) -> list[JSON]: ...
+    def pods(self, namespace: str | None = None) -> list[JSON]: ...
+    def pods_on(self, node: str) -> list[JSON]: ...
+    def node_for_instance(self, instance_id: str) -> JSON | None: ...
+    def running_workers(self) -> int: ...
+    def add_node(
+        self,
+        *,
+        pool: str | None = None,
+        instance_type: str | None = None,
+        zone: str | None = None,
+        gpus: int | None = None,
+        instance_id: str | None = None,
+    ) -> str: ...
+    def record_replacement(self, faulted: str, replacement: str, *, pool: str) -> None: ...
 
 
 # -- Karpenter -------------------------------------------------------------------------------------
@@ -37,7 +69,7 @@ if TYPE_CHECKING:
 class KarpenterStandIn:
     """Replaces terminated instances: deletes the Node, launches a new instance, registers it."""
 
-    def __init__(self, cluster: SimulatedCluster) -> None:
+    def __init__(self, cluster: ControlledCluster) -> None:
         self._cluster = cluster
         self._lock = threading.Lock()
         self._handled: set[str] = set()
@@ -154,10 +186,7 @@ class KarpenterStandIn:
             new_name = cluster.add_node(
                 pool=pool, instance_type=instance_type, zone=zone, gpus=gpus, instance_id=new_instance
             )
-            with cluster._lock:
-                cluster.replacements[name] = new_name
-                if pool == cluster.layout.node_pool:
-                    cluster.gpu_nodes.append(new_name)
+            cluster.record_replacement(name, new_name, pool=pool)
             cluster.timeline.emit(
                 "karpenter",
                 "node-ready",
@@ -177,7 +206,7 @@ class KarpenterStandIn:
 class NodeAgent:
     """An EC2 reboot brings the node back with a new boot ID and detectors that start clean."""
 
-    def __init__(self, cluster: SimulatedCluster) -> None:
+    def __init__(self, cluster: ControlledCluster) -> None:
         self._cluster = cluster
 
     def instances_rebooted(self, instance_ids: list[str]) -> None:
@@ -241,7 +270,7 @@ class _Disruption:
 class WorkloadControllers:
     """Job/StatefulSet/ReplicaSet controllers, DaemonSets, pod GC and the scheduler, minimally."""
 
-    def __init__(self, cluster: SimulatedCluster) -> None:
+    def __init__(self, cluster: ControlledCluster) -> None:
         self._cluster = cluster
         self.stopping = False
         self._disrupted: dict[str, _Disruption] = {}

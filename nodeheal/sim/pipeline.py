@@ -32,10 +32,15 @@ from nodeheal.conditions import Condition, is_bad_status
 from nodeheal.config import RemediationSettings
 from nodeheal.deploy_config import FILE_CONTEXT_PATH, NodeHealConfig
 from nodeheal.errors import STOP_ERRORS
-from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, PreviousState, cluster_source
+from nodeheal.events import (
+    DETAIL_TYPE_CONDITION_CHANGED,
+    NodeConditionEvent,
+    PreviousState,
+    cluster_source,
+    node_identity,
+)
 from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.settings import ExporterSettings
-from nodeheal.exporter.transitions import node_identity
 from nodeheal.patterns import match
 from nodeheal.sim.apiserver.authorizer import (
     FunctionCredentials,
@@ -45,7 +50,8 @@ from nodeheal.sim.apiserver.authorizer import (
 )
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.store import ClusterStore
-from nodeheal.sim.cluster import ClusterLayout, ClusterTimings, SimulatedCluster
+from nodeheal.sim.cluster import SimulatedCluster
+from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings
 from nodeheal.sim.local_aws import Invocation, LocalAws
 from nodeheal.sim.rule_targets import Delivery, RuleTargetPump
 from nodeheal.sim.template import SynthesizedApp

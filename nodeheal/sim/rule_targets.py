@@ -9,10 +9,20 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from nodeheal.sim.local_aws import LocalAws
+
+class RuleHarness(Protocol):
+    """What the pump needs of the local AWS harness (:class:`~nodeheal.sim.local_aws.LocalAws`,
+    which starts the pump and so cannot be imported here)."""
+
+    #: Rule name -> the SQS queue URL of the probe target that sees what the rule matched.
+    rule_probes: dict[str, str]
+    #: Rule name -> the logical ID of the function the rule targets.
+    rule_targets: dict[str, str]
+
+    def client(self, service: str) -> Any: ...
+    def call_handler(self, logical_id: str, payload: Any) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +50,7 @@ class RuleTargetPump:
     #: Lambda's own retries of a failed asynchronous invocation (the stack sets its maximum).
     ATTEMPTS = 3
 
-    def __init__(self, local: LocalAws, *, poll_seconds: float = 0.01) -> None:
+    def __init__(self, local: RuleHarness, *, poll_seconds: float = 0.01) -> None:
         self._local = local
         self._sqs = local.client("sqs")
         self._poll_seconds = poll_seconds

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from nodeheal.actions import Action
 from nodeheal.events import cluster_source
-from nodeheal.kube.model import UNHEALTHY_TAINT_KEY
+from nodeheal.kube_views import UNHEALTHY_TAINT_KEY
 from nodeheal.sim.cluster import (
     DCGM_ERROR,
     GATEWAY_UNREACHABLE,
@@ -27,9 +27,9 @@ from nodeheal.sim.cluster import (
     XID_48,
     XID_63,
     XID_79,
-    ClusterLayout,
     Fault,
 )
+from nodeheal.sim.cluster_setup import ClusterLayout
 from nodeheal.sim.detectors import detector_of
 from nodeheal.sim.local_aws import Invocation, iter_task_results
 from nodeheal.sim.pipeline import LocalPipeline, PipelineStoppedError, align_to_second, wait_until

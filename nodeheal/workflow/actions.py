@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodeheal.actions import Action, Mode
-from nodeheal.aws.ec2 import verify_ownership
 from nodeheal.errors import (
     ConfigurationError,
     DeadlineExceededError,
@@ -23,7 +22,8 @@ from nodeheal.errors import (
     NodeReplacedError,
     OwnershipVerificationError,
 )
-from nodeheal.kube.model import LiveNode, PodView
+from nodeheal.instances import verify_ownership
+from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
 from nodeheal.timeutil import format_timestamp, parse_timestamp

@@ -18,14 +18,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
-from nodeheal.kube.model import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
+from nodeheal.kube_views import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
-from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.timeutil import parse_timestamp
 from nodeheal.timing import contention_seconds
 from nodeheal.workflow import budget, story
 from nodeheal.workflow.episode import (
@@ -42,59 +42,7 @@ from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.records import Outcome, RemediationRecord, identity_key, node_history
 from nodeheal.workflow.scope import out_of_scope
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
-
-# Verdicts the state machine branches on ("Admitted?").
-PROCEED = "proceed"
-CONFIRM = "confirm"
-#: Another execution holds this node's lock and this one may not preempt it: wait, then re-admit.
-WAIT = "wait"
-STOP = "stop"
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    verdict: str
-    decision: Decision | None
-    node: AdmittedNode | None
-    condition: Condition | None
-    at: datetime
-    wait_seconds: int = 0
-    lock_held: bool = False
-    #: Why admit stopped, or what the budget said; shown in the record.
-    note: str = ""
-    #: The action was lowered to alert by a budget, the breaker, a pause or a lock held too long.
-    refused: bool = False
-    breaker_opened: bool = False
-    #: When this execution first found the lock held by another (it waits at most the lock TTL).
-    waiting_since: datetime | None = None
-    #: The execution this one took the lock from (docs/architecture.md, D2), if it preempted one.
-    preempted: str = ""
-    #: The holder this execution preempted or contended (``{"execution", "conditionType"}``): if
-    #: this execution's own fault is gone before it acts, it takes over that holder's fault (D2).
-    displaced: Mapping[str, str] | None = None
-
-    def to_json(self, event_message: str | None = None) -> dict[str, Any]:
-        """The result stored at ``$.admission``. The live condition's message is left out when it
-        is the event's, which ``$.event`` already holds (D17: no step copies a message again);
-        a message that changed since the event is new and is kept (bounded, as read)."""
-        condition = self.condition.to_api() if self.condition else None
-        if condition is not None and condition["message"] == event_message:
-            del condition["message"]
-        return {
-            "verdict": self.verdict,
-            "decision": self.decision.to_json() if self.decision else None,
-            "node": self.node.to_json() if self.node else None,
-            "condition": condition,
-            "waitSeconds": self.wait_seconds,
-            "lockHeld": self.lock_held,
-            "note": self.note,
-            "refused": self.refused,
-            "breakerOpened": self.breaker_opened,
-            "waitingSince": format_timestamp(self.waiting_since, millis=True) if self.waiting_since else "",
-            "preempted": self.preempted,
-            "displaced": dict(self.displaced) if self.displaced else None,
-            "at": format_timestamp(self.at, millis=True),
-        }
+from nodeheal.workflow.verdicts import CONFIRM, PROCEED, STOP, WAIT, Admission
 
 
 def admit(

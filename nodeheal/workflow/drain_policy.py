@@ -70,7 +70,7 @@ from datetime import datetime
 from typing import Any
 
 from nodeheal.config import DrainSettings, EvictionModeRule
-from nodeheal.kube.model import LiveNode, PodView
+from nodeheal.kube_views import LiveNode, PodView
 
 #: ``nodeheal.io/skip-drain: "true"`` on a pod: NodeHeal's drain neither evicts nor waits for it
 #: (the pod goes down with the node's reboot or termination).

@@ -57,7 +57,7 @@ from typing import Any
 from nodeheal.actions import Action
 from nodeheal.conditions import Condition
 from nodeheal.config import PolicySettings
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube_views import LiveNode
 from nodeheal.policy.classify import classify
 from nodeheal.policy.decide import Decision
 from nodeheal.timeutil import format_timestamp, parse_timestamp

@@ -31,7 +31,7 @@ from nodeheal.errors import (
     NodeReplacedError,
     RemediationPausedError,
 )
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube_views import LiveNode
 from nodeheal.timing import MUTATION_BUSY_SECONDS
 from nodeheal.workflow.episode import sightings_on, worse_than
 from nodeheal.workflow.ports import KubeAccess, LedgerPort

@@ -7,13 +7,14 @@ at moto and the fake API server, and unit tests may inject in-memory fakes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from nodeheal.kube.event_model import ObjectEvent
-from nodeheal.kube.model import LiveNode, PodView
+from nodeheal.kube_event_body import ObjectEvent
+from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView
@@ -215,8 +216,25 @@ class LedgerPort(Protocol):
     def put_dropped_event(self, dropped: DroppedEvent) -> None: ...
 
 
+#: SNS's rule for a message attribute's name (Publish, MessageAttributes).
+_ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,256}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    subject: str
+    message: str
+    #: Published as String message attributes, so subscriptions can filter (e.g. on ``action``).
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.attributes:
+            if not _ATTRIBUTE_NAME.match(name) or name.lower().startswith(("aws.", "amazon.")):
+                raise ValueError(f"invalid SNS message attribute name {name!r}")
+
+
 class NotifierPort(Protocol):
-    def publish(self, notification: Any) -> str: ...
+    def publish(self, notification: Notification) -> str: ...
 
 
 class ExecutionStarter(Protocol):

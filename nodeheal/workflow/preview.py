@@ -29,7 +29,7 @@ from typing import Protocol
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube_views import LiveNode
 from nodeheal.policy.decide import Decision
 from nodeheal.workflow import budget
 from nodeheal.workflow.admission import (

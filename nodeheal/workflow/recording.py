@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any
 
 from nodeheal.actions import Action, Mode
-from nodeheal.aws.notify import Notification
 from nodeheal.errors import (
     ConditionClearedError,
     ContendedError,
@@ -23,10 +22,10 @@ from nodeheal.payload import bound_message
 from nodeheal.policy.catalog import lookup
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
-from nodeheal.workflow.admission import STOP
-from nodeheal.workflow.ports import LedgerPort, NotifierPort
+from nodeheal.workflow.ports import LedgerPort, Notification, NotifierPort
 from nodeheal.workflow.records import FINALIZERS, RECORD_STEP, Outcome, RemediationRecord, replaces_end
 from nodeheal.workflow.state import WorkflowState
+from nodeheal.workflow.verdicts import STOP
 
 #: Stage boundaries in pipeline order: (name of the stage ending here, where its timestamp is).
 _STAGES: tuple[tuple[str, str], ...] = (

@@ -30,9 +30,8 @@ from datetime import datetime
 
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import InvalidEventError
-from nodeheal.events import NodeConditionEvent, PreviousState
-from nodeheal.exporter.transitions import node_identity
-from nodeheal.kube.model import LiveNode
+from nodeheal.events import NodeConditionEvent, PreviousState, node_identity
+from nodeheal.kube_views import LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.scope import out_of_scope

@@ -160,10 +160,10 @@ def _settings_of(raw: Any) -> RemediationSettings:
     try:
         key = json.dumps(raw, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError):
-        return RemediationSettings.from_json(raw, check_timing=False)  # its own clear error
+        return RemediationSettings.from_json(raw)  # its own clear error
     settings = _READ_SETTINGS.get(key)
     if settings is None:
-        settings = RemediationSettings.from_json(raw, check_timing=False)
+        settings = RemediationSettings.from_json(raw)
         if len(_READ_SETTINGS) >= _READ_SETTINGS_KEPT:
             _READ_SETTINGS.pop(next(iter(_READ_SETTINGS)))
         _READ_SETTINGS[key] = settings

@@ -47,24 +47,19 @@ import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ParamSpec
+from typing import Any, ParamSpec
 
 from nodeheal.actions import Action
 from nodeheal.errors import RemediationPausedError, RemediationStoppedError
-from nodeheal.kube.event_model import EventType, ObjectEvent, ObjectRef
-from nodeheal.kube.model import UNHEALTHY_TAINT_KEY, PodView
+from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
+from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, PodView
 from nodeheal.workflow.ports import DeletionOutcome, EvictionOutcome, KubeAccess
 from nodeheal.workflow.state import WorkflowState
-
-if TYPE_CHECKING:
-    from nodeheal.workflow.admission import Admission
+from nodeheal.workflow.verdicts import CONFIRM, STOP, WAIT, Admission
 
 logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
-
-# Admit's verdicts (nodeheal.workflow.admission), repeated: that module imports this one.
-_PROCEED, _CONFIRM, _WAIT, _STOP = "proceed", "confirm", "wait", "stop"
 
 
 def tell(kube: KubeAccess, build: Callable[[], Sequence[ObjectEvent]]) -> None:
@@ -189,19 +184,19 @@ def admitted(state: WorkflowState, admission: Admission) -> list[ObjectEvent]:
             state, "admit", at, reason=reason, action=action, note=note, warning=warning, regarding=regarding
         )
 
-    if admission.verdict == _STOP or decision is None:
+    if admission.verdict == STOP or decision is None:
         note = f"Nothing done about {state.condition_type}: {admission.note}"
         return [event("RemediationSkipped", "Admit", note)]
     planned = decision.planned_action.value
-    if admission.verdict == _CONFIRM:
-        if previous == _CONFIRM:
+    if admission.verdict == CONFIRM:
+        if previous == CONFIRM:
             return []
         note = (
             f"{state.condition_type} calls for {planned} ({decision.signal}); {admission.note} before acting"
         )
         return [event("ConfirmationStarted", "Confirm", note)]
-    if admission.verdict == _WAIT:
-        if previous == _WAIT:
+    if admission.verdict == WAIT:
+        if previous == WAIT:
             return []
         note = f"{state.condition_type} calls for {planned}; {admission.note}"
         return [event("WaitingForLock", "Wait", note)]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from nodeheal.cli import main
-from nodeheal.sim.cluster import XID_79, ClusterLayout
+from nodeheal.sim.cluster import XID_79
+from nodeheal.sim.cluster_setup import ClusterLayout
 from nodeheal.sim.pipeline import LocalPipeline, synthesized, wait_until
 from nodeheal.workflow.records import Outcome
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodeheal.commands.demo import CliOperator
-from nodeheal.kube.model import ANNOTATION_EXECUTION
+from nodeheal.kube_views import ANNOTATION_EXECUTION
 from nodeheal.sim.pipeline import LocalPipeline, synthesized
 from nodeheal.sim.scenarios import SCENARIOS, ScenarioRun, task_outputs
 from nodeheal.sim.timeline import short_node

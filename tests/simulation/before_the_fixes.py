@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from nodeheal import conditions, payload
+from nodeheal import payload
 from nodeheal.conditions import Condition
 from nodeheal.errors import SupersededError
-from nodeheal.kube.model import LiveNode, PodView
+from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.sim.seeded.ledger import MemoryLedger
 from nodeheal.workflow import admission, drain_policy, episode, recording
 from nodeheal.workflow.drain_policy import (
@@ -236,7 +236,6 @@ REVERTS: dict[str, tuple[Patch, ...]] = {
     "refuse before the holds": (Patch(drain_policy, "plan_pod", _holds_before_refuse),),
     "the worst line survives the cut": (
         Patch(payload, "bound_message", _bound_message_in_order),
-        Patch(conditions, "bound_message", _bound_message_in_order),
     ),
     "Record outcome stands over the finalizer": (
         Patch(MemoryLedger, "put_record", _put_record_last_writer_wins),

@@ -44,7 +44,7 @@ def explain(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[dict[str, A
 def test_without_mode_the_parser_gives_dry_run() -> None:
     assert RemediationSettings().mode is Mode.DRY_RUN
     assert NodeHealConfig.from_cdk_context({"clusters": ["c"]}).remediation.mode is Mode.DRY_RUN
-    assert RemediationSettings.from_json({}, check_timing=False).mode is Mode.DRY_RUN
+    assert RemediationSettings.from_json({}).mode is Mode.DRY_RUN
     assert NodeHealConfig.from_cdk_context({"clusters": ["c"], "mode": "full"}).remediation.mode is Mode.FULL
 
 

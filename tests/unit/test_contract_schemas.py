@@ -24,6 +24,7 @@ from nodeheal.events import (
     NodeIdentity,
     PreviousState,
 )
+from nodeheal.payload import bounded_condition
 
 V11 = contracts.CONDITION_CHANGED_SCHEMAS["1.1"]
 V1 = contracts.CONDITION_CHANGED_SCHEMAS["1"]
@@ -100,7 +101,7 @@ def test_what_the_exporter_sends_meets_contract_1_1(
     event = NodeConditionEvent(
         cluster=cluster,
         node=NodeIdentity(name=node, uid=uid),
-        condition=Condition(condition_type, status, reason, message, transition).bounded(),
+        condition=bounded_condition(Condition(condition_type, status, reason, message, transition)),
         observed_at=observed,
         previous=previous,
         resync=resync,

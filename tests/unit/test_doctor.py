@@ -38,7 +38,7 @@ from nodeheal.doctor import (
 from nodeheal.errors import KubernetesApiUnavailableError
 from nodeheal.events import EXPORTER_HEARTBEATS_METRIC
 from nodeheal.kube.access_review import AccessAnswer
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube_views import LiveNode
 from nodeheal.patterns import match
 from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE, Permission
 from nodeheal.workflow.preview import LedgerReader

@@ -21,8 +21,8 @@ from nodeheal.cdk.rule_pattern import build_event_pattern
 from nodeheal.commands.explain import explain_event, explain_node
 from nodeheal.config import RemediationSettings
 from nodeheal.deploy_config import load_cdk_json
-from nodeheal.events import unwrap_eventbridge_envelope
-from nodeheal.exporter.transitions import TransitionTracker, node_identity
+from nodeheal.events import node_identity, unwrap_eventbridge_envelope
+from nodeheal.exporter.transitions import TransitionTracker
 from nodeheal.patterns import match
 from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer
 

@@ -16,8 +16,8 @@ from nodeheal.errors import KubernetesApiError
 from nodeheal.events import MAX_LABELS_BYTES, NodeConditionEvent, bound_labels
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.exporter.transitions import TransitionTracker
-from nodeheal.kube.model import LiveNode, PodView
 from nodeheal.kube.pods import EvictionReport, PodOutcome, PodResult
+from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.payload import (
     MAX_MESSAGE_BYTES,
     MAX_REASON_BYTES,

@@ -26,7 +26,7 @@ def parse(**overrides: Any) -> NodeHealConfig:
 
 
 def settings(**overrides: Any) -> RemediationSettings:
-    return RemediationSettings.from_json(overrides)
+    return timing.checked_settings(overrides)
 
 
 # -- the worst case ------------------------------------------------------------------------------
@@ -252,7 +252,7 @@ def test_defect_6_running_execution_keeps_the_settings_it_started_with() -> None
     # new handlers must still run it to its end (and release the lock), not refuse its input.
     old = {**RemediationSettings().to_json(), "lockTtlSeconds": 7200}
     with pytest.raises(ConfigurationError, match="lockTtlSeconds"):
-        RemediationSettings.from_json(old)
+        timing.checked_settings(old)
     state = WorkflowState.parse(
         {
             "event": _event(),

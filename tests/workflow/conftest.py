@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from nodeheal.conditions import Condition
-from nodeheal.events import DEFAULT_SOURCE, NodeConditionEvent, PreviousState, cluster_source
-from nodeheal.exporter.transitions import node_identity
+from nodeheal.events import DEFAULT_SOURCE, NodeConditionEvent, PreviousState, cluster_source, node_identity
 from nodeheal.sim import cluster as sim_cluster
 from nodeheal.sim.apiserver.authorizer import FunctionCredentials, RbacAuthorizer, nodeheal_authorizer
 from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from nodeheal.kube.event_model import REPORTING_CONTROLLER
+from nodeheal.kube_event_body import REPORTING_CONTROLLER
 from nodeheal.rbac import Permission
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import XID_48, XID_79, Pipeline

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from nodeheal.kube.model import ANNOTATION_EXECUTION, UNHEALTHY_TAINT_KEY
+from nodeheal.kube_views import ANNOTATION_EXECUTION, UNHEALTHY_TAINT_KEY
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import CLUSTER, XID_13, XID_48, XID_79, Pipeline, wait_until
 

@@ -30,7 +30,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nodeheal.sim.apiserver import messages
 from nodeheal.sim.apiserver.pdb import is_pod_ready
@@ -42,8 +42,22 @@ from nodeheal.sim.apiserver.status import (
     too_many_requests,
 )
 
-if TYPE_CHECKING:
-    from nodeheal.sim.apiserver.store import ClusterStore
+
+class EvictionStore(Protocol):
+    """What eviction needs of the store (:class:`~nodeheal.sim.apiserver.store.ClusterStore`,
+    which builds this REST and so cannot be imported here)."""
+
+    time_scale: float
+
+    def get(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]: ...
+    def budgets_for(self, pod: dict[str, Any]) -> list[dict[str, Any]]: ...
+    def check_and_decrement(self, budget: dict[str, Any], pod: dict[str, Any], *, dry_run: bool) -> None: ...
+    def mark_disruption_target(self, namespace: str, name: str, preconditions: dict[str, Any]) -> str: ...
+    def delete(
+        self, resource: str, name: str, namespace: str | None = None, options: dict[str, Any] | None = None
+    ) -> dict[str, Any]: ...
+    def evicted(self, pod: dict[str, Any]) -> None: ...
+
 
 JSON = dict[str, Any]
 
@@ -126,11 +140,11 @@ def _multiple_budgets() -> ApiError:
 
 
 class EvictionRest:
-    """``EvictionREST`` over a :class:`ClusterStore`; see the module docstring for the order."""
+    """``EvictionREST`` over the store; see the module docstring for the order."""
 
     def __init__(
         self,
-        store: ClusterStore,
+        store: EvictionStore,
         *,
         retry: Backoff = EVICTIONS_RETRY,
         sleep: Callable[[float], None] = time.sleep,

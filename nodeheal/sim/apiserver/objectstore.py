@@ -55,7 +55,7 @@ from nodeheal.sim.apiserver.status import (
     unsupported_media_type,
 )
 from nodeheal.sim.apiserver.warning import WarningRecorder
-from nodeheal.sim.apiserver.watchcache import ResourceExpiredError, WatchCache
+from nodeheal.sim.apiserver.watchcache import ResourceExpiredError, WatchCache, WatchEvent
 
 JSON = dict[str, Any]
 Key = tuple[str, str]
@@ -70,18 +70,6 @@ PATCH_TYPES = (
     "application/merge-patch+json",
     "application/strategic-merge-patch+json",
 )
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    resource_version: int
-    resource: str
-    type: str
-    object: JSON
-    # The object before this change, so a filtered watch can turn a MODIFIED that leaves (or
-    # enters) its selector into DELETED (or ADDED), as the watch cache does, and a read as of an
-    # older revision can undo it. None for ADDED.
-    previous: JSON | None
 
 
 class CompactedError(Exception):

@@ -27,7 +27,6 @@ from nodeheal.sim.apiserver.objectstore import (
     CompactedError,
     ObjectStore,
     Page,
-    WatchEvent,
 )
 from nodeheal.sim.apiserver.podexec import ExecHandler, ExecResult, not_found_result
 from nodeheal.sim.apiserver.resources import PDBS, PODS, ResourceType
@@ -36,7 +35,7 @@ from nodeheal.sim.apiserver.status import (
     conflict,
     too_many_requests,
 )
-from nodeheal.sim.apiserver.watchcache import ResourceExpiredError
+from nodeheal.sim.apiserver.watchcache import ResourceExpiredError, WatchEvent
 
 JSON = dict[str, Any]
 #: What a simulated container does when the kubelet runs it: given the pod as created, its exit

@@ -22,12 +22,24 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from nodeheal.sim.apiserver.messages import WATCH_CACHE_TOO_OLD_RESOURCE_VERSION
 
-if TYPE_CHECKING:
-    from nodeheal.sim.apiserver.objectstore import WatchEvent
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change of a stored object at its revision, as the cache keeps it and a watch sends it."""
+
+    resource_version: int
+    resource: str
+    type: str
+    object: dict[str, Any]
+    # The object before this change, so a filtered watch can turn a MODIFIED that leaves (or
+    # enters) its selector into DELETED (or ADDED), as the watch cache does, and a read as of an
+    # older revision can undo it. None for ADDED.
+    previous: dict[str, Any] | None
+
 
 #: ``defaultLowerBoundCapacity`` in watch_cache.go.
 LOWER_BOUND_CAPACITY = 100

@@ -168,3 +168,35 @@ def draw_dropped_fault_plan(
         else:
             rng.random(), rng.random()  # keep every kind's draws where they are, whatever came before
     return plan
+
+
+# -- what the faults aim at and write ---------------------------------------------------------
+
+#: The functions each identity fault fires before, on the execution's own node.
+IDENTITY_BEFORE = {
+    "kubelet-re-registers": ("cordon", "drain"),
+    "person-takes-node-back": ("drain", "reboot", "terminate"),
+    "instance-untagged": ("reboot", "terminate"),
+}
+#: The function each lesser-reason fault fires before (the simulation's hook, before the handler runs).
+LESSER_REASON_BEFORE = {
+    "lesser-reason-before-admit": ("admit",),
+    "lesser-reason-mid-drain": ("drain",),
+    "lesser-reason-before-instance-action": ("reboot", "terminate"),
+}
+#: The pods that a refuse setting refuses while a hold covers them (refuse-beside-held): an app
+#: label an allow-completion eviction mode names in such a schedule's settings.
+HELD_CHECKPOINT_APP = "checkpointer"
+
+#: The kernel line of each severity that NodeHeal's NPD config writes onto GPUProblem (its
+#: message; the rule's reason is in nodeheal.sim.seeded.inject). There is no ``none``: the Xids
+#: NodeHeal decides none (13, for one) are temporary rules there, Node Events that never touch
+#: GPUProblem; the simulation's ``none`` fault is the node monitoring agent's Xid 63. Xid 154 moving
+#: to Drain P2P is a permanent rule (GPURecoveryActionPending) that NodeHeal decides ``alert``.
+XID_MESSAGES = {
+    "replace": "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus.",
+    "reboot": "NVRM: Xid (PCI:0000:97:00): 48, pid=2411, name=python3, "
+    "An uncorrectable double bit error (DBE)",
+    "alert": "NVRM: Xid (PCI:0000:53:00): 154, GPU recovery action changed "
+    "from 0x0 (None) to 0x3 (Drain P2P)",
+}

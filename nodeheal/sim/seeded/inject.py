@@ -6,15 +6,18 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nodeheal.actions import Action, Mode
 from nodeheal.events import NodeConditionEvent
-from nodeheal.sim.seeded.faults import EVENT_FAULTS, PlannedFault
+from nodeheal.sim.seeded.faults import (
+    EVENT_FAULTS,
+    HELD_CHECKPOINT_APP,
+    XID_MESSAGES,
+    PlannedFault,
+)
+from nodeheal.sim.seeded.schedule import Simulation
 from nodeheal.workflow import budget
-
-if TYPE_CHECKING:
-    from nodeheal.sim.seeded.schedule import Simulation
 
 #: The conditions the simulated detectors write, with their bad status. GPUProblem and
 #: KernelDeadlock are NPD's log monitor's, AcceleratedHardwareReady the node monitoring agent's
@@ -46,25 +49,8 @@ ARMED = frozenset(
         "instance-untagged",
     }
 )
-#: The functions each identity fault fires before, on the execution's own node.
-IDENTITY_BEFORE = {
-    "kubelet-re-registers": ("cordon", "drain"),
-    "person-takes-node-back": ("drain", "reboot", "terminate"),
-    "instance-untagged": ("reboot", "terminate"),
-}
-#: The function each lesser-reason fault fires before (the simulation's hook, before the handler runs).
-LESSER_REASON_BEFORE = {
-    "lesser-reason-before-admit": ("admit",),
-    "lesser-reason-mid-drain": ("drain",),
-    "lesser-reason-before-instance-action": ("reboot", "terminate"),
-}
-#: The pods that a refuse setting refuses while a hold covers them (refuse-beside-held): an app
-#: label an allow-completion eviction mode names in such a schedule's settings.
-HELD_CHECKPOINT_APP = "checkpointer"
-
-
 #: GPUProblem as NodeHeal's NPD config writes it (deploy/node-problem-detector/gpu-monitor.json):
-#: the reason of the permanent rule the kernel line of each severity (schedule.XID_MESSAGES)
+#: the reason of the permanent rule the kernel line of each severity (faults.XID_MESSAGES)
 #: matches. No permanent rule of that config is decided ``none``: every Xid the default policy
 #: decides none is a temporary rule there, a Node Event that never touches GPUProblem.
 _NPD_REASONS = {
@@ -98,8 +84,6 @@ def _fault(condition_type: str, severity: str, rng: random.Random) -> tuple[str,
 
 
 def _message(severity: str, rng: random.Random) -> str:
-    from nodeheal.sim.seeded.schedule import XID_MESSAGES
-
     base = XID_MESSAGES[severity]
     return base.replace("pid=2411", f"pid={rng.randrange(1000, 9999)}")
 
@@ -145,8 +129,6 @@ _LESSER_XID_LINE = (
 def fatal_xid_last_message(rng: random.Random) -> str:
     """NPD's message when a rule's pattern matched across its log buffer (``log_buffer.go`` joins
     the buffered lines with newlines): many lesser Xid lines, the fatal Xid 79 last."""
-    from nodeheal.sim.seeded.schedule import XID_MESSAGES
-
     lines = [_LESSER_XID_LINE.format(pid=rng.randrange(1000, 9999)) for _ in range(rng.randint(35, 45))]
     return "\n".join([*lines, XID_MESSAGES["replace"]])
 

@@ -13,22 +13,27 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nodeheal.conditions import is_bad_status
 from nodeheal.errors import InvalidEventError
 from nodeheal.events import NodeConditionEvent
-from nodeheal.kube.event_model import NOTE_MAX_BYTES, REPORTING_INSTANCE_PREFIX
-from nodeheal.kube.model import ANNOTATION_EXECUTION
+from nodeheal.kube_event_body import NOTE_MAX_BYTES, REPORTING_INSTANCE_PREFIX
+from nodeheal.kube_views import ANNOTATION_EXECUTION
 from nodeheal.sim.seeded.faults import FAULT_KINDS
+from nodeheal.sim.seeded.schedule import (
+    Invocation,
+    SimExecution,
+    Simulation,
+    classify,
+    confirm_seconds,
+    transition_key,
+)
 from nodeheal.sim.seeded.world import Mutation
 from nodeheal.timeutil import parse_timestamp
 from nodeheal.timing import NOT_IDEMPOTENT_TASKS, holding_worst_case, remediation_bound
 from nodeheal.workflow.budget import PoolHealth, pool_allowance
 from nodeheal.workflow.records import Outcome
-
-if TYPE_CHECKING:
-    from nodeheal.sim.seeded.schedule import Invocation, SimExecution, Simulation
 
 #: D17: the whole state stays under this.
 STATE_BOUND_BYTES = 64 * 1024
@@ -181,8 +186,6 @@ class Invariants:
                 f"a {delivery.kind} event was answered {(result or {}).get('status')!r}, not dropped",
             )
         if result is not None and result.get("status") == "duplicate":
-            from nodeheal.sim.seeded.schedule import transition_key
-
             self.check_i5_names(str(result["execution"]), transition_key(delivery.envelope["detail"]))
 
     def check_i5_names(self, name: str, key: tuple[str, ...]) -> None:
@@ -209,8 +212,6 @@ class Invariants:
         *,
         known: bool = True,
     ) -> None:
-        from nodeheal.sim.seeded.schedule import classify, confirm_seconds
-
         if condition.get("type") == "Ready" or not is_bad_status(
             str(condition["type"]), str(condition["status"])
         ):
@@ -835,8 +836,6 @@ class Invariants:
         self, name: str, node: Mapping[str, Any], now: datetime
     ) -> list[tuple[tuple[str, str, str], Any, Episode]]:
         """The node's bad conditions and their episodes, noting when each condition last cleared."""
-        from nodeheal.sim.seeded.schedule import confirm_seconds
-
         uid = node["metadata"]["uid"]
         bad_conditions = []
         for condition in node["status"]["conditions"]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeheal.sim.pipeline import FAST_CONTEXT, deep_merge
+from nodeheal.sim.seeded import inject
 from nodeheal.sim.seeded.faults import (
     DROPPED_FAULT_CHANCE,
     FAULT_KINDS,
@@ -19,7 +20,7 @@ from nodeheal.sim.seeded.faults import (
     draw_dropped_fault_plan,
     draw_plan,
 )
-from nodeheal.sim.seeded.invariants import InvariantViolated, Violation
+from nodeheal.sim.seeded.invariants import Invariants, InvariantViolated, Violation
 from nodeheal.sim.seeded.schedule import SimOptions, Simulation, prepare_handlers
 from nodeheal.sim.seeded.template import SimTemplate
 
@@ -119,6 +120,8 @@ def _run(
         trace=trace,
         ledger_factory=ledger_factory,
         settings_overrides=lambda rng, raw: raw.update(deep_merge(raw, SIMULATION_SETTINGS)),
+        injector=inject,
+        observer=Invariants,
     )
     violation: Violation | None = None
     crash = ""

@@ -19,11 +19,13 @@ import io
 import json
 import logging
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
+from nodeheal import timing
 from nodeheal.actions import Mode
 from nodeheal.conditions import Condition, is_bad_status
 from nodeheal.config import RemediationSettings
@@ -39,7 +41,12 @@ from nodeheal.patterns import match
 from nodeheal.policy.decide import NodeHistory, decide
 from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
 from nodeheal.sim.seeded import asl
-from nodeheal.sim.seeded.faults import PlannedFault
+from nodeheal.sim.seeded.faults import (
+    HELD_CHECKPOINT_APP,
+    IDENTITY_BEFORE,
+    LESSER_REASON_BEFORE,
+    PlannedFault,
+)
 from nodeheal.sim.seeded.ledger import MemoryLedger
 from nodeheal.sim.seeded.template import REGION, STATE_MACHINE_ARN, SimFunction, SimTemplate
 from nodeheal.sim.seeded.world import (
@@ -57,18 +64,6 @@ from nodeheal.workflow.ports import KubeAccess
 
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 CLUSTER = "training-on-eks"
-#: The kernel line of each severity that NodeHeal's NPD config writes onto GPUProblem (its
-#: message; the rule's reason is in nodeheal.sim.seeded.inject). There is no ``none``: the Xids
-#: NodeHeal decides none (13, for one) are temporary rules there, Node Events that never touch
-#: GPUProblem; the simulation's ``none`` fault is the node monitoring agent's Xid 63. Xid 154 moving
-#: to Drain P2P is a permanent rule (GPURecoveryActionPending) that NodeHeal decides ``alert``.
-XID_MESSAGES = {
-    "replace": "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus.",
-    "reboot": "NVRM: Xid (PCI:0000:97:00): 48, pid=2411, name=python3, "
-    "An uncorrectable double bit error (DBE)",
-    "alert": "NVRM: Xid (PCI:0000:53:00): 154, GPU recovery action changed "
-    "from 0x0 (None) to 0x3 (Drain P2P)",
-}
 #: The exporter re-sends every bad condition this often (its default ``resync_seconds``), which is
 #: what recovers an event EventBridge delivered too late for ingest.
 EXPORTER_RESYNC_SECONDS = 3600
@@ -301,6 +296,42 @@ class SimOptions:
     horizon: timedelta = timedelta(hours=30)
 
 
+class FaultInjector(Protocol):
+    """How faults reach the world (:mod:`nodeheal.sim.seeded.inject`, handed in by the runner:
+    it reads the simulation, so it cannot be imported here)."""
+
+    def inject(self, sim: Simulation, fault: PlannedFault) -> None: ...
+    def provoke_a_contender(self, sim: Simulation, name: str, rng: random.Random) -> None: ...
+    def write_lesser_reason(
+        self, sim: Simulation, name: str, condition_type: str, rng: random.Random
+    ) -> bool: ...
+
+
+class Observer(Protocol):
+    """What the simulation tells the safety invariants (:class:`nodeheal.sim.seeded.invariants.
+    Invariants`, built by the runner with this simulation), and what the faults count in them."""
+
+    #: Fault kind -> schedules it was applied in / times it fired.
+    coverage: Counter[str]
+    fired: Counter[str]
+    #: (start, duration) of outages: nothing of NodeHeal runs then.
+    outages: list[tuple[datetime, timedelta]]
+
+    def after_step(self) -> None: ...
+    def at_end(self) -> None: ...
+    def execution_started(self, execution: SimExecution, delivery: Any) -> None: ...
+    def ingested(self, delivery: Any, result: Mapping[str, Any] | None) -> None: ...
+    def invocation_started(self, invocation: Invocation) -> None: ...
+    def invocation_ended(self, invocation: Invocation) -> None: ...
+    def mutation(self, mutation: Mutation) -> None: ...
+    def saw_event(self, event: Any) -> None: ...
+    def saw_node(self, node: Mapping[str, Any]) -> None: ...
+    def state_entered(self, execution: SimExecution) -> None: ...
+    def task_returned(self, function: str, execution: str, result: Any) -> None: ...
+    def taken_back(self, node_uid: str, at: datetime, executions: Iterable[str]) -> None: ...
+    def operator_changed(self, kind: str) -> None: ...
+
+
 class Simulation:
     def __init__(
         self,
@@ -312,9 +343,10 @@ class Simulation:
         settings_overrides: Callable[[random.Random, dict[str, Any]], None] | None = None,
         trace: bool = True,
         ledger_factory: Callable[[Callable[[], datetime], Callable[[str], None]], Any] | None = None,
+        injector: FaultInjector,
+        observer: Callable[[Simulation], Observer],
     ) -> None:
-        from nodeheal.sim.seeded.invariants import Invariants
-
+        self.injector = injector
         self.template = template
         self.seed = seed
         self.options = options or SimOptions()
@@ -359,7 +391,7 @@ class Simulation:
         self.tracker = TransitionTracker(CLUSTER, lambda t: True, clock=self.now)
         self.world.on_node_change = self._node_changed
         self.world.observer = self
-        self.invariants = Invariants(self)
+        self.invariants = observer(self)
         self._handlers: dict[str, Any] = {}
         self._build_cluster()
 
@@ -385,13 +417,11 @@ class Simulation:
         self._draw_drain_policy(raw["drain"])
         if any(fault.kind == "refuse-beside-held" for fault in self.plan):
             self._refuse_some_class(raw["drain"])
-        return RemediationSettings.from_json(raw, check_timing=True)
+        return timing.checked_settings(raw)
 
     def _refuse_some_class(self, drain: dict[str, Any]) -> None:
         """A schedule that plans refuse-beside-held refuses at least one class of pod, and holds the
         pods that fault adds with an allow-completion mode (from a stream of its own)."""
-        from nodeheal.sim.seeded.inject import HELD_CHECKPOINT_APP
-
         rng = random.Random(self.seed ^ 0x2EF05E)
         if "refuse" not in (drain["emptyDir"], drain["unmanagedPods"]):
             drain[rng.choice(["emptyDir", "unmanagedPods"])] = "refuse"
@@ -579,13 +609,6 @@ class Simulation:
     def _before_handler(self, function: str, execution: str) -> None:
         """lesser-reason-*: a lesser reason lands on the execution's condition just before the
         step reads the node."""
-        from nodeheal.sim.seeded.inject import (
-            IDENTITY_BEFORE,
-            LESSER_REASON_BEFORE,
-            provoke_a_contender,
-            write_lesser_reason,
-        )
-
         sim_execution = self.executions.get(execution)
         if sim_execution is None:
             return
@@ -593,7 +616,7 @@ class Simulation:
             # contender-ends aims at an execution that waits to take a node over: a drain round
             # about to claim the node for a lesser fault gets a replace-class fault beside it.
             self._provoked.add(execution)
-            provoke_a_contender(self, sim_execution.key[1], self.fault_rng)
+            self.injector.provoke_a_contender(self, sim_execution.key[1], self.fault_rng)
         for kind, functions in IDENTITY_BEFORE.items():
             if function in functions and self.armed.get(kind):
                 self._change_identity(kind, sim_execution.key[1])
@@ -605,7 +628,7 @@ class Simulation:
             if function not in functions or not self.armed.get(kind):
                 continue
             node, condition_type = sim_execution.key[1], sim_execution.key[3]
-            if write_lesser_reason(self, node, condition_type, self.fault_rng):
+            if self.injector.write_lesser_reason(self, node, condition_type, self.fault_rng):
                 self._consume(kind)
                 self.log(f"  {kind}: {condition_type} on {node.split('.')[0]} now reads a lesser fault")
 
@@ -777,10 +800,8 @@ class Simulation:
                 return  # the world's clock does not jump inside a Lambda invocation
             fault = self.plan.pop(0)
             self.applied.append(fault)
-            from nodeheal.sim.seeded.inject import inject
-
             self.log(f"FAULT {fault.describe()}")
-            inject(self, fault)
+            self.injector.inject(self, fault)
             self.invariants.after_step()
 
     # -- the scheduler ----------------------------------------------------------------------------------

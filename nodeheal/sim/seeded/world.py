@@ -26,21 +26,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from nodeheal.aws.ec2 import (
-    CLUSTER_TAG_PREFIX,
-    EKS_CLUSTER_NAME_TAGS,
-    GONE_STATES,
-    InstanceView,
-    TerminateOutcome,
-)
 from nodeheal.conditions import is_bad_status
 from nodeheal.errors import (
     Ec2IncorrectStateError,
     InstanceNotFoundError,
     NodeGoneError,
 )
-from nodeheal.kube.event_model import ObjectEvent, event_body
-from nodeheal.kube.model import (
+from nodeheal.instances import (
+    CLUSTER_TAG_PREFIX,
+    EKS_CLUSTER_NAME_TAGS,
+    GONE_STATES,
+    InstanceView,
+    TerminateOutcome,
+)
+from nodeheal.kube.nodes import MAX_REASON_LENGTH, NODEHEAL_ANNOTATIONS, CordonResult
+from nodeheal.kube.pods import DeletionReport, EvictionReport, PodOutcome, PodResult
+from nodeheal.kube_event_body import ObjectEvent, event_body
+from nodeheal.kube_views import (
     ANNOTATION_CORDONED_AT,
     ANNOTATION_CORDONED_BY_NODEHEAL,
     ANNOTATION_EXECUTION,
@@ -49,8 +51,6 @@ from nodeheal.kube.model import (
     LiveNode,
     PodView,
 )
-from nodeheal.kube.nodes import MAX_REASON_LENGTH, NODEHEAL_ANNOTATIONS, CordonResult
-from nodeheal.kube.pods import DeletionReport, EvictionReport, PodOutcome, PodResult
 from nodeheal.sim import detectors
 from nodeheal.sim.apiserver.objects import make_node
 from nodeheal.timeutil import format_timestamp

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from nodeheal.aws.ec2 import Ec2Instances, InstanceView, ownership_tags, verify_ownership
+from nodeheal.aws.ec2 import Ec2Instances
 from nodeheal.conditions import Condition
 from nodeheal.errors import (
     Ec2IncorrectStateError,
@@ -21,7 +21,8 @@ from nodeheal.errors import (
     InstanceNotFoundError,
     OwnershipVerificationError,
 )
-from nodeheal.kube.model import LiveNode
+from nodeheal.instances import InstanceView, ownership_tags, verify_ownership
+from nodeheal.kube_views import LiveNode
 
 REGION = "us-west-2"
 CLUSTER = "training-on-eks"

@@ -13,10 +13,10 @@ import pytest
 from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError, NodeGoneError
 from nodeheal.kube.client import StaticClientProvider
 from nodeheal.kube.errors import error_for_exception, status_from_body
-from nodeheal.kube.model import PodView
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.pods import PodOperations, PodOutcome
 from nodeheal.kube.transport import GeneratedClientTransport
+from nodeheal.kube_views import PodView
 from nodeheal.sim.apiserver.messages import INTERNAL_ERROR
 from tests.unit.adapters.scripted_server import Reply, Script, scripted_server, status
 

@@ -21,7 +21,14 @@ from kubernetes import client
 
 from nodeheal.deadline import Deadline
 from nodeheal.kube.client import StaticClientProvider, request_json
-from nodeheal.kube.event_model import (
+from nodeheal.kube.events import (
+    EVENT_BUDGET_SECONDS,
+    EVENT_REQUEST_TIMEOUT,
+    EVENT_RESERVE_SECONDS,
+    EventOperations,
+)
+from nodeheal.kube.transport import HttpTransport
+from nodeheal.kube_event_body import (
     NOTE_MAX_BYTES,
     REPORTING_CONTROLLER,
     EventTally,
@@ -30,14 +37,7 @@ from nodeheal.kube.event_model import (
     ObjectRef,
     event_name,
 )
-from nodeheal.kube.events import (
-    EVENT_BUDGET_SECONDS,
-    EVENT_REQUEST_TIMEOUT,
-    EVENT_RESERVE_SECONDS,
-    EventOperations,
-)
-from nodeheal.kube.model import PodView
-from nodeheal.kube.transport import HttpTransport
+from nodeheal.kube_views import PodView
 from nodeheal.sim.apiserver.objects import make_node, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 

@@ -11,7 +11,10 @@ import pytest
 
 from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError, NodeGoneError
 from nodeheal.kube.client import StaticClientProvider
-from nodeheal.kube.model import (
+from nodeheal.kube.nodes import NodeOperations
+from nodeheal.kube.pods import PodOperations, PodOutcome
+from nodeheal.kube.transport import GeneratedClientTransport, HttpTransport
+from nodeheal.kube_views import (
     ANNOTATION_CORDONED_AT,
     ANNOTATION_CORDONED_BY_NODEHEAL,
     ANNOTATION_EXECUTION,
@@ -19,9 +22,6 @@ from nodeheal.kube.model import (
     UNHEALTHY_TAINT_KEY,
     PodView,
 )
-from nodeheal.kube.nodes import NodeOperations
-from nodeheal.kube.pods import PodOperations, PodOutcome
-from nodeheal.kube.transport import GeneratedClientTransport, HttpTransport
 from nodeheal.sim.apiserver import messages
 from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer

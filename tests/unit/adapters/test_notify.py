@@ -13,11 +13,11 @@ from moto import mock_aws
 from nodeheal.aws.notify import (
     MAX_MESSAGE_BYTES,
     MAX_SUBJECT_LENGTH,
-    Notification,
     SnsNotifier,
     clean_message,
     clean_subject,
 )
+from nodeheal.workflow.ports import Notification
 
 REGION = "us-west-2"
 

@@ -19,13 +19,14 @@ from botocore.loaders import create_loader
 from moto import mock_aws
 
 from nodeheal.aws import service_models
-from nodeheal.aws.ec2 import Ec2Instances, ownership_tags
+from nodeheal.aws.ec2 import Ec2Instances
 from nodeheal.aws.service_models import (
     TRIMMED_OPERATIONS,
     trim_service_model,
     without_documentation,
     write_trimmed_models,
 )
+from nodeheal.instances import ownership_tags
 from nodeheal.runtime import aws_client_factory
 
 ROOT = Path(__file__).resolve().parents[3]

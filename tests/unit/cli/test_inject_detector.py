@@ -233,7 +233,7 @@ def test_the_shipped_npd_heartbeat_is_the_one_the_warning_names() -> None:
 
 def test_the_decision_is_the_deployed_policys(cli: Cli, config: str, aws: Aws) -> None:
     deployed = RemediationSettings.from_json(
-        {**RemediationSettings().to_json(), "mode": "full"}, "test", check_timing=False
+        {**RemediationSettings().to_json(), "mode": "full"}, "test"
     ).to_json()
     deployed["policy"]["xidActions"] = {"79": "reboot"}
     sfn = boto3.client("stepfunctions", region_name=REGION)

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from nodeheal.events import NodeConditionEvent
+from nodeheal.events import NodeConditionEvent, node_identity
 from nodeheal.exporter.settings import ExporterSettings
-from nodeheal.exporter.transitions import TransitionTracker, node_identity
+from nodeheal.exporter.transitions import TransitionTracker
 from tests.unit.exporter.helpers import heartbeat, node, with_condition
 
 NOW = datetime(2026, 11, 21, 10, 0, 1, 234000, tzinfo=UTC)

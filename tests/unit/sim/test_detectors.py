@@ -23,8 +23,8 @@ from nodeheal.config import RemediationSettings
 from nodeheal.sim import detectors
 from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.seeded import inject as seeded_inject
-from nodeheal.sim.seeded.faults import PlannedFault
-from nodeheal.sim.seeded.schedule import XID_MESSAGES, classify
+from nodeheal.sim.seeded.faults import XID_MESSAGES, PlannedFault
+from nodeheal.sim.seeded.schedule import classify
 from nodeheal.sim.seeded.world import World
 
 ROOT = Path(__file__).resolve().parents[3]

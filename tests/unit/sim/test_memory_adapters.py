@@ -30,9 +30,11 @@ from moto import mock_aws
 from nodeheal.aws.ec2 import Ec2Instances
 from nodeheal.errors import InstanceNotFoundError, NodeGoneError
 from nodeheal.kube.client import StaticClientProvider, request_json
-from nodeheal.kube.event_model import EventType, ObjectEvent, ObjectRef, event_body
 from nodeheal.kube.events import EventOperations
-from nodeheal.kube.model import (
+from nodeheal.kube.nodes import MAX_REASON_LENGTH, NodeOperations
+from nodeheal.kube.pods import PodOperations, PodOutcome
+from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef, event_body
+from nodeheal.kube_views import (
     ANNOTATION_CORDONED_AT,
     ANNOTATION_CORDONED_BY_NODEHEAL,
     ANNOTATION_EXECUTION,
@@ -40,8 +42,6 @@ from nodeheal.kube.model import (
     UNHEALTHY_TAINT_KEY,
     PodView,
 )
-from nodeheal.kube.nodes import MAX_REASON_LENGTH, NodeOperations
-from nodeheal.kube.pods import PodOperations, PodOutcome
 from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.status import ApiError

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from benchmarks.pipeline_timing import storm_budget
-from nodeheal.sim.cluster import XID_79, ClusterLayout
+from nodeheal.sim.cluster import XID_79
+from nodeheal.sim.cluster_setup import ClusterLayout
 from nodeheal.sim.pipeline import LocalPipeline, synthesized
 from nodeheal.workflow.records import Outcome
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings
-from nodeheal.kube.model import UNHEALTHY_TAINT_KEY, LiveNode, PodView, Taint
+from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, LiveNode, PodView, Taint
 from nodeheal.sim.apiserver.objects import make_node
 from nodeheal.sim.seeded.ledger import MemoryLedger
 from nodeheal.workflow.ports import KubeAccess

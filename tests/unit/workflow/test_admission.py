@@ -6,7 +6,7 @@ from datetime import timedelta
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
 from nodeheal.config import BudgetSettings, RemediationSettings
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube_views import LiveNode
 from nodeheal.workflow.admission import CONFIRM, PROCEED, STOP, WAIT, admit
 from nodeheal.workflow.budget import BreakerState, ClusterAdmissionState
 from nodeheal.workflow.locks import LockClaim

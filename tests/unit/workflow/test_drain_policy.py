@@ -14,9 +14,9 @@ from nodeheal.actions import Mode
 from nodeheal.config import DrainSettings, EvictionModeRule, RemediationSettings
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.errors import ConfigurationError, DrainAbortedError
-from nodeheal.kube.event_model import EventType
-from nodeheal.kube.model import PodView
 from nodeheal.kube.pods import DeletionReport, EvictionReport, PodOutcome, PodResult
+from nodeheal.kube_event_body import EventType
+from nodeheal.kube_views import PodView
 from nodeheal.payload import state_bytes
 from nodeheal.settings_reader import SettingsReader
 from nodeheal.sim.apiserver.objects import make_pod

@@ -17,7 +17,7 @@ import pytest
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import Condition
 from nodeheal.errors import SupersededError
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube_views import LiveNode
 from nodeheal.workflow.admission import PROCEED, STOP, WAIT, admit
 from nodeheal.workflow.guard import MUTATION_BUSY
 from nodeheal.workflow.locks import LockClaim

@@ -15,7 +15,7 @@ import pytest
 
 from nodeheal.actions import Action, Mode
 from nodeheal.config import BudgetSettings, RemediationSettings, ScopeSettings
-from nodeheal.kube.model import LiveNode
+from nodeheal.kube_views import LiveNode
 from nodeheal.workflow import budget
 from nodeheal.workflow.admission import CONFIRM, PROCEED, STOP, WAIT, Admission, admit
 from nodeheal.workflow.budget import BreakerState

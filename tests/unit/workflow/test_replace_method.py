@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from nodeheal.actions import Mode
-from nodeheal.aws.ec2 import InstanceView, ownership_tags
 from nodeheal.config import RemediationSettings, ReplaceSettings
 from nodeheal.errors import ConfigurationError, OwnershipVerificationError, RemediationPausedError
+from nodeheal.instances import InstanceView, ownership_tags
 from nodeheal.workflow import actions
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.ports import KubeAccess

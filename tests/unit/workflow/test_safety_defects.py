@@ -19,7 +19,7 @@ from nodeheal.errors import (
     RemediationPausedError,
     SupersededError,
 )
-from nodeheal.kube.model import LiveNode, PodView
+from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.workflow import actions
 from nodeheal.workflow.admission import PROCEED, STOP, WAIT, admit
 from nodeheal.workflow.budget import ClusterAdmissionState

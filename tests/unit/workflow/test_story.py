@@ -18,8 +18,8 @@ import pytest
 from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import RemediationPausedError
-from nodeheal.kube.event_model import EventType, ObjectEvent, event_body
-from nodeheal.kube.model import PodView
+from nodeheal.kube_event_body import EventType, ObjectEvent, event_body
+from nodeheal.kube_views import PodView
 from nodeheal.workflow import actions, story
 from nodeheal.workflow.admission import admit
 from nodeheal.workflow.ports import KubeAccess

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nodeheal.kube.model import ANNOTATION_EXECUTION, PodView
+from nodeheal.kube_views import ANNOTATION_EXECUTION, PodView
 from nodeheal.payload import cut_text
 from nodeheal.timeutil import format_micro_time
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from nodeheal.conditions import Condition
 from nodeheal.events import instance_id_from_provider_id
+from nodeheal.payload import bounded_condition
 from nodeheal.timeutil import parse_timestamp
 
 #: Taint NodeHeal puts on a node it cordons; its presence is how NodeHeal recognises its own work.
@@ -77,7 +78,7 @@ class LiveNode:
         for raw in status.get("conditions") or []:
             # Bounded as the exporter bounds it (D17): what admit reads live and keeps in the
             # state is never larger than what an event may carry.
-            condition = Condition.from_api(raw).bounded()
+            condition = bounded_condition(Condition.from_api(raw))
             conditions[condition.type] = condition
         gpus = (status.get("capacity") or {}).get("nvidia.com/gpu", "0")
         return cls(
