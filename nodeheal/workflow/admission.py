@@ -620,26 +620,20 @@ def _behind_holder(
     """Wait behind the execution holding the node, re-evaluating the live node when it ends; past
     the lock TTL a person decides."""
     settings = state.settings
-    waiting_since = previous.waiting_since or now
-    waited = (now - waiting_since).total_seconds()
+    waiting_since, waited = _waited(previous, now)
     if waited >= settings.lock_ttl_seconds:
         # The holder outlived the lock TTL it was given (renewed by re-admits): a person decides.
-        return Admission(
-            PROCEED,
-            replace(
-                decision,
-                action=Action.ALERT,
-                reason=(
-                    f"{decision.reason} Not acted on: execution {holder_name} has held this node for "
-                    f"{int(waited)}s (lockTtlSeconds {settings.lock_ttl_seconds}); a person must look."
-                ),
-            ),
+        return _a_person_decides(
+            decision,
             node,
             live,
             now,
-            note=f"waited {int(waited)}s behind execution {holder_name}",
-            refused=True,
-            waiting_since=waiting_since,
+            waiting_since,
+            why=(
+                f"execution {holder_name} has held this node for {waited}s "
+                f"(lockTtlSeconds {settings.lock_ttl_seconds})"
+            ),
+            note=f"waited {waited}s behind execution {holder_name}",
         )
     return Admission(
         WAIT,
@@ -652,6 +646,41 @@ def _behind_holder(
             f"execution {holder_name} is remediating this node; waiting behind it and re-evaluating "
             "the live node when it ends"
         ),
+        waiting_since=waiting_since,
+    )
+
+
+def _waited(previous: _Previous, now: datetime) -> tuple[datetime, int]:
+    """Since when this execution has been waiting (across its re-admits), and for how many
+    whole seconds."""
+    waiting_since = previous.waiting_since or now
+    return waiting_since, int((now - waiting_since).total_seconds())
+
+
+def _a_person_decides(
+    decision: Decision,
+    node: AdmittedNode,
+    live: Condition,
+    now: datetime,
+    waiting_since: datetime,
+    *,
+    why: str,
+    note: str,
+) -> Admission:
+    """A wait that outlasted the lock TTL ends in an alert: whatever keeps the node from being
+    acted on has lasted longer than any remediation may, so a person looks instead."""
+    return Admission(
+        PROCEED,
+        replace(
+            decision,
+            action=Action.ALERT,
+            reason=f"{decision.reason} Not acted on: {why}; a person must look.",
+        ),
+        node,
+        live,
+        now,
+        note=note,
+        refused=True,
         waiting_since=waiting_since,
     )
 
@@ -679,25 +708,16 @@ def _until_the_node_names_its_instance(
     next admit does not take the instance it then reads for a replacement. Past the lock TTL, as
     behind a holder, a person decides."""
     settings = state.settings
-    waiting_since = previous.waiting_since or now
-    waited = (now - waiting_since).total_seconds()
+    waiting_since, waited = _waited(previous, now)
     if waited >= settings.lock_ttl_seconds:
-        return Admission(
-            PROCEED,
-            replace(
-                decision,
-                action=Action.ALERT,
-                reason=(
-                    f"{decision.reason} Not acted on: node {node.name} has named no instance for "
-                    f"{int(waited)}s (spec.providerID is empty); a person must look."
-                ),
-            ),
+        return _a_person_decides(
+            decision,
             node,
             live,
             now,
-            note=_joined(switched, f"node named no instance for {int(waited)}s"),
-            refused=True,
-            waiting_since=waiting_since,
+            waiting_since,
+            why=f"node {node.name} has named no instance for {waited}s (spec.providerID is empty)",
+            note=_joined(switched, f"node named no instance for {waited}s"),
         )
     return Admission(
         WAIT,
