@@ -118,6 +118,7 @@ bootstrap:
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check nodeheal lambdas stacks app.py setup.py benchmarks
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy
