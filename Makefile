@@ -155,7 +155,6 @@ test: bootstrap lambda-deps lint
 # warm; `make test` runs everything.
 CHECK_TESTS ?= tests/unit --ignore=tests/unit/cli
 check: lint
-	@if [ -f .importlinter ]; then echo "$(BIN)/lint-imports"; $(BIN)/lint-imports; fi
 	@mkdir -p build; \
 	$(BIN)/python -m compileall -q -j 0 nodeheal lambdas stacks tests > /dev/null; \
 	$(BIN)/mypy > build/mypy-check.log 2>&1 & mypy_pid=$$!; \
