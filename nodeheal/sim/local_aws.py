@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
 import json
 import os
 import threading
@@ -149,6 +150,7 @@ class LocalAws:
         self._patch_context_start_time()
         self._patch_definition_parsing()
         self._patch_sqs_message_scans()
+        self._patch_dynamodb_partition_reads()
         self._patch_jsonpath_parsing()
         self._patch_task_clients()
         _warm_moto_routing()
@@ -271,6 +273,41 @@ class LocalAws:
             (SQSBackend, "is_message_valid_based_on_retention_period", within_retention),
         ):
             patcher = mock.patch.object(owner, name, replacement)
+            patcher.start()
+            self._patches.append(patcher)
+
+    def _patch_dynamodb_partition_reads(self) -> None:
+        """moto answers a Query on the table's own key by walking every item of the table and
+        keeping those of the partition asked for. Admit reads an instance's history and sightings
+        that way, so each admission cost grows with everything the storm wrote before it:
+        quadratic in the storm, where DynamoDB reads the one partition. The same items come from
+        the partition alone; index queries keep moto's walk (every item may carry the index key)."""
+        from moto.dynamodb.models.table import Table
+
+        original_query = Table.query
+        original_all_items = Table.all_items
+        signature = inspect.signature(original_query)
+        partition = threading.local()
+
+        def query(table: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+            index_name = signature.bind(table, hash_key, *args, **kwargs).arguments.get("index_name")
+            if index_name or not table.range_key_attr or hash_key is None:
+                return original_query(table, hash_key, *args, **kwargs)
+            partition.key = hash_key
+            try:
+                return original_query(table, hash_key, *args, **kwargs)
+            finally:
+                partition.key = None
+
+        def all_items(table: Any) -> list[Any]:
+            key = getattr(partition, "key", None)
+            if key is None:
+                items: list[Any] = original_all_items(table)
+                return items
+            return list(table.items.get(key, {}).values())
+
+        for name, replacement in (("query", query), ("all_items", all_items)):
+            patcher = mock.patch.object(Table, name, replacement)
             patcher.start()
             self._patches.append(patcher)
 

@@ -5,6 +5,7 @@ silently stop behaving like Step Functions."""
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import pytest
 from moto.stepfunctions.parser import quotas
@@ -90,3 +91,91 @@ def test_every_operation_model_moto_routes_by_is_motos_own_before_any_request() 
             cached = model._instance_cache[("operation_model", (operation,))]
             assert isinstance(cached, OperationModel), (service, operation)
             assert hasattr(cached, "http_trait")
+
+
+def _ledger_like_table() -> Any:
+    import boto3
+
+    client = boto3.client("dynamodb", region_name="us-west-2")
+    client.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "cluster", "AttributeType": "S"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "byCluster",
+                "KeySchema": [
+                    {"AttributeName": "cluster", "KeyType": "HASH"},
+                    {"AttributeName": "sk", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for p in range(30):
+        for s in range(4):
+            client.put_item(
+                TableName="t",
+                Item={"pk": {"S": f"P#{p}"}, "sk": {"S": f"REM#{s}"}, "cluster": {"S": f"c{p % 3}"}},
+            )
+    return client
+
+
+def _reads(client: Any) -> list[Any]:
+    def query(**kwargs: Any) -> list[Any]:
+        return client.query(TableName="t", **kwargs)["Items"]
+
+    return [
+        query(KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "P#7"}}),
+        query(
+            KeyConditionExpression="pk = :p AND sk >= :s",
+            ExpressionAttributeValues={":p": {"S": "P#7"}, ":s": {"S": "REM#2"}},
+            ScanIndexForward=False,
+            ConsistentRead=True,
+        ),
+        query(KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "P#none"}}),
+        query(
+            IndexName="byCluster",
+            KeyConditionExpression="#c = :c",
+            ExpressionAttributeNames={"#c": "cluster"},
+            ExpressionAttributeValues={":c": {"S": "c1"}},
+        ),
+    ]
+
+
+def test_a_query_on_the_table_key_reads_its_partition_alone_with_motos_answers() -> None:
+    """Admit queries an instance's history and sightings by the table's key; moto walks every
+    item of the table for each, which made a storm quadratic in the harness alone."""
+    from moto import mock_aws
+    from moto.dynamodb.models.table import Table
+
+    from nodeheal.sim.local_aws import LocalAws
+
+    with mock_aws():
+        client = _ledger_like_table()
+        unpatched = _reads(client)
+        harness = type("Harness", (), {"_patches": []})()
+        LocalAws._patch_dynamodb_partition_reads(harness)  # type: ignore[arg-type]
+        try:
+            walked: list[int] = []
+            partition_items = Table.all_items
+
+            def counted(table: Any) -> Any:
+                items = partition_items(table)
+                walked.append(len(items))
+                return items
+
+            with mock.patch.object(Table, "all_items", counted):
+                assert _reads(client) == unpatched
+            # Each key query walks its own partition (4, 4, none); the index query every item.
+            assert walked == [4, 4, 0, 120]
+            assert len(unpatched[0]) == 4 and len(unpatched[1]) == 2 and unpatched[2] == []
+            assert len(unpatched[3]) == 40
+        finally:
+            for patcher in harness._patches:
+                patcher.stop()
