@@ -275,6 +275,19 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
     # The oracle's own defect: a reboot timed out on a slow API read and went, as designed, to
     # Record failure (a reboot is not retried after a Lambda timeout); Record failure's own retry
     # then changed the state R1 read the error from, and R1 judged the retry instead of the reboot.
+    # The oracle's own defect: a fault's bad period ended (NPD rewrote its transition time) while
+    # its execution went on; two outages of 9 h followed, and I2 counted only the outage inside
+    # the bad period, so the decision fell due while NodeHeal was down.
+    "I2 an outage after a bad period delays its decision too": (
+        14109881,
+        plan(
+            "gpu-fault@30#149262187",
+            "gpu-fault@38#770378187",
+            "lesser-reason-mid-drain@189#405531628",
+            "lock-ttl-expiry@214#1032632095",
+            "lock-ttl-expiry@261#759942199",
+        ),
+    ),
     "R1 judges the state whose error was caught": (
         14004046,
         plan(

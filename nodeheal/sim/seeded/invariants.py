@@ -886,7 +886,17 @@ class Invariants:
                 continue  # it never stayed bad past its confirmation time (plus delivery)
             if self.sim.world.condition(episode.node, episode.condition_type) is None and not final:
                 continue
-            due = episode.since + timedelta(seconds=episode.confirm_seconds) + self.bound + outage
+            # The decision is due within the bound of NodeHeal's running time: an outage after the
+            # bad period ended (its execution still going) delays it too, as I13 counts it.
+            down = sum(
+                (
+                    min(at + d, now) - max(at, episode.since)
+                    for at, d in self.outages
+                    if at + d > episode.since and at < now
+                ),
+                timedelta(),
+            )
+            due = episode.since + timedelta(seconds=episode.confirm_seconds) + self.bound + down
             if not final and now < due:
                 continue
             if not self._decided(episode):
