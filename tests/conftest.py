@@ -35,8 +35,16 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from nodeheal.sim.apiserver import conformance
+
+# Property tests judge values, never speed: with the cores busy (mypy beside the suite, a loaded CI
+# machine) one slow draw made Hypothesis fail a correct test. Its timing checks are off suite-wide.
+settings.register_profile(
+    "nodeheal", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+settings.load_profile("nodeheal")
 
 CONFORMANCE_TABLE = Path(__file__).resolve().parent.parent / "docs" / "fake-apiserver.md"
 _WORKER_OUTPUT_KEY = "fake_api_rows"
