@@ -171,6 +171,7 @@ def test_demo_config_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureF
     assert_three(error[error.index("3 problems") :], "context.nodeheal")
 
 
+@pytest.mark.slow  # a real synth of the stack: `make test` runs it, `make check` does not
 def test_cdk_synth_lists_every_problem() -> None:
     """app.py, as ``cdk synth`` runs it: the CDK CLI hands it cdk.json's context in CDK_CONTEXT_JSON."""
     result = subprocess.run(

@@ -42,6 +42,8 @@ from nodeheal.workflow.guard import require_not_paused
 from tests.aws_fixtures import create_ledger_table
 from tests.unit.test_docs_commands import Block, blocks
 
+# the guide's commands against moto's server and the synthesized template: `make test` runs it, `make check` does not
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "operations.md"
 REGION = "us-west-2"

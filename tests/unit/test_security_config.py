@@ -121,6 +121,7 @@ def test_reserved_concurrency_outside_its_range_is_refused(value: Any, match: st
         parse(ingest={"reservedConcurrency": value})
 
 
+@pytest.mark.slow  # a real synth of the stack: `make test` runs it, `make check` does not
 def test_cdk_synth_reports_a_bad_key_in_one_line_and_fails(tmp_path: Path) -> None:
     """app.py as the CDK CLI runs it: the context arrives in CDK_CONTEXT_JSON."""
     context = json.loads((ROOT / "cdk.json").read_text())["context"]

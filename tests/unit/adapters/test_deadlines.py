@@ -91,6 +91,7 @@ class ClockAdvancingTransport:
         return response
 
 
+@pytest.mark.slow  # waits on a real timeout: `make test` runs it, `make check` does not
 def test_defect_7_a_call_with_2s_left_fails_as_deadline_exceeded_in_about_2s(kube: FakeKubeApiServer) -> None:
     kube.store.add(make_node(NODE, instance_id="i-0abc1234567890def"))
     kube.faults.add_latency(60.0, method="GET", path=r"/api/v1/nodes/")
@@ -147,6 +148,7 @@ def test_defect_7_an_eviction_round_near_its_deadline_stops_and_reports_the_pods
     assert all(not pod["metadata"].get("deletionTimestamp") for pod in untouched)
 
 
+@pytest.mark.slow  # waits on a real timeout: `make test` runs it, `make check` does not
 def test_defect_7_a_parallel_round_stops_starting_evictions_at_its_deadline(kube: FakeKubeApiServer) -> None:
     _add_pods(kube, 12)
     listed = PodOperations(_transport(kube)).list_on_node(NODE)

@@ -280,6 +280,7 @@ def test_a_refusal_of_one_event_does_not_stop_the_next(kube: FakeKubeApiServer) 
     assert [e["reason"] for e in _stored(kube)] == ["Drained"]
 
 
+@pytest.mark.slow  # waits on a real timeout: `make test` runs it, `make check` does not
 def test_an_endpoint_that_never_answers_costs_one_read_timeout_then_nothing(kube: FakeKubeApiServer) -> None:
     node = _node(kube)
     kube.faults.timeout_next(1, hold_seconds=30.0, method="POST", path=EVENTS_PATH)

@@ -166,6 +166,7 @@ def test_history_gone_while_disconnected_relists_without_losing_changes(
     assert len(exporter.tracker) == 2
 
 
+@pytest.mark.slow  # waits on a real timeout: `make test` runs it, `make check` does not
 def test_server_timeout_ends_streams_and_the_watch_resumes(server: FakeKubeApiServer, running: Start) -> None:
     seed(server)
     exporter, events = running(watch_timeout_seconds=1)

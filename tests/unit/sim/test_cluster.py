@@ -52,6 +52,7 @@ def fleet() -> Iterator[SimulatedCluster]:
     store.close()
 
 
+@pytest.mark.slow  # a thousand-node fleet: `make test` runs it, `make check` does not
 def test_a_fleet_builds_with_distinct_node_and_pod_names(fleet: SimulatedCluster) -> None:
     nodes = [n["metadata"]["name"] for n in fleet.nodes()]
     pods = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in fleet.pods()]
@@ -112,6 +113,7 @@ def test_inject_many_refuses_a_node_twice_and_changes_nothing_for_a_missing_node
     assert store.resource_version == before
 
 
+@pytest.mark.slow  # a thousand-node fleet: `make test` runs it, `make check` does not
 def test_a_thousand_faults_reach_a_watcher_through_the_api_server(fleet: SimulatedCluster) -> None:
     seen: list[str] = []
     with FakeKubeApiServer(fleet.store) as server:

@@ -12,6 +12,8 @@ from nodeheal.sim.cluster_setup import ClusterLayout
 from nodeheal.sim.pipeline import LocalPipeline, synthesized
 from nodeheal.workflow.records import Outcome
 
+# a run of the full local pipeline: `make test` runs it, `make check` does not
+pytestmark = pytest.mark.slow
 NODES = 8
 
 
