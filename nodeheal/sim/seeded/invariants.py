@@ -104,6 +104,9 @@ class Invariants:
         self._mutators: dict[str, list[str]] = {}
         #: (node uid, condition type) -> when it last stopped being bad.
         self._cleared_at: dict[tuple[str, str], datetime] = {}
+        #: (node uid, condition type) -> every time the condition was seen to clear: a message that
+        #: cleared within its confirmation time was a flap (:meth:`_forget_flaps`).
+        self._clear_times: dict[tuple[str, str], list[datetime]] = {}
         #: instance -> worst action its faults called for in the current episode (I8).
         #: instance -> condition type -> (bad since, worst action confirmed since then) (I8).
         self._worst: dict[str, dict[str, tuple[str, str]]] = {}
@@ -222,6 +225,9 @@ class Invariants:
         bad_since = parse_timestamp(str(since), "lastTransitionTime")
         action = classify(dict(condition), self.sim.settings, labels)
         confirm = confirm_seconds(dict(condition), self.sim.settings, labels)
+        clears = self._clear_times.get((episode[1], str(condition["type"])), ())
+        if any(bad_since <= cleared < bad_since + timedelta(seconds=confirm) for cleared in clears):
+            return  # a flap, reported late (an event admit read after the condition cleared)
         confirmed_at = bad_since + timedelta(seconds=confirm)
         for memory in (self._seen_worst, self._known_worst) if known else (self._seen_worst,):
             seen = memory.setdefault(episode, {}).setdefault(str(condition["type"]), {})
@@ -832,6 +838,23 @@ class Invariants:
             if episode.ended_at is None and key not in live:
                 episode.ended_at = now
 
+    def _forget_flaps(self, episode: tuple[str, str, str], condition_type: str, now: datetime) -> None:
+        """The condition cleared: a message of it that had not stayed bad for its confirmation time
+        was a flap, on which NodeHeal acts nowhere (admission remembers only a confirmed report,
+        and a confirming holder stops when it reads the condition healthy), so neither I8 nor I13
+        holds a decision to it; :meth:`_saw` leaves out such a message reported after the clear.
+        A confirmed one stays for the rest of the episode (D19).
+        Seed 15013547: a KernelDeadlock (replace after 600 s) cleared 91 s in, while the node's
+        AcceleratedHardwareReady stayed bad; I8 took the replace as confirmed once 600 s had gone
+        by and failed the reboot that a later Xid 48 called for."""
+        for memory in (self._seen_worst, self._known_worst):
+            seen = memory.get(episode, {}).get(condition_type)
+            if not seen:
+                continue
+            for action, (since, confirm, _) in list(seen.items()):
+                if now - since < timedelta(seconds=confirm):
+                    del seen[action]
+
     def _scan(
         self, name: str, node: Mapping[str, Any], now: datetime
     ) -> list[tuple[tuple[str, str, str], Any, Episode]]:
@@ -847,6 +870,10 @@ class Invariants:
                 self._seen_conditions[seen_key] = signature
                 if not bad:
                     self._cleared_at[seen_key] = now
+                    self._clear_times.setdefault(seen_key, []).append(now)
+                    self._forget_flaps(
+                        self._episode_of(node, self.sim.world.instance_of(name)), condition_type, now
+                    )
             if not bad:
                 continue
             key = (uid, condition_type, str(condition["lastTransitionTime"]))
