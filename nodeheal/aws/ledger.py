@@ -575,29 +575,29 @@ class Ledger:
         """Keep ``sighting`` as its condition's entry in the instance's memory unless the stored one
         should stay (:meth:`Sighting.replaces`, nodeheal.workflow.episode's table), in one
         conditional write: two executions that saw different messages of one episode both write,
-        and the worse stays whatever the order. Returns whether it was kept."""
+        and the worse stays whatever the order. Returns whether it was kept.
+
+        A conditional PutItem of the whole entry: every attribute of an entry is the sighting's
+        (the only other writer, :meth:`clear_sightings`, adds ``clearedAt``, which a kept
+        sighting drops), so replacing the item is the update, with no update expression to build."""
         item = sighting.to_item()
         item.pop("clearedAt", None)
-        values = {f":{key}": value for key, value in item.items()}
-        values[":expiresAt"] = _epoch(sighting.seen_at + SIGHTING_RETENTION)
-        names = {f"#{key}": key for key in item} | {"#expiresAt": "expiresAt", "#clearedAt": "clearedAt"}
-        assignments = ", ".join(f"#{key} = :{key}" for key in [*item, "expiresAt"])
-        # The xid of a worse sighting without one must not survive from the stored one, and a kept
-        # sighting is of a running episode.
-        remove = " REMOVE #clearedAt" if "xid" in item else " REMOVE xid, #clearedAt"
+        key = {"pk": f"EPISODE#{cluster}#{subject}", "sk": f"CONDITION#{sighting.condition_type}"}
+        stored = {**key, **item, "expiresAt": _epoch(sighting.seen_at + SIGHTING_RETENTION)}
+        values = {f":{name}": item[name] for name in ("bootId", "nodeUid", "seenAt", "cost")}
+        names = {f"#{name}": name for name in ("bootId", "nodeUid", "seenAt", "cost", "clearedAt")}
         # As severe, but confirmed where the stored one was not (absent: written before it was kept).
-        now_confirmed = (
-            " OR (#cost = :cost AND (attribute_not_exists(#confirmed) OR #confirmed = :false))"
-            if sighting.confirmed_when_seen
-            else ""
-        )
-        if now_confirmed:
+        now_confirmed = ""
+        if sighting.confirmed_when_seen:
+            now_confirmed = (
+                " OR (#cost = :cost AND (attribute_not_exists(#confirmed) OR #confirmed = :false))"
+            )
             values[":false"] = False
+            names["#confirmed"] = "confirmed"
         try:
-            self._client.update_item(
+            self._client.put_item(
                 TableName=self._table,
-                Key=self._sighting_key(cluster, subject, sighting.condition_type),
-                UpdateExpression=f"SET {assignments}{remove}",
+                Item=serialize_item(stored),
                 ConditionExpression=(
                     "attribute_not_exists(pk) "
                     "OR ((#bootId <> :bootId OR #nodeUid <> :nodeUid) AND #seenAt < :seenAt) "

@@ -47,13 +47,14 @@ class LedgerGrant:
 
 
 #: Every mutating step (nodeheal.workflow.guard) reads pause live (read_admission_state: GetItem),
-#: remembers a worse fault it reads (remember_sighting: conditional UpdateItem of the episode
-#: memory) and claims its mutation on the lock (claim_mutation: conditional UpdateItem, then
-#: GetItem of the holder when the claim is refused).
-_MUTATION_GUARD = (
+#: remembers a worse fault it reads (remember_sighting: conditional PutItem of the episode
+#: memory's entry) and claims its mutation on the lock (claim_mutation: conditional UpdateItem,
+#: then GetItem of the holder when the claim is refused).
+_MUTATION_GUARD_LOCK = (
     LedgerGrant(("dynamodb:GetItem",), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
-    LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.LOCK, LedgerItem.EPISODE)),
+    LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.LOCK,)),
 )
+_MUTATION_GUARD = (*_MUTATION_GUARD_LOCK, LedgerGrant(("dynamodb:PutItem",), (LedgerItem.EPISODE,)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +113,9 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
             # instance_records: the instance's recent remediations (escalation, attempt limit);
             # sightings: the instance's episode memory (docs/architecture.md, D2).
             LedgerGrant(("dynamodb:Query",), (LedgerItem.RECORDS, LedgerItem.EPISODE)),
-            # remember_sighting: a conditional UpdateItem of the episode memory.
-            LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.EPISODE,)),
+            # remember_sighting: a conditional PutItem of an entry of the episode memory;
+            # clear_sightings: a conditional UpdateItem marking one cleared (D19).
+            LedgerGrant(("dynamodb:PutItem", "dynamodb:UpdateItem"), (LedgerItem.EPISODE,)),
         ),
         publishes_notifications=False,
         timeout_seconds=TASK_TIMEOUT_SECONDS["admit"],
@@ -159,8 +161,12 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.reboot.handler",
         "Verify ownership and the live condition, then reboot the EC2 instance",
         kubernetes=True,
-        # sightings: a fault remembered in this episode that calls for replacement (D2).
-        ledger=(*_MUTATION_GUARD, LedgerGrant(("dynamodb:Query",), (LedgerItem.EPISODE,))),
+        # sightings: a fault remembered in this episode that calls for replacement (D2), read from
+        # the items the guard writes (one statement: IAM's policy minimization joins the two).
+        ledger=(
+            *_MUTATION_GUARD_LOCK,
+            LedgerGrant(("dynamodb:PutItem", "dynamodb:Query"), (LedgerItem.EPISODE,)),
+        ),
         ec2_mutations=("ec2:RebootInstances",),
         ec2_describe=True,
         timeout_seconds=TASK_TIMEOUT_SECONDS["reboot"],
