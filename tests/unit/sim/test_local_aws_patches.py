@@ -179,3 +179,47 @@ def test_a_query_on_the_table_key_reads_its_partition_alone_with_motos_answers()
         finally:
             for patcher in harness._patches:
                 patcher.stop()
+
+
+ASL_DEFINITION = """{
+  "StartAt": "Admit",
+  "States": {
+    "Admit": {"Type": "Task", "Resource": "arn:aws:lambda:us-west-2:123456789012:function:admit",
+              "Parameters": {"event.$": "$.event", "execution.$": "$$.Execution.Name"},
+              "Retry": [{"ErrorEquals": ["States.TaskFailed"], "MaxAttempts": 2}],
+              "ResultPath": "$.admission", "Next": "Admitted?"},
+    "Admitted?": {"Type": "Choice",
+                  "Choices": [{"Variable": "$.admission.verdict", "StringEquals": "proceed", "Next": "Done"}],
+                  "Default": "Wait"},
+    "Wait": {"Type": "Wait", "Seconds": 30, "Next": "Done"},
+    "Done": {"Type": "Succeed"}
+  }
+}"""
+
+
+def test_the_kept_parse_tree_gives_each_node_the_text_antlr_gives_and_the_same_program() -> None:
+    # moto 5.2.5's preprocessor builds every execution's program from the parse tree; the tree
+    # the local harness keeps per definition answers getText from what it computed once.
+    import re
+
+    from antlr4.tree.Tree import TerminalNode
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+    from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+
+    from nodeheal.sim.local_aws import _parse_tree
+
+    fresh = AmazonStateLanguageParser.parse(ASL_DEFINITION)[1]
+    kept = _parse_tree(ASL_DEFINITION)
+
+    def texts(node: Any) -> list[str]:
+        if isinstance(node, TerminalNode):
+            return [node.getText()]
+        return [node.getText(), *(text for child in node.getChildren() for text in texts(child))]
+
+    assert texts(kept) == texts(fresh)
+    assert "getText" in vars(kept) and "getText" not in vars(fresh)
+
+    def program(tree: Any) -> str:
+        return re.sub(r"0x[0-9a-f]+", "", str(Preprocessor().visit(tree)))  # object addresses differ
+
+    assert program(kept) == program(fresh)
