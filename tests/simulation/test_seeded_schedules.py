@@ -309,6 +309,8 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
     # A replace-level KernelDeadlock cleared 91 s into its 600 s confirmation while the node's
     # AcceleratedHardwareReady stayed bad; I8 took the flap for a confirmed fault and failed the
     # reboot a later Xid 48 called for. A message that clears before its confirmation counts nowhere.
+    # The oracle's own crash once every message it had seen of a node's conditions was a flap.
+    "I13 a node whose every seen message was a flap": (16004133, None),
     "I8 a fault that cleared before its confirmation was a flap": (
         15013547,
         plan(

@@ -691,6 +691,8 @@ class Invariants:
                 for condition_type, actions in seen.items()
                 for action, (since, confirm, seen_at) in actions.items()
             ]
+            if not faults:
+                continue  # every message seen of its conditions was a flap (_forget_flaps)
             start = min(fault[5] for fault in faults)
             if self._person_decided(node["metadata"]["uid"], start):
                 continue
@@ -854,6 +856,8 @@ class Invariants:
             for action, (since, confirm, _) in list(seen.items()):
                 if now - since < timedelta(seconds=confirm):
                     del seen[action]
+            if not seen:
+                del memory[episode][condition_type]
 
     def _scan(
         self, name: str, node: Mapping[str, Any], now: datetime
