@@ -31,68 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from nodeheal.grants import PolicyRule
+from nodeheal.steps import CHECK_RECOVERY, EVENTS
 
 #: Default of cdk.json's ``kubernetesGroupPrefix``: groups and ClusterRoles are ``nodeheal-<function>``.
 DEFAULT_GROUP_PREFIX = "nodeheal"
 RBAC_API_GROUP = "rbac.authorization.k8s.io"
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyRule:
-    """One ``rules[]`` entry of a (Cluster)Role."""
-
-    api_groups: tuple[str, ...]
-    resources: tuple[str, ...]
-    verbs: tuple[str, ...]
-    #: Why the function needs it: the comment above the rule in the manifest.
-    why: str
-    resource_names: tuple[str, ...] = ()
-
-    def to_manifest(self) -> dict[str, list[str]]:
-        rule = {
-            "apiGroups": list(self.api_groups),
-            "resources": list(self.resources),
-            "verbs": list(self.verbs),
-        }
-        if self.resource_names:
-            rule["resourceNames"] = list(self.resource_names)
-        return rule
-
-    def permissions(self) -> Iterator[Permission]:
-        """Every (verb, API group, resource, name) the rule grants, one at a time."""
-        for group in self.api_groups:
-            for resource in self.resources:
-                for verb in self.verbs:
-                    for name in self.resource_names or ("",):
-                        yield Permission(verb, group, resource, name)
-
-    def describe(self) -> str:
-        """``nodes get/list``, ``events create (core, events.k8s.io)``: the README's wording."""
-        text = f"{'/'.join(self.resources)} {'/'.join(self.verbs)}"
-        groups = [group or "core" for group in self.api_groups]
-        if groups != ["core"]:
-            text += f" ({', '.join(groups)})"
-        if self.resource_names:
-            text += f" named {', '.join(self.resource_names)}"
-        return text
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Permission:
-    """One granted atom: ``verb`` on ``resource`` (``pods/eviction`` for a subresource) in ``api_group``."""
-
-    verb: str
-    api_group: str
-    resource: str
-    #: ``resourceNames`` restriction; empty when the rule names none.
-    name: str = ""
-
-    def __str__(self) -> str:
-        group = f".{self.api_group}" if self.api_group else ""
-        named = f" {self.name!r}" if self.name else ""
-        return f"{self.verb} {self.resource}{group}{named}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +57,6 @@ class FunctionRole:
     def name(self, prefix: str = DEFAULT_GROUP_PREFIX) -> str:
         return f"{prefix}-{self.function}" + (f"-{self.suffix}" if self.suffix else "")
 
-
-def _events(why: str) -> PolicyRule:
-    return PolicyRule(("", "events.k8s.io"), ("events",), ("create",), why)
-
-
-#: D8: every function may tell the cluster what it did to a node as an Event.
-EVENTS = _events("Events about what this step did to the node (kubectl describe node).")
 
 _READ_NODE = PolicyRule(("",), ("nodes",), ("get",), "Re-read the live Node before acting on it.")
 #: Pods are listed by node name, so every drain round first proves the Node is still the admitted
@@ -179,10 +119,7 @@ KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
     ),
     "terminate": (_READ_NODE, EVENTS),
     "reboot": (_READ_NODE, EVENTS),
-    "check-recovery": (
-        PolicyRule(("",), ("nodes",), ("get",), "New boot ID, Ready, the condition healthy?"),
-        EVENTS,
-    ),
+    CHECK_RECOVERY.name: CHECK_RECOVERY.kubernetes_rules,
     "uncordon": (
         PolicyRule(
             ("",),

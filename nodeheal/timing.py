@@ -48,32 +48,7 @@ from nodeheal.errors import (
 )
 from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
 from nodeheal.settings_reader import SettingsReader, all_problems, problem
-
-#: Seconds of one Kubernetes request answered just inside its timeouts: connect 5 + read 30 = 35
-#: (``nodeheal.kube.client.DEFAULT_REQUEST_TIMEOUT``; a test holds the two equal).
-KUBE_REQUEST_SECONDS = 35
-#: Seconds of one AWS call answered on its first attempt just inside its timeouts: connect 2 + read
-#: 5 = 7 (``nodeheal.runtime``'s botocore config). botocore's retries of a slow AWS are not
-#: budgeted: the invocation's deadline stops them (DeadlineExceededError) and the state retries.
-AWS_CALL_SECONDS = 7
-#: Seconds each invocation keeps back from its Lambda timeout to return or raise a named error
-#: (``nodeheal.deadline.LAMBDA_RESERVE_SECONDS``; a test holds the two equal).
-LAMBDA_RESERVE_SECONDS = 3
-
-
-def lambda_timeout(*, kube_requests: int, aws_calls: int) -> int:
-    """The Lambda timeout of a step whose longest sequence of calls is ``kube_requests`` Kubernetes
-    requests and ``aws_calls`` AWS calls one after the other, each answered just inside its
-    timeouts, plus the deadline's reserve; rounded up to 10 s.
-
-    With it, a step finishes when every call is slow but answered; when calls time out, its
-    deadline (this timeout minus the reserve) raises DeadlineExceededError before Lambda kills it.
-    Parallel requests (one wave of evictions) count once: the deadline stops a round from starting
-    another wave, and the pods it did not reach wait for the next round.
-    """
-    worst = kube_requests * KUBE_REQUEST_SECONDS + aws_calls * AWS_CALL_SECONDS + LAMBDA_RESERVE_SECONDS
-    return int(math.ceil(worst / 10) * 10)
-
+from nodeheal.steps import CHECK_RECOVERY, lambda_timeout
 
 #: Each workflow task's Lambda timeout, from its longest sequence of calls (counted in its code):
 #: ``nodeheal/cdk/workflow_tasks.py`` deploys these and the worst case below counts them.
@@ -89,7 +64,7 @@ TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
         # Guard, DescribeInstances, TerminateInstances, optional node delete.
         "terminate": lambda_timeout(kube_requests=2, aws_calls=4),
         "reboot": lambda_timeout(kube_requests=1, aws_calls=4),
-        "check-recovery": lambda_timeout(kube_requests=1, aws_calls=0),
+        CHECK_RECOVERY.name: CHECK_RECOVERY.timeout_seconds,
         "uncordon": lambda_timeout(kube_requests=2, aws_calls=2),
         # End marker read, record put, lock release, budget read+write, publish, end marker put.
         "record": lambda_timeout(kube_requests=0, aws_calls=7),
@@ -377,10 +352,10 @@ def holding_worst_case(
         Term("reboot", tasks.seconds("reboot"), tasks.detail("reboot")),
         Term(
             "recovery",
-            reboot.recovery_timeout_seconds + reboot.poll_seconds + 2 * tasks.seconds("check-recovery"),
+            reboot.recovery_timeout_seconds + reboot.poll_seconds + 2 * tasks.seconds(CHECK_RECOVERY.name),
             f"reboot.recoveryTimeoutSeconds {reboot.recovery_timeout_seconds} + reboot.pollSeconds "
-            f"{reboot.poll_seconds} + 2 checks of {tasks.seconds('check-recovery')} "
-            f"({tasks.detail('check-recovery')})",
+            f"{reboot.poll_seconds} + 2 checks of {tasks.seconds(CHECK_RECOVERY.name)} "
+            f"({tasks.detail(CHECK_RECOVERY.name)})",
         ),
         Term(
             "terminate (escalation)",

@@ -38,6 +38,7 @@ from nodeheal.aws.executions import LOAD_SETTINGS_STATE
 from nodeheal.cdk.workflow_tasks import task as task_spec
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS, ConditionClearedError
+from nodeheal.steps import CHECK_RECOVERY, Step
 from nodeheal.timing import MUTATING_TASKS, RetryClause, contended_retry_clause, task_retry_clauses
 
 # Keys under which each task writes its result; the handlers read the same keys.
@@ -45,7 +46,6 @@ ADMISSION = "$.admission"
 CORDON = "$.cordon"
 DRAIN = "$.drain"
 INSTANCE = "$.instance"
-RECOVERY = "$.recovery"
 UNCORDON = "$.uncordon"
 RECORD = "$.record"
 FAILURE = "$.failure"
@@ -189,7 +189,7 @@ class _DefinitionBuilder:
     def _build_recovery_loop(
         self, record: sfn.IChainable, uncordon: sfn.IChainable, terminate: sfn.IChainable
     ) -> sfn.IChainable:
-        check = self._task("Check recovery", "check-recovery", RECOVERY)
+        check = self._step_task(CHECK_RECOVERY)
         wait = sfn.Wait(
             self._scope,
             "Wait for reboot",
@@ -239,6 +239,12 @@ class _DefinitionBuilder:
                 cause_path="$.record.summary",
             )
         )
+
+    def _step_task(
+        self, step: Step, *, catch: bool = True, stop_to: sfn.IChainable | None = None
+    ) -> tasks.LambdaInvoke:
+        """The task state of a step of the registry, named and keyed as its entry says."""
+        return self._task(step.state, step.name, f"$.{step.result_key}", catch=catch, stop_to=stop_to)
 
     def _task(
         self,

@@ -1,50 +1,18 @@
 """The workflow's Lambda tasks: what each runs and what it may touch.
 
-Single source of truth for the workflow construct (one function and one least-privilege role per
-task), the access construct (which roles get an EKS access entry) and the state machine definition.
+What the workflow construct (one function and one least-privilege role per task), the access
+construct (which roles get an EKS access entry) and the state machine definition deploy. A step of
+the state machine is declared in the step registry (``nodeheal.steps``) and becomes a task here
+through :meth:`TaskSpec.of`; ingest and the finalizer are no steps and are declared here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 
+from nodeheal.grants import LedgerGrant, LedgerItem
+from nodeheal.steps import CHECK_RECOVERY, Step
 from nodeheal.timing import NOT_IDEMPOTENT_TASKS, TASK_TIMEOUT_SECONDS
-
-
-class LedgerItem(Enum):
-    """The ledger's item kinds, by partition key (the key schema of ``nodeheal.aws.ledger``)."""
-
-    #: Per-node lock, keyed by the node's instance: ``LOCK#<cluster>#<instance>``.
-    LOCK = "LOCK#{cluster}#*"
-    #: A cluster's admission state (budgets, breaker, pause), ``CLUSTER#<cluster>``.
-    ADMISSION = "CLUSTER#{cluster}"
-    #: Remediation records, per instance: ``INSTANCE#<cluster>#<instance>``.
-    RECORDS = "INSTANCE#{cluster}#*"
-    #: The end of an execution (recorded and notified once), ``EXECUTION#<cluster>#<name>``.
-    END = "EXECUTION#{cluster}#*"
-    #: The episode memory, per instance: ``EPISODE#<cluster>#<instance>`` (one item per condition).
-    EPISODE = "EPISODE#{cluster}#*"
-    #: Dropped-event records, ``DROPPED#<date>`` (not per cluster: a dropped event may name none).
-    DROPPED = "DROPPED#*"
-
-    def leading_keys(self, clusters: Sequence[str]) -> list[str]:
-        """``dynamodb:LeadingKeys`` patterns (StringLike) of these items in the configured clusters."""
-        if "{cluster}" not in self.value:
-            return [self.value]
-        return [self.value.format(cluster=cluster) for cluster in clusters]
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerGrant:
-    """DynamoDB item actions on the ledger table, limited to items whose partition key is one of
-    ``items`` (``dynamodb:LeadingKeys``). Only what the task's code calls: see the docstring of
-    each use below."""
-
-    actions: tuple[str, ...]
-    items: tuple[LedgerItem, ...]
-
 
 #: Every mutating step (nodeheal.workflow.guard) reads pause live (read_admission_state: GetItem),
 #: remembers a worse fault it reads (remember_sighting: conditional UpdateItem of the episode
@@ -76,6 +44,22 @@ class TaskSpec:
     #: task's comes from ``nodeheal.timing.TASK_TIMEOUT_SECONDS``, which the worst case counts.
     timeout_seconds: int = 30
     memory_mb: int = 256
+
+    @classmethod
+    def of(cls, step: Step) -> TaskSpec:
+        """The function of a step of the registry (``nodeheal.steps``), as its entry declares it."""
+        return cls(
+            step.name,
+            step.handler,
+            step.description,
+            kubernetes=step.kubernetes,
+            ledger=step.ledger,
+            ec2_mutations=step.ec2_mutations,
+            ec2_describe=step.ec2_describe,
+            publishes_notifications=step.publishes_notifications,
+            timeout_seconds=step.timeout_seconds,
+            memory_mb=step.memory_mb,
+        )
 
     @property
     def idempotent(self) -> bool:
@@ -165,13 +149,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         ec2_describe=True,
         timeout_seconds=TASK_TIMEOUT_SECONDS["reboot"],
     ),
-    TaskSpec(
-        "check-recovery",
-        "lambdas.check_recovery.handler",
-        "After a reboot: new boot ID, Ready, condition healthy?",
-        kubernetes=True,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["check-recovery"],
-    ),
+    TaskSpec.of(CHECK_RECOVERY),
     TaskSpec(
         "uncordon",
         "lambdas.uncordon.handler",

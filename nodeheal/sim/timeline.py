@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
+from nodeheal.steps import step_of_handler
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.records import RemediationRecord
 
@@ -178,7 +179,11 @@ def brief_reason(reason: str, limit: int = 150) -> str:
 
 
 def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(kind, text) for a Lambda task's result, or None when it is not worth a line."""
+    """(kind, text) for a Lambda task's result, or None when it is not worth a line. A step of the
+    registry is described in its entry's words (``nodeheal.steps``)."""
+    step = step_of_handler(handler)
+    if step is not None:
+        return step.timeline(result) if step.timeline is not None else None
     task = handler.removeprefix("lambdas.").removesuffix(".handler")
     if task == "admit":
         return _describe_admission(result)
@@ -200,14 +205,6 @@ def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | 
         return _describe_instance_action(result, "TerminateInstances", "terminated")
     if task == "reboot":
         return _describe_instance_action(result, "RebootInstances", "rebooted")
-    if task == "check_recovery":
-        status = result.get("status")
-        if status == "pending":
-            return None  # one line per poll would drown the timeline; the outcome follows
-        return (
-            "recovered" if status == "recovered" else "recovery-failed",
-            f"recovery {status}: {result.get('detail', '')}",
-        )
     if task == "uncordon":
         return "uncordoned", "uncordoned: back in service"
     if task in ("record", "record_failure"):

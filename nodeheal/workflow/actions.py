@@ -26,6 +26,7 @@ from nodeheal.instances import verify_ownership
 from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
+from nodeheal.steps import CHECK_RECOVERY
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard, story
 from nodeheal.workflow.drain_policy import (
@@ -470,7 +471,7 @@ def _remembered_replacement(state: WorkflowState, ledger: LedgerPort, node: Live
     return f"{worst.reason}, which calls for {worst.planned_action.value}: replacing instead of rebooting"
 
 
-@story.told("check-recovery", story.recovery_checked)
+@story.told(CHECK_RECOVERY.name, story.recovery_checked)
 def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dict[str, Any]:
     """recovered: new boot ID, Ready, condition not bad (or bad only from before the reboot and
     since cleared); failed: timed out or faulted again after the reboot; pending: keep waiting."""

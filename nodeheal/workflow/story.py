@@ -53,6 +53,7 @@ from nodeheal.actions import Action
 from nodeheal.errors import RemediationPausedError, RemediationStoppedError
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
 from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, PodView
+from nodeheal.steps import CHECK_RECOVERY
 from nodeheal.workflow.ports import DeletionOutcome, EvictionOutcome, KubeAccess
 from nodeheal.workflow.state import WorkflowState
 from nodeheal.workflow.verdicts import CONFIRM, STOP, WAIT, Admission
@@ -415,13 +416,15 @@ def recovery_checked(state: WorkflowState, result: Mapping[str, Any], now: datet
     detail = str(result.get("detail", ""))
     if status == "recovered":
         note = f"Recovered after the reboot: {detail}; NodeHeal's cordon is removed next"
-        return [_event(state, "check-recovery", now, reason="Recovered", action="CheckRecovery", note=note)]
+        return [
+            _event(state, CHECK_RECOVERY.name, now, reason="Recovered", action="CheckRecovery", note=note)
+        ]
     if status == "failed":
         note = f"Not recovered after the reboot: {detail}; the instance is terminated next"
         return [
             _event(
                 state,
-                "check-recovery",
+                CHECK_RECOVERY.name,
                 now,
                 reason="RecoveryFailed",
                 action="CheckRecovery",

@@ -1,0 +1,182 @@
+"""The steps of the remediation state machine, each declared once. Pure data (domain).
+
+A step is one Lambda task of the state machine. Its entry below says everything the rest of
+NodeHeal needs to know about it, and the rest derives from the entry:
+
+* the stack deploys one function per step (``nodeheal/cdk/workflow_tasks.py``) with its handler,
+  description, memory, Lambda timeout, ledger, EC2 and notification grants, and the state machine
+  (``nodeheal/cdk/workflow_definition.py``) names its task state and retries it by what the entry
+  says (idempotent, mutating);
+* ``nodeheal.timing`` counts the step's Lambda timeout, from its longest sequence of calls, in the
+  worst case of an execution (docs/architecture.md, D5);
+* ``nodeheal.rbac`` renders its Kubernetes rules into its ClusterRole (``deploy/rbac``, D8);
+* ``nodeheal.workflow.story`` writes the step's Kubernetes Events under its name, with the
+  reasons the entry declares;
+* the local pipeline's timeline (``nodeheal.sim.timeline``) describes its result in the entry's
+  words.
+
+So a new step is its handler (``lambdas/``), its domain function (``nodeheal.workflow``), one
+entry here and its tests; where it runs in the state machine's graph is the definition's choice.
+The tests that hold the derived forms equal (the template, the RBAC manifest, the worst case)
+name each step through this registry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nodeheal.grants import LedgerGrant, PolicyRule
+
+#: Seconds of one Kubernetes request answered just inside its timeouts: connect 5 + read 30 = 35
+#: (``nodeheal.kube.client.DEFAULT_REQUEST_TIMEOUT``; a test holds the two equal).
+KUBE_REQUEST_SECONDS = 35
+#: Seconds of one AWS call answered on its first attempt just inside its timeouts: connect 2 + read
+#: 5 = 7 (``nodeheal.runtime``'s botocore config). botocore's retries of a slow AWS are not
+#: budgeted: the invocation's deadline stops them (DeadlineExceededError) and the state retries.
+AWS_CALL_SECONDS = 7
+#: Seconds each invocation keeps back from its Lambda timeout to return or raise a named error
+#: (``nodeheal.deadline.LAMBDA_RESERVE_SECONDS``; a test holds the two equal).
+LAMBDA_RESERVE_SECONDS = 3
+
+
+def lambda_timeout(*, kube_requests: int, aws_calls: int) -> int:
+    """The Lambda timeout of a step whose longest sequence of calls is ``kube_requests`` Kubernetes
+    requests and ``aws_calls`` AWS calls one after the other, each answered just inside its
+    timeouts, plus the deadline's reserve; rounded up to 10 s.
+
+    With it, a step finishes when every call is slow but answered; when calls time out, its
+    deadline (this timeout minus the reserve) raises DeadlineExceededError before Lambda kills it.
+    Parallel requests (one wave of evictions) count once: the deadline stops a round from starting
+    another wave, and the pods it did not reach wait for the next round.
+    """
+    worst = kube_requests * KUBE_REQUEST_SECONDS + aws_calls * AWS_CALL_SECONDS + LAMBDA_RESERVE_SECONDS
+    return int(math.ceil(worst / 10) * 10)
+
+
+@dataclass(frozen=True, slots=True)
+class Calls:
+    """The longest sequence of calls one invocation of a step makes, counted in its code."""
+
+    kube_requests: int
+    aws_calls: int
+
+    @property
+    def timeout_seconds(self) -> int:
+        return lambda_timeout(kube_requests=self.kube_requests, aws_calls=self.aws_calls)
+
+
+#: A line of the local timeline: (kind, text); see ``nodeheal.sim.timeline.TimelineEvent``.
+TimelineLine = tuple[str, str]
+#: Describes a step's result on the local timeline, or None when the result is not worth a line.
+TimelineWording = Callable[[Mapping[str, Any]], TimelineLine | None]
+
+
+def _events(why: str) -> PolicyRule:
+    return PolicyRule(("", "events.k8s.io"), ("events",), ("create",), why)
+
+
+#: D8: every function may tell the cluster what it did to a node as an Event.
+EVENTS = _events("Events about what this step did to the node (kubectl describe node).")
+
+#: The reason of the Event every told step writes when it stops (condition cleared, node replaced
+#: or gone, paused, superseded): ``nodeheal.workflow.story.stopped``.
+STOPPED_REASON = "RemediationSkipped"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One task of the state machine and the function that runs it."""
+
+    #: Logical name: the suffix of the function's name, its ClusterRole's and its Events' author.
+    name: str
+    #: The task state's name in the state machine, as a person reads it in the console.
+    state: str
+    #: ``module.function`` inside the Lambda asset.
+    handler: str
+    description: str
+    #: Its longest sequence of calls, from which its Lambda timeout derives. Every step is short
+    #: by design: the state machine owns the waiting.
+    calls: Calls
+    #: The key of the state its result is written under (``ResultPath``), and read from by the
+    #: steps after it.
+    result_key: str
+    #: Claims a mutation of the node on its lock first (``nodeheal.workflow.guard``
+    #: ``before_mutation``): a contender can hold it back (``ContendedError``).
+    mutating: bool = False
+    #: Running it again after an invocation that may have done part of its work (a Lambda
+    #: timeout) does no harm, so the state machine retries ``Sandbox.Timedout``/``Lambda.Unknown``.
+    idempotent: bool = True
+    #: Its ClusterRole's rules; a step with none never talks to the Kubernetes API (it then gets
+    #: neither eks:DescribeCluster nor an access entry, and runs outside the VPC).
+    kubernetes_rules: tuple[PolicyRule, ...] = ()
+    #: Ledger access; none when empty (the function then gets no table name either).
+    ledger: tuple[LedgerGrant, ...] = ()
+    #: EC2 mutations allowed, each restricted by the cluster ownership tag condition.
+    ec2_mutations: tuple[str, ...] = ()
+    #: Needs ec2:DescribeInstances (which supports no resource-level restriction).
+    ec2_describe: bool = False
+    memory_mb: int = 256
+    publishes_notifications: bool = False
+    #: The reasons of the Kubernetes Events it writes (``nodeheal.workflow.story``), its stop's
+    #: included.
+    event_reasons: tuple[str, ...] = ()
+    #: How the local timeline describes its result; None: it adds no line.
+    timeline: TimelineWording | None = None
+
+    @property
+    def timeout_seconds(self) -> int:
+        """Its Lambda timeout, which the worst case (``nodeheal.timing``) counts."""
+        return self.calls.timeout_seconds
+
+    @property
+    def kubernetes(self) -> bool:
+        """Talks to the Kubernetes API of the clusters."""
+        return bool(self.kubernetes_rules)
+
+
+# -- check-recovery ----------------------------------------------------------------------------------
+
+
+def _recovery_line(result: Mapping[str, Any]) -> TimelineLine | None:
+    status = result.get("status")
+    if status == "pending":
+        return None  # one line per poll would drown the timeline; the outcome follows
+    return (
+        "recovered" if status == "recovered" else "recovery-failed",
+        f"recovery {status}: {result.get('detail', '')}",
+    )
+
+
+CHECK_RECOVERY = Step(
+    "check-recovery",
+    "Check recovery",
+    "lambdas.check_recovery.handler",
+    "After a reboot: new boot ID, Ready, condition healthy?",
+    Calls(kube_requests=1, aws_calls=0),
+    result_key="recovery",
+    kubernetes_rules=(
+        PolicyRule(("",), ("nodes",), ("get",), "New boot ID, Ready, the condition healthy?"),
+        EVENTS,
+    ),
+    event_reasons=("Recovered", "RecoveryFailed", STOPPED_REASON),
+    timeline=_recovery_line,
+)
+
+
+#: Every step, in the order the stack deploys their functions and the RBAC manifest lists them.
+STEPS: tuple[Step, ...] = (CHECK_RECOVERY,)
+
+
+def step_named(name: str) -> Step:
+    for step in STEPS:
+        if step.name == name:
+            return step
+    raise KeyError(name)
+
+
+def step_of_handler(handler: str) -> Step | None:
+    """The step whose function runs ``handler`` (``lambdas.<module>.handler``), if any."""
+    return next((step for step in STEPS if step.handler == handler), None)
