@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nodeheal.grants import PolicyRule
-from nodeheal.steps import CHECK_RECOVERY, EVENTS
+from nodeheal.steps import CHECK_RECOVERY, CORDON, EVENTS, UNCORDON
 
 #: Default of cdk.json's ``kubernetesGroupPrefix``: groups and ClusterRoles are ``nodeheal-<function>``.
 DEFAULT_GROUP_PREFIX = "nodeheal"
@@ -79,15 +79,7 @@ KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
         ),
         EVENTS,
     ),
-    "cordon": (
-        PolicyRule(
-            ("",),
-            ("nodes",),
-            ("get", "patch"),
-            "Read-modify-write of spec.unschedulable, the nodeheal.io/unhealthy taint and annotations.",
-        ),
-        EVENTS,
-    ),
+    CORDON.name: CORDON.kubernetes_rules,
     "drain": (
         _PROVE_NODE,
         PolicyRule(
@@ -120,15 +112,7 @@ KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
     "terminate": (_READ_NODE, EVENTS),
     "reboot": (_READ_NODE, EVENTS),
     CHECK_RECOVERY.name: CHECK_RECOVERY.kubernetes_rules,
-    "uncordon": (
-        PolicyRule(
-            ("",),
-            ("nodes",),
-            ("get", "patch"),
-            "Remove NodeHeal's taint and annotations; clear spec.unschedulable only if NodeHeal set it.",
-        ),
-        EVENTS,
-    ),
+    UNCORDON.name: UNCORDON.kubernetes_rules,
 }
 
 #: Granted to the terminate function only when ``deleteNodeAfterTerminate`` is true: the stack then

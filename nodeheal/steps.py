@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeheal.grants import LedgerGrant, PolicyRule
+from nodeheal.grants import LedgerGrant, LedgerItem, PolicyRule
 
 #: Seconds of one Kubernetes request answered just inside its timeouts: connect 5 + read 30 = 35
 #: (``nodeheal.kube.client.DEFAULT_REQUEST_TIMEOUT``; a test holds the two equal).
@@ -81,6 +81,15 @@ def _events(why: str) -> PolicyRule:
 #: D8: every function may tell the cluster what it did to a node as an Event.
 EVENTS = _events("Events about what this step did to the node (kubectl describe node).")
 
+#: Every mutating step (nodeheal.workflow.guard) reads pause live (read_admission_state: GetItem),
+#: remembers a worse fault it reads (remember_sighting: conditional UpdateItem of the episode
+#: memory) and claims its mutation on the lock (claim_mutation: conditional UpdateItem, then
+#: GetItem of the holder when the claim is refused). A step declared mutating gets these first.
+MUTATION_GUARD = (
+    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
+    LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.LOCK, LedgerItem.EPISODE)),
+)
+
 #: The reason of the Event every told step writes when it stops (condition cleared, node replaced
 #: or gone, paused, superseded): ``nodeheal.workflow.story.stopped``.
 STOPPED_REASON = "RemediationSkipped"
@@ -104,7 +113,8 @@ class Step:
     #: steps after it.
     result_key: str
     #: Claims a mutation of the node on its lock first (``nodeheal.workflow.guard``
-    #: ``before_mutation``): a contender can hold it back (``ContendedError``).
+    #: ``before_mutation``): a contender can hold it back (``ContendedError``), and it gets the
+    #: guard's ledger grants (:data:`MUTATION_GUARD`).
     mutating: bool = False
     #: Running it again after an invocation that may have done part of its work (a Lambda
     #: timeout) does no harm, so the state machine retries ``Sandbox.Timedout``/``Lambda.Unknown``.
@@ -112,7 +122,7 @@ class Step:
     #: Its ClusterRole's rules; a step with none never talks to the Kubernetes API (it then gets
     #: neither eks:DescribeCluster nor an access entry, and runs outside the VPC).
     kubernetes_rules: tuple[PolicyRule, ...] = ()
-    #: Ledger access; none when empty (the function then gets no table name either).
+    #: Ledger access beyond the mutation guard's (see :attr:`ledger_grants`).
     ledger: tuple[LedgerGrant, ...] = ()
     #: EC2 mutations allowed, each restricted by the cluster ownership tag condition.
     ec2_mutations: tuple[str, ...] = ()
@@ -132,9 +142,47 @@ class Step:
         return self.calls.timeout_seconds
 
     @property
+    def ledger_grants(self) -> tuple[LedgerGrant, ...]:
+        """All its ledger access, the guard's first; none when empty (the function then gets no
+        table name either)."""
+        return (*MUTATION_GUARD, *self.ledger) if self.mutating else self.ledger
+
+    @property
     def kubernetes(self) -> bool:
         """Talks to the Kubernetes API of the clusters."""
         return bool(self.kubernetes_rules)
+
+
+# -- cordon ------------------------------------------------------------------------------------------
+
+
+def _cordon_line(result: Mapping[str, Any]) -> TimelineLine:
+    if result.get("performed"):
+        return "cordoned", "cordoned and tainted nodeheal.io/unhealthy:NoSchedule"
+    return "cordoned", f"cordon skipped: {result.get('skipped')}"
+
+
+CORDON = Step(
+    "cordon",
+    "Cordon",
+    "lambdas.cordon.handler",
+    "Cordon and taint the Node, annotate it with the execution and reason",
+    # Guard: pause read, node get, lock claim; then the node patch.
+    Calls(kube_requests=2, aws_calls=2),
+    result_key="cordon",
+    mutating=True,
+    kubernetes_rules=(
+        PolicyRule(
+            ("",),
+            ("nodes",),
+            ("get", "patch"),
+            "Read-modify-write of spec.unschedulable, the nodeheal.io/unhealthy taint and annotations.",
+        ),
+        EVENTS,
+    ),
+    event_reasons=("Cordoned", STOPPED_REASON),
+    timeline=_cordon_line,
+)
 
 
 # -- check-recovery ----------------------------------------------------------------------------------
@@ -166,8 +214,32 @@ CHECK_RECOVERY = Step(
 )
 
 
+# -- uncordon ----------------------------------------------------------------------------------------
+
+UNCORDON = Step(
+    "uncordon",
+    "Uncordon",
+    "lambdas.uncordon.handler",
+    "Undo NodeHeal's cordon after a successful reboot",
+    Calls(kube_requests=2, aws_calls=2),
+    result_key="uncordon",
+    mutating=True,
+    kubernetes_rules=(
+        PolicyRule(
+            ("",),
+            ("nodes",),
+            ("get", "patch"),
+            "Remove NodeHeal's taint and annotations; clear spec.unschedulable only if NodeHeal set it.",
+        ),
+        EVENTS,
+    ),
+    event_reasons=("Uncordoned", STOPPED_REASON),
+    timeline=lambda result: ("uncordoned", "uncordoned: back in service"),
+)
+
+
 #: Every step, in the order the stack deploys their functions and the RBAC manifest lists them.
-STEPS: tuple[Step, ...] = (CHECK_RECOVERY,)
+STEPS: tuple[Step, ...] = (CORDON, CHECK_RECOVERY, UNCORDON)
 
 
 def step_named(name: str) -> Step:

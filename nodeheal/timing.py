@@ -48,7 +48,7 @@ from nodeheal.errors import (
 )
 from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
 from nodeheal.settings_reader import SettingsReader, all_problems, problem
-from nodeheal.steps import CHECK_RECOVERY, lambda_timeout
+from nodeheal.steps import CHECK_RECOVERY, CORDON, STEPS, UNCORDON, lambda_timeout
 
 #: Each workflow task's Lambda timeout, from its longest sequence of calls (counted in its code):
 #: ``nodeheal/cdk/workflow_tasks.py`` deploys these and the worst case below counts them.
@@ -56,8 +56,7 @@ TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
     {
         # Node get + pool list; lock read/put (+ preempt), pause/budget read+write, history query.
         "admit": lambda_timeout(kube_requests=2, aws_calls=7),
-        # Guard: pause read, node get, lock claim; then the node patch.
-        "cordon": lambda_timeout(kube_requests=2, aws_calls=2),
+        CORDON.name: CORDON.timeout_seconds,
         # Guard (node get, pause read, lock claim), pod list, one wave of evictions.
         "drain": lambda_timeout(kube_requests=3, aws_calls=2),
         "force-drain": lambda_timeout(kube_requests=3, aws_calls=2),
@@ -65,7 +64,7 @@ TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
         "terminate": lambda_timeout(kube_requests=2, aws_calls=4),
         "reboot": lambda_timeout(kube_requests=1, aws_calls=4),
         CHECK_RECOVERY.name: CHECK_RECOVERY.timeout_seconds,
-        "uncordon": lambda_timeout(kube_requests=2, aws_calls=2),
+        UNCORDON.name: UNCORDON.timeout_seconds,
         # End marker read, record put, lock release, budget read+write, publish, end marker put.
         "record": lambda_timeout(kube_requests=0, aws_calls=7),
         "record-failure": lambda_timeout(kube_requests=0, aws_calls=7),
@@ -74,7 +73,9 @@ TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
 
 #: Steps that claim a mutation of the node on its lock first (``nodeheal.workflow.guard``
 #: ``before_mutation``): the ones a contender can hold back (``ContendedError``).
-MUTATING_TASKS = frozenset({"cordon", "drain", "force-drain", "terminate", "reboot", "uncordon"})
+MUTATING_TASKS = frozenset({"drain", "force-drain", "terminate", "reboot"}) | {
+    step.name for step in STEPS if step.mutating
+}
 
 #: How long a claimed mutation may still be running: a preempting execution waits this long after
 #: the holder's last claim before taking the lock, so two executions never mutate a node at once.
@@ -329,7 +330,9 @@ def holding_worst_case(
     drain_deadline = max(drain.timeout_seconds, drain.do_not_disrupt_wait_seconds)
     deadline_key = "drain.doNotDisruptWaitSeconds" if hold_is_longer else "drain.timeoutSeconds"
     record = "record" if tasks.seconds("record") >= tasks.seconds("record-failure") else "record-failure"
-    after_recovery = "terminate" if tasks.seconds("terminate") >= tasks.seconds("uncordon") else "uncordon"
+    after_recovery = (
+        "terminate" if tasks.seconds("terminate") >= tasks.seconds(UNCORDON.name) else UNCORDON.name
+    )
     terms = [
         Term("admit", tasks.seconds("admit"), f"the Admit that takes the lock; {tasks.detail('admit')}"),
         Term(
@@ -338,7 +341,7 @@ def holding_worst_case(
             "the longest confirmSeconds of any condition rule (built-in, global or per pool)",
         ),
         Term("admit after confirmation", tasks.seconds("admit"), tasks.detail("admit")),
-        Term("cordon", tasks.seconds("cordon"), tasks.detail("cordon")),
+        Term(CORDON.name, tasks.seconds(CORDON.name), tasks.detail(CORDON.name)),
         Term(
             "drain",
             drain_deadline + drain.poll_seconds + 2 * tasks.seconds("drain"),

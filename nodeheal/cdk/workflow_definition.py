@@ -38,19 +38,22 @@ from nodeheal.aws.executions import LOAD_SETTINGS_STATE
 from nodeheal.cdk.workflow_tasks import task as task_spec
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS, ConditionClearedError
-from nodeheal.steps import CHECK_RECOVERY, Step
+from nodeheal.steps import CHECK_RECOVERY, CORDON, UNCORDON, Step
 from nodeheal.timing import MUTATING_TASKS, RetryClause, contended_retry_clause, task_retry_clauses
 
 # Keys under which each task writes its result; the handlers read the same keys.
 ADMISSION = "$.admission"
-CORDON = "$.cordon"
 DRAIN = "$.drain"
 INSTANCE = "$.instance"
-UNCORDON = "$.uncordon"
 RECORD = "$.record"
 FAILURE = "$.failure"
 #: A step's stop (nodeheal.errors.STOP_ERRORS): {"Error": class name, "Cause": the Lambda error JSON}.
 STOPPED = "$.stopped"
+
+
+def _at(step: Step, field: str = "") -> str:
+    """The JSONPath of a step's result (its ``ResultPath``), or of one field of it."""
+    return f"$.{step.result_key}" + (f".{field}" if field else "")
 
 
 class _DefinitionBuilder:
@@ -71,7 +74,7 @@ class _DefinitionBuilder:
     def build(self) -> sfn.IChainable:
         record = self._record
 
-        uncordon = self._task("Uncordon", "uncordon", UNCORDON).next(record)
+        uncordon = self._step_task(UNCORDON).next(record)
         terminate = self._task("Terminate instance", "terminate", INSTANCE).next(record)
         recovery_loop = self._build_recovery_loop(record, uncordon, terminate)
         reboot = self._task("Reboot instance", "reboot", INSTANCE).next(
@@ -87,7 +90,7 @@ class _DefinitionBuilder:
             .otherwise(terminate)
         )
         drain_loop = self._build_drain_loop(instance_action)
-        cordon = self._task("Cordon", "cordon", CORDON).next(
+        cordon = self._step_task(CORDON).next(
             sfn.Choice(self._scope, "Drain needed?")
             .when(
                 sfn.Condition.or_(
@@ -198,9 +201,9 @@ class _DefinitionBuilder:
         ).next(check)
         check.next(
             sfn.Choice(self._scope, "Recovered?")
-            .when(sfn.Condition.string_equals("$.recovery.status", "recovered"), uncordon)
-            .when(sfn.Condition.string_equals("$.recovery.status", "failed"), terminate)
-            .when(sfn.Condition.string_equals("$.recovery.status", "gone"), record)
+            .when(sfn.Condition.string_equals(_at(CHECK_RECOVERY, "status"), "recovered"), uncordon)
+            .when(sfn.Condition.string_equals(_at(CHECK_RECOVERY, "status"), "failed"), terminate)
+            .when(sfn.Condition.string_equals(_at(CHECK_RECOVERY, "status"), "gone"), record)
             .otherwise(wait)
         )
         return wait
@@ -215,15 +218,15 @@ class _DefinitionBuilder:
             comment="A stopped remediation leaves the node cordoned for a person, except a cleared "
             "condition with drain.onConditionCleared=uncordon.",
         )
-        uncordon = self._task("Uncordon (condition cleared)", "uncordon", UNCORDON, stop_to=stopped).next(
-            self._record
-        )
+        uncordon = self._step_task(
+            UNCORDON, state=f"{UNCORDON.state} (condition cleared)", stop_to=stopped
+        ).next(self._record)
         stopped.when(
             sfn.Condition.and_(
                 sfn.Condition.string_equals("$.stopped.Error", ConditionClearedError.__name__),
                 sfn.Condition.string_equals("$.settings.drain.onConditionCleared", "uncordon"),
-                sfn.Condition.is_present("$.cordon"),
-                sfn.Condition.is_not_present("$.uncordon"),
+                sfn.Condition.is_present(_at(CORDON)),
+                sfn.Condition.is_not_present(_at(UNCORDON)),
             ),
             uncordon,
         ).otherwise(self._record)
@@ -241,10 +244,16 @@ class _DefinitionBuilder:
         )
 
     def _step_task(
-        self, step: Step, *, catch: bool = True, stop_to: sfn.IChainable | None = None
+        self,
+        step: Step,
+        *,
+        state: str = "",
+        catch: bool = True,
+        stop_to: sfn.IChainable | None = None,
     ) -> tasks.LambdaInvoke:
-        """The task state of a step of the registry, named and keyed as its entry says."""
-        return self._task(step.state, step.name, f"$.{step.result_key}", catch=catch, stop_to=stop_to)
+        """The task state of a step of the registry, named (unless ``state`` names a second state of
+        the same step) and keyed as its entry says."""
+        return self._task(state or step.state, step.name, _at(step), catch=catch, stop_to=stop_to)
 
     def _task(
         self,

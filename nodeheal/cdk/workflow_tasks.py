@@ -11,17 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodeheal.grants import LedgerGrant, LedgerItem
-from nodeheal.steps import CHECK_RECOVERY, Step
+from nodeheal.steps import CHECK_RECOVERY, CORDON, MUTATION_GUARD, UNCORDON, Step
 from nodeheal.timing import NOT_IDEMPOTENT_TASKS, TASK_TIMEOUT_SECONDS
-
-#: Every mutating step (nodeheal.workflow.guard) reads pause live (read_admission_state: GetItem),
-#: remembers a worse fault it reads (remember_sighting: conditional UpdateItem of the episode
-#: memory) and claims its mutation on the lock (claim_mutation: conditional UpdateItem, then
-#: GetItem of the holder when the claim is refused).
-_MUTATION_GUARD = (
-    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
-    LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.LOCK, LedgerItem.EPISODE)),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +44,7 @@ class TaskSpec:
             step.handler,
             step.description,
             kubernetes=step.kubernetes,
-            ledger=step.ledger,
+            ledger=step.ledger_grants,
             ec2_mutations=step.ec2_mutations,
             ec2_describe=step.ec2_describe,
             publishes_notifications=step.publishes_notifications,
@@ -102,20 +93,13 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         publishes_notifications=False,
         timeout_seconds=TASK_TIMEOUT_SECONDS["admit"],
     ),
-    TaskSpec(
-        "cordon",
-        "lambdas.cordon.handler",
-        "Cordon and taint the Node, annotate it with the execution and reason",
-        kubernetes=True,
-        ledger=_MUTATION_GUARD,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["cordon"],
-    ),
+    TaskSpec.of(CORDON),
     TaskSpec(
         "drain",
         "lambdas.drain.handler",
         "One eviction round through the Eviction API (PDBs respected)",
         kubernetes=True,
-        ledger=_MUTATION_GUARD,
+        ledger=MUTATION_GUARD,
         memory_mb=512,
         timeout_seconds=TASK_TIMEOUT_SECONDS["drain"],
     ),
@@ -124,7 +108,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.force_drain.handler",
         "Delete the pods left after the drain timeout with the configured grace period",
         kubernetes=True,
-        ledger=_MUTATION_GUARD,
+        ledger=MUTATION_GUARD,
         memory_mb=512,
         timeout_seconds=TASK_TIMEOUT_SECONDS["force-drain"],
     ),
@@ -133,7 +117,7 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "lambdas.terminate.handler",
         "Verify ownership and the live condition, then terminate the EC2 instance",
         kubernetes=True,
-        ledger=_MUTATION_GUARD,
+        ledger=MUTATION_GUARD,
         ec2_mutations=("ec2:TerminateInstances",),
         ec2_describe=True,
         timeout_seconds=TASK_TIMEOUT_SECONDS["terminate"],
@@ -144,20 +128,13 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         "Verify ownership and the live condition, then reboot the EC2 instance",
         kubernetes=True,
         # sightings: a fault remembered in this episode that calls for replacement (D2).
-        ledger=(*_MUTATION_GUARD, LedgerGrant(("dynamodb:Query",), (LedgerItem.EPISODE,))),
+        ledger=(*MUTATION_GUARD, LedgerGrant(("dynamodb:Query",), (LedgerItem.EPISODE,))),
         ec2_mutations=("ec2:RebootInstances",),
         ec2_describe=True,
         timeout_seconds=TASK_TIMEOUT_SECONDS["reboot"],
     ),
     TaskSpec.of(CHECK_RECOVERY),
-    TaskSpec(
-        "uncordon",
-        "lambdas.uncordon.handler",
-        "Undo NodeHeal's cordon after a successful reboot",
-        kubernetes=True,
-        ledger=_MUTATION_GUARD,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["uncordon"],
-    ),
+    TaskSpec.of(UNCORDON),
     TaskSpec(
         "record",
         "lambdas.record.handler",

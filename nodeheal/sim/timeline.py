@@ -187,10 +187,6 @@ def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | 
     task = handler.removeprefix("lambdas.").removesuffix(".handler")
     if task == "admit":
         return _describe_admission(result)
-    if task == "cordon":
-        if result.get("performed"):
-            return "cordoned", "cordoned and tainted nodeheal.io/unhealthy:NoSchedule"
-        return "cordoned", f"cordon skipped: {result.get('skipped')}"
     if task == "drain":
         return _describe_drain(result)
     if task == "force_drain":
@@ -205,8 +201,6 @@ def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | 
         return _describe_instance_action(result, "TerminateInstances", "terminated")
     if task == "reboot":
         return _describe_instance_action(result, "RebootInstances", "rebooted")
-    if task == "uncordon":
-        return "uncordoned", "uncordoned: back in service"
     if task in ("record", "record_failure"):
         outcome = result.get("outcome", "")
         return "recorded", f"recorded in the ledger: {outcome} - {result.get('summary', '')}"

@@ -26,7 +26,7 @@ from nodeheal.instances import verify_ownership
 from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
-from nodeheal.steps import CHECK_RECOVERY
+from nodeheal.steps import CHECK_RECOVERY, CORDON, UNCORDON
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard, story
 from nodeheal.workflow.drain_policy import (
@@ -69,7 +69,7 @@ def _fail_on_permanent_errors(failed: Sequence[PodOutcomeView], what: str) -> No
 # -- cordon ------------------------------------------------------------------------------------
 
 
-@story.told("cordon", story.cordoned)
+@story.told(CORDON.name, story.cordoned)
 def cordon(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def cordon(
         now=now,
         live_mode=mode,
         allowed=(Mode.FULL, Mode.CORDON_ONLY),
-        step="cordon",
+        step=CORDON.name,
         # Admitted while another execution's cordon was on the node: that taint gone now means a
         # person took the node back since (a holder that lost the node cannot uncordon it), and
         # what began before that is theirs to decide (I16).
@@ -517,7 +517,7 @@ def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dic
     return {**base, "status": "pending", "detail": "waiting for the node to come back"}
 
 
-@story.told("uncordon", story.uncordoned)
+@story.told(UNCORDON.name, story.uncordoned)
 def uncordon(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -530,7 +530,7 @@ def uncordon(
         now=now,
         live_mode=mode,
         allowed=(Mode.FULL, Mode.CORDON_ONLY),
-        step="uncordon",
+        step=UNCORDON.name,
         require_taint=False,
         require_bad=False,
     )

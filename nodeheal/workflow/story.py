@@ -53,7 +53,7 @@ from nodeheal.actions import Action
 from nodeheal.errors import RemediationPausedError, RemediationStoppedError
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
 from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, PodView
-from nodeheal.steps import CHECK_RECOVERY
+from nodeheal.steps import CHECK_RECOVERY, CORDON, UNCORDON
 from nodeheal.workflow.ports import DeletionOutcome, EvictionOutcome, KubeAccess
 from nodeheal.workflow.state import WorkflowState
 from nodeheal.workflow.verdicts import CONFIRM, STOP, WAIT, Admission
@@ -224,7 +224,7 @@ def cordoned(state: WorkflowState, result: Mapping[str, Any], now: datetime) -> 
         f"Cordoned and tainted {UNHEALTHY_TAINT_KEY}:NoSchedule for {_fault(state)}, so no new pod "
         f"lands on the node; next: {then}"
     )
-    return [_event(state, "cordon", now, reason="Cordoned", action="Cordon", note=note)]
+    return [_event(state, CORDON.name, now, reason="Cordoned", action="Cordon", note=note)]
 
 
 def drain_round(
@@ -445,7 +445,7 @@ def uncordoned(state: WorkflowState, result: Mapping[str, Any], now: datetime) -
         else f"{state.condition_type} cleared (drain.onConditionCleared=uncordon)"
     )
     note = f"Uncordoned: NodeHeal's cordon and {UNHEALTHY_TAINT_KEY} taint are removed, since {why}"
-    return [_event(state, "uncordon", now, reason="Uncordoned", action="Uncordon", note=note)]
+    return [_event(state, UNCORDON.name, now, reason="Uncordoned", action="Uncordon", note=note)]
 
 
 def _stop_story(
