@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nodeheal.grants import PolicyRule
-from nodeheal.steps import CHECK_RECOVERY, CORDON, EVENTS, UNCORDON
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, EVENTS, FORCE_DRAIN, UNCORDON
 
 #: Default of cdk.json's ``kubernetesGroupPrefix``: groups and ClusterRoles are ``nodeheal-<function>``.
 DEFAULT_GROUP_PREFIX = "nodeheal"
@@ -59,15 +59,6 @@ class FunctionRole:
 
 
 _READ_NODE = PolicyRule(("",), ("nodes",), ("get",), "Re-read the live Node before acting on it.")
-#: Pods are listed by node name, so every drain round first proves the Node is still the admitted
-#: object (UID, instance, NodeHeal's taint) and its condition still bad (nodeheal.workflow.guard).
-_PROVE_NODE = PolicyRule(
-    ("",),
-    ("nodes",),
-    ("get",),
-    "Prove the node is still the admitted object, tainted and bad, before each round.",
-)
-
 #: Function name (``nodeheal/cdk/workflow_tasks.py``) -> its ClusterRole's rules.
 KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
     "admit": (
@@ -80,35 +71,8 @@ KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
         EVENTS,
     ),
     CORDON.name: CORDON.kubernetes_rules,
-    "drain": (
-        _PROVE_NODE,
-        PolicyRule(
-            ("",),
-            ("pods",),
-            ("list", "delete"),
-            "The pods bound to the node (fieldSelector spec.nodeName); after a 409 on an eviction, "
-            "the pod of that name (fieldSelector metadata.name): gone, or still there? Delete: "
-            "drain.evictionModes delete-after-timeout pods still there after drain.deleteAfterSeconds.",
-        ),
-        PolicyRule(
-            ("",),
-            ("pods/eviction",),
-            ("create",),
-            "Evict through the Eviction API so PodDisruptionBudgets are respected (429 = retry later).",
-        ),
-        EVENTS,
-    ),
-    "force-drain": (
-        _PROVE_NODE,
-        PolicyRule(
-            ("",),
-            ("pods",),
-            ("list", "delete"),
-            "After the drain timeout with drain.onTimeout=force: delete the pods left, with the "
-            "configured grace period (after a 409, list the pod by name: gone, or still there?).",
-        ),
-        EVENTS,
-    ),
+    DRAIN.name: DRAIN.kubernetes_rules,
+    FORCE_DRAIN.name: FORCE_DRAIN.kubernetes_rules,
     "terminate": (_READ_NODE, EVENTS),
     "reboot": (_READ_NODE, EVENTS),
     CHECK_RECOVERY.name: CHECK_RECOVERY.kubernetes_rules,

@@ -153,6 +153,16 @@ class Step:
         return bool(self.kubernetes_rules)
 
 
+#: Pods are listed by node name, so every drain round first proves the Node is still the admitted
+#: object (UID, instance, NodeHeal's taint) and its condition still bad (nodeheal.workflow.guard).
+_PROVE_NODE = PolicyRule(
+    ("",),
+    ("nodes",),
+    ("get",),
+    "Prove the node is still the admitted object, tainted and bad, before each round.",
+)
+
+
 # -- cordon ------------------------------------------------------------------------------------------
 
 
@@ -182,6 +192,94 @@ CORDON = Step(
     ),
     event_reasons=("Cordoned", STOPPED_REASON),
     timeline=_cordon_line,
+)
+
+
+# -- drain -------------------------------------------------------------------------------------------
+
+
+def _drain_line(result: Mapping[str, Any]) -> TimelineLine:
+    evicted = int(result.get("evicted", 0))
+    blocked = int(result.get("pdbBlocked", 0))
+    held = int(result.get("heldBackDoNotDisrupt", 0))
+    if result.get("done"):
+        return "drained", f"drained: {evicted} pod(s) evicted, {blocked} eviction(s) refused by a PDB"
+    parts = [f"eviction round {result.get('rounds', 1)}: {evicted} evicted"]
+    if result.get("terminating"):
+        parts.append(f"{result['terminating']} terminating")
+    if result.get("lastBlocked"):
+        parts.append(f"{len(result['lastBlocked'])} refused by a PDB (429), retried next round")
+    if held:
+        parts.append(f"{held} karpenter.sh/do-not-disrupt held back")
+    return "drain-round", ", ".join(parts)
+
+
+DRAIN = Step(
+    "drain",
+    "Evict pods",
+    "lambdas.drain.handler",
+    "One eviction round through the Eviction API (PDBs respected)",
+    # Guard (node get, pause read, lock claim), pod list, one wave of evictions.
+    Calls(kube_requests=3, aws_calls=2),
+    result_key="drain",
+    mutating=True,
+    kubernetes_rules=(
+        _PROVE_NODE,
+        PolicyRule(
+            ("",),
+            ("pods",),
+            ("list", "delete"),
+            "The pods bound to the node (fieldSelector spec.nodeName); after a 409 on an eviction, "
+            "the pod of that name (fieldSelector metadata.name): gone, or still there? Delete: "
+            "drain.evictionModes delete-after-timeout pods still there after drain.deleteAfterSeconds.",
+        ),
+        PolicyRule(
+            ("",),
+            ("pods/eviction",),
+            ("create",),
+            "Evict through the Eviction API so PodDisruptionBudgets are respected (429 = retry later).",
+        ),
+        EVENTS,
+    ),
+    memory_mb=512,
+    event_reasons=(
+        "Draining",
+        "Drained",
+        "DrainTimedOut",
+        "DrainAborted",
+        "DrainRefused",
+        "Evicted",
+        STOPPED_REASON,
+    ),
+    timeline=_drain_line,
+)
+
+
+# -- force-drain -------------------------------------------------------------------------------------
+
+FORCE_DRAIN = Step(
+    "force-drain",
+    "Force-delete remaining pods",
+    "lambdas.force_drain.handler",
+    "Delete the pods left after the drain timeout with the configured grace period",
+    Calls(kube_requests=3, aws_calls=2),
+    # It ends the drain, so the steps after read its result where the drain's was.
+    result_key=DRAIN.result_key,
+    mutating=True,
+    kubernetes_rules=(
+        _PROVE_NODE,
+        PolicyRule(
+            ("",),
+            ("pods",),
+            ("list", "delete"),
+            "After the drain timeout with drain.onTimeout=force: delete the pods left, with the "
+            "configured grace period (after a 409, list the pod by name: gone, or still there?).",
+        ),
+        EVENTS,
+    ),
+    memory_mb=512,
+    event_reasons=("DrainForced", "ForceDeleted", STOPPED_REASON),
+    timeline=lambda result: ("forced", f"drain timed out: force-deleted {result.get('forced', 0)} pod(s)"),
 )
 
 
@@ -239,7 +337,7 @@ UNCORDON = Step(
 
 
 #: Every step, in the order the stack deploys their functions and the RBAC manifest lists them.
-STEPS: tuple[Step, ...] = (CORDON, CHECK_RECOVERY, UNCORDON)
+STEPS: tuple[Step, ...] = (CORDON, DRAIN, FORCE_DRAIN, CHECK_RECOVERY, UNCORDON)
 
 
 def step_named(name: str) -> Step:

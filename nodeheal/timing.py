@@ -48,7 +48,7 @@ from nodeheal.errors import (
 )
 from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
 from nodeheal.settings_reader import SettingsReader, all_problems, problem
-from nodeheal.steps import CHECK_RECOVERY, CORDON, STEPS, UNCORDON, lambda_timeout
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, STEPS, UNCORDON, lambda_timeout
 
 #: Each workflow task's Lambda timeout, from its longest sequence of calls (counted in its code):
 #: ``nodeheal/cdk/workflow_tasks.py`` deploys these and the worst case below counts them.
@@ -57,9 +57,8 @@ TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
         # Node get + pool list; lock read/put (+ preempt), pause/budget read+write, history query.
         "admit": lambda_timeout(kube_requests=2, aws_calls=7),
         CORDON.name: CORDON.timeout_seconds,
-        # Guard (node get, pause read, lock claim), pod list, one wave of evictions.
-        "drain": lambda_timeout(kube_requests=3, aws_calls=2),
-        "force-drain": lambda_timeout(kube_requests=3, aws_calls=2),
+        DRAIN.name: DRAIN.timeout_seconds,
+        FORCE_DRAIN.name: FORCE_DRAIN.timeout_seconds,
         # Guard, DescribeInstances, TerminateInstances, optional node delete.
         "terminate": lambda_timeout(kube_requests=2, aws_calls=4),
         "reboot": lambda_timeout(kube_requests=1, aws_calls=4),
@@ -73,9 +72,7 @@ TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
 
 #: Steps that claim a mutation of the node on its lock first (``nodeheal.workflow.guard``
 #: ``before_mutation``): the ones a contender can hold back (``ContendedError``).
-MUTATING_TASKS = frozenset({"drain", "force-drain", "terminate", "reboot"}) | {
-    step.name for step in STEPS if step.mutating
-}
+MUTATING_TASKS = frozenset({"terminate", "reboot"}) | {step.name for step in STEPS if step.mutating}
 
 #: How long a claimed mutation may still be running: a preempting execution waits this long after
 #: the holder's last claim before taking the lock, so two executions never mutate a node at once.
@@ -343,14 +340,14 @@ def holding_worst_case(
         Term("admit after confirmation", tasks.seconds("admit"), tasks.detail("admit")),
         Term(CORDON.name, tasks.seconds(CORDON.name), tasks.detail(CORDON.name)),
         Term(
-            "drain",
-            drain_deadline + drain.poll_seconds + 2 * tasks.seconds("drain"),
+            DRAIN.name,
+            drain_deadline + drain.poll_seconds + 2 * tasks.seconds(DRAIN.name),
             f"{deadline_key} {drain_deadline} + drain.pollSeconds {drain.poll_seconds} + 2 eviction "
-            f"rounds of {tasks.seconds('drain')} ({tasks.detail('drain')})",
+            f"rounds of {tasks.seconds(DRAIN.name)} ({tasks.detail(DRAIN.name)})",
         ),
     ]
     if drain.on_timeout == "force":
-        terms.append(Term("force drain", tasks.seconds("force-drain"), tasks.detail("force-drain")))
+        terms.append(Term("force drain", tasks.seconds(FORCE_DRAIN.name), tasks.detail(FORCE_DRAIN.name)))
     terms += [
         Term("reboot", tasks.seconds("reboot"), tasks.detail("reboot")),
         Term(

@@ -38,12 +38,11 @@ from nodeheal.aws.executions import LOAD_SETTINGS_STATE
 from nodeheal.cdk.workflow_tasks import task as task_spec
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS, ConditionClearedError
-from nodeheal.steps import CHECK_RECOVERY, CORDON, UNCORDON, Step
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, UNCORDON, Step
 from nodeheal.timing import MUTATING_TASKS, RetryClause, contended_retry_clause, task_retry_clauses
 
 # Keys under which each task writes its result; the handlers read the same keys.
 ADMISSION = "$.admission"
-DRAIN = "$.drain"
 INSTANCE = "$.instance"
 RECORD = "$.record"
 FAILURE = "$.failure"
@@ -154,16 +153,16 @@ class _DefinitionBuilder:
         return load_settings.next(admit)
 
     def _build_drain_loop(self, after_drain: sfn.IChainable) -> sfn.IChainable:
-        drain = self._task("Evict pods", "drain", DRAIN)
+        drain = self._step_task(DRAIN)
         wait = sfn.Wait(
             self._scope,
             "Wait between eviction rounds",
             comment="Pods get time to stop; a PDB that refused an eviction (429) is asked again next round. "
             "The round says how long: 1, 2, 4 s... up to drain.pollSeconds, so pods that stop at once "
             "release the node within seconds.",
-            time=sfn.WaitTime.seconds_path("$.drain.waitSeconds"),
+            time=sfn.WaitTime.seconds_path(_at(DRAIN, "waitSeconds")),
         ).next(drain)
-        force = self._task("Force-delete remaining pods", "force-drain", DRAIN).next(after_drain)
+        force = self._step_task(FORCE_DRAIN).next(after_drain)
         aborted = sfn.Pass(
             self._scope,
             "Drain aborted",
@@ -171,7 +170,7 @@ class _DefinitionBuilder:
             "drain.unmanagedPods refuse): stop here, leave the node cordoned, tell a person.",
             parameters={
                 "Error": "DrainAbortedError",
-                "Cause.$": "$.drain.summary",
+                "Cause.$": _at(DRAIN, "summary"),
             },
             result_path=FAILURE,
         ).next(self._record_failure)
@@ -182,9 +181,9 @@ class _DefinitionBuilder:
         )
         drain.next(
             sfn.Choice(self._scope, "Drained?")
-            .when(sfn.Condition.boolean_equals("$.drain.refused", True), aborted)
-            .when(sfn.Condition.boolean_equals("$.drain.done", True), after_drain)
-            .when(sfn.Condition.boolean_equals("$.drain.timedOut", True), on_timeout)
+            .when(sfn.Condition.boolean_equals(_at(DRAIN, "refused"), True), aborted)
+            .when(sfn.Condition.boolean_equals(_at(DRAIN, "done"), True), after_drain)
+            .when(sfn.Condition.boolean_equals(_at(DRAIN, "timedOut"), True), on_timeout)
             .otherwise(wait)
         )
         return drain

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodeheal.grants import LedgerGrant, LedgerItem
-from nodeheal.steps import CHECK_RECOVERY, CORDON, MUTATION_GUARD, UNCORDON, Step
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, MUTATION_GUARD, UNCORDON, Step
 from nodeheal.timing import NOT_IDEMPOTENT_TASKS, TASK_TIMEOUT_SECONDS
 
 
@@ -94,24 +94,8 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
         timeout_seconds=TASK_TIMEOUT_SECONDS["admit"],
     ),
     TaskSpec.of(CORDON),
-    TaskSpec(
-        "drain",
-        "lambdas.drain.handler",
-        "One eviction round through the Eviction API (PDBs respected)",
-        kubernetes=True,
-        ledger=MUTATION_GUARD,
-        memory_mb=512,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["drain"],
-    ),
-    TaskSpec(
-        "force-drain",
-        "lambdas.force_drain.handler",
-        "Delete the pods left after the drain timeout with the configured grace period",
-        kubernetes=True,
-        ledger=MUTATION_GUARD,
-        memory_mb=512,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["force-drain"],
-    ),
+    TaskSpec.of(DRAIN),
+    TaskSpec.of(FORCE_DRAIN),
     TaskSpec(
         "terminate",
         "lambdas.terminate.handler",

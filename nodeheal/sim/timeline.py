@@ -187,10 +187,6 @@ def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | 
     task = handler.removeprefix("lambdas.").removesuffix(".handler")
     if task == "admit":
         return _describe_admission(result)
-    if task == "drain":
-        return _describe_drain(result)
-    if task == "force_drain":
-        return "forced", f"drain timed out: force-deleted {result.get('forced', 0)} pod(s)"
     if task == "terminate":
         if result.get("nodeClaim"):
             gone = " (already gone)" if result.get("alreadyGone") else ""
@@ -226,22 +222,6 @@ def _describe_admission(result: Mapping[str, Any]) -> tuple[str, str]:
     escalated = " (escalated)" if decision.get("escalated") else ""
     preempted = f" (took over from {result['preempted']})" if result.get("preempted") else ""
     return "decision", f"decision: {action.upper()}{escalated}{preempted} - {reason}"
-
-
-def _describe_drain(result: Mapping[str, Any]) -> tuple[str, str]:
-    evicted = int(result.get("evicted", 0))
-    blocked = int(result.get("pdbBlocked", 0))
-    held = int(result.get("heldBackDoNotDisrupt", 0))
-    if result.get("done"):
-        return "drained", f"drained: {evicted} pod(s) evicted, {blocked} eviction(s) refused by a PDB"
-    parts = [f"eviction round {result.get('rounds', 1)}: {evicted} evicted"]
-    if result.get("terminating"):
-        parts.append(f"{result['terminating']} terminating")
-    if result.get("lastBlocked"):
-        parts.append(f"{len(result['lastBlocked'])} refused by a PDB (429), retried next round")
-    if held:
-        parts.append(f"{held} karpenter.sh/do-not-disrupt held back")
-    return "drain-round", ", ".join(parts)
 
 
 def _describe_instance_action(result: Mapping[str, Any], call: str, kind: str) -> tuple[str, str]:

@@ -26,7 +26,7 @@ from nodeheal.instances import verify_ownership
 from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
-from nodeheal.steps import CHECK_RECOVERY, CORDON, UNCORDON
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, UNCORDON
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard, story
 from nodeheal.workflow.drain_policy import (
@@ -112,7 +112,7 @@ def cordon(
 # -- drain -------------------------------------------------------------------------------------
 
 
-@story.told("drain")
+@story.told(DRAIN.name)
 def drain_round(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -125,7 +125,14 @@ def drain_round(
     node that took the name mid-drain would have its pods evicted.
     """
     guard.before_mutation(
-        state, kube, ledger, now=now, live_mode=mode, allowed=(Mode.FULL,), step="drain", require_taint=True
+        state,
+        kube,
+        ledger,
+        now=now,
+        live_mode=mode,
+        allowed=(Mode.FULL,),
+        step=DRAIN.name,
+        require_taint=True,
     )
     drain_settings = state.settings.drain
     previous: Mapping[str, Any] = state.step("drain") or {}
@@ -242,7 +249,7 @@ def _listed_on_admitted_node(state: WorkflowState, kube: KubeAccess) -> tuple[li
     return pods, node
 
 
-@story.told("force-drain")
+@story.told(FORCE_DRAIN.name)
 def force_drain(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from nodeheal.actions import Action
 from nodeheal.errors import RemediationPausedError, RemediationStoppedError
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
 from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, PodView
-from nodeheal.steps import CHECK_RECOVERY, CORDON, UNCORDON
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, UNCORDON
 from nodeheal.workflow.ports import DeletionOutcome, EvictionOutcome, KubeAccess
 from nodeheal.workflow.state import WorkflowState
 from nodeheal.workflow.verdicts import CONFIRM, STOP, WAIT, Admission
@@ -269,7 +269,7 @@ def drain_round(
         told.append(
             _event(
                 state,
-                "drain",
+                DRAIN.name,
                 now,
                 reason=reason,
                 action="Drain",
@@ -287,7 +287,7 @@ def drain_round(
         told.append(
             _event(
                 state,
-                "drain",
+                DRAIN.name,
                 now,
                 reason="Evicted",
                 action="Evict",
@@ -305,7 +305,7 @@ def drain_refused(state: WorkflowState, result: Mapping[str, Any], now: datetime
     return [
         _event(
             state,
-            "drain",
+            DRAIN.name,
             now,
             reason="DrainRefused",
             action="Drain",
@@ -329,7 +329,7 @@ def drain_forced(
     told = [
         _event(
             state,
-            "force-drain",
+            FORCE_DRAIN.name,
             now,
             reason="DrainForced",
             action="ForceDelete",
@@ -350,7 +350,7 @@ def drain_forced(
         told.append(
             _event(
                 state,
-                "force-drain",
+                FORCE_DRAIN.name,
                 now,
                 reason="ForceDeleted",
                 action="Delete",

@@ -30,6 +30,7 @@ from nodeheal.sim.seeded.schedule import (
     transition_key,
 )
 from nodeheal.sim.seeded.world import Mutation
+from nodeheal.steps import DRAIN, FORCE_DRAIN
 from nodeheal.timeutil import parse_timestamp
 from nodeheal.timing import NOT_IDEMPOTENT_TASKS, holding_worst_case, remediation_bound
 from nodeheal.workflow.budget import PoolHealth, pool_allowance
@@ -280,7 +281,7 @@ class Invariants:
 
     def invocation_started(self, invocation: Invocation) -> None:
         self._track_conditions()
-        if invocation.function in ("drain", "force-drain"):
+        if invocation.function in (DRAIN.name, FORCE_DRAIN.name):
             node = str(invocation.admitted.get("name", ""))
             refused = [pod for pod in self.sim.world.pods_on(node) if self._refuse_class(pod)]
             if refused:
