@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nodeheal.grants import PolicyRule
-from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, EVENTS, FORCE_DRAIN, UNCORDON
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, EVENTS, FORCE_DRAIN, REBOOT, TERMINATE, UNCORDON
 
 #: Default of cdk.json's ``kubernetesGroupPrefix``: groups and ClusterRoles are ``nodeheal-<function>``.
 DEFAULT_GROUP_PREFIX = "nodeheal"
@@ -58,7 +58,6 @@ class FunctionRole:
         return f"{prefix}-{self.function}" + (f"-{self.suffix}" if self.suffix else "")
 
 
-_READ_NODE = PolicyRule(("",), ("nodes",), ("get",), "Re-read the live Node before acting on it.")
 #: Function name (``nodeheal/cdk/workflow_tasks.py``) -> its ClusterRole's rules.
 KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
     "admit": (
@@ -73,8 +72,8 @@ KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
     CORDON.name: CORDON.kubernetes_rules,
     DRAIN.name: DRAIN.kubernetes_rules,
     FORCE_DRAIN.name: FORCE_DRAIN.kubernetes_rules,
-    "terminate": (_READ_NODE, EVENTS),
-    "reboot": (_READ_NODE, EVENTS),
+    TERMINATE.name: TERMINATE.kubernetes_rules,
+    REBOOT.name: REBOOT.kubernetes_rules,
     CHECK_RECOVERY.name: CHECK_RECOVERY.kubernetes_rules,
     UNCORDON.name: UNCORDON.kubernetes_rules,
 }
@@ -82,7 +81,7 @@ KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
 #: Granted to the terminate function only when ``deleteNodeAfterTerminate`` is true: the stack then
 #: adds this group to its access entry.
 NODE_DELETE = FunctionRole(
-    "terminate",
+    TERMINATE.name,
     (
         PolicyRule(
             ("",),
@@ -98,7 +97,7 @@ NODE_DELETE = FunctionRole(
 #: Granted to the terminate function only when ``replace.method`` is ``delete-nodeclaim``: the
 #: stack then adds this group to its access entry (nodeheal/kube/nodeclaims.py makes the requests).
 NODECLAIM_DELETE = FunctionRole(
-    "terminate",
+    TERMINATE.name,
     (
         PolicyRule(
             ("karpenter.sh",),

@@ -153,6 +153,7 @@ class Step:
         return bool(self.kubernetes_rules)
 
 
+_READ_NODE = PolicyRule(("",), ("nodes",), ("get",), "Re-read the live Node before acting on it.")
 #: Pods are listed by node name, so every drain round first proves the Node is still the admitted
 #: object (UID, instance, NodeHeal's taint) and its condition still bad (nodeheal.workflow.guard).
 _PROVE_NODE = PolicyRule(
@@ -283,6 +284,67 @@ FORCE_DRAIN = Step(
 )
 
 
+# -- terminate and reboot ----------------------------------------------------------------------------
+
+
+def _instance_action_line(result: Mapping[str, Any], call: str, kind: str) -> TimelineLine:
+    if not result.get("performed"):
+        return kind, f"{call} not called: {result.get('skipped')}"
+    instance = result.get("instanceId", "")
+    if result.get("alreadyGone"):
+        return kind, f"{call} {instance}: already gone ({result.get('previousState')})"
+    escalation = " (reboot did not heal it)" if result.get("escalation") else ""
+    return kind, f"EC2 {call} {instance}{escalation}"
+
+
+def _terminate_line(result: Mapping[str, Any]) -> TimelineLine:
+    if result.get("nodeClaim"):
+        gone = " (already gone)" if result.get("alreadyGone") else ""
+        return "terminated", (
+            f"deleted NodeClaim {result.get('nodeClaim')}{gone}: Karpenter terminates "
+            f"{result.get('instanceId', '')}"
+        )
+    return _instance_action_line(result, "TerminateInstances", "terminated")
+
+
+TERMINATE = Step(
+    "terminate",
+    "Terminate instance",
+    "lambdas.terminate.handler",
+    "Verify ownership and the live condition, then terminate the EC2 instance",
+    # Guard, DescribeInstances, TerminateInstances, optional node delete.
+    Calls(kube_requests=2, aws_calls=4),
+    result_key="instance",
+    mutating=True,
+    # The optional node-delete and NodeClaim roles: nodeheal.rbac, NODE_DELETE and NODECLAIM_DELETE.
+    kubernetes_rules=(_READ_NODE, EVENTS),
+    ec2_mutations=("ec2:TerminateInstances",),
+    ec2_describe=True,
+    event_reasons=("Terminating", STOPPED_REASON),
+    timeline=_terminate_line,
+)
+
+REBOOT = Step(
+    "reboot",
+    "Reboot instance",
+    "lambdas.reboot.handler",
+    "Verify ownership and the live condition, then reboot the EC2 instance",
+    Calls(kube_requests=1, aws_calls=4),
+    result_key=TERMINATE.result_key,
+    mutating=True,
+    # A second RebootInstances is a second reboot.
+    idempotent=False,
+    kubernetes_rules=(_READ_NODE, EVENTS),
+    # sightings: a fault remembered in this episode that calls for replacement (D2).
+    ledger=(LedgerGrant(("dynamodb:Query",), (LedgerItem.EPISODE,)),),
+    ec2_mutations=("ec2:RebootInstances",),
+    ec2_describe=True,
+    # RemediationSkipped also when the instance is already shutting down or gone.
+    event_reasons=("Rebooting", "EscalatedToReplace", STOPPED_REASON),
+    timeline=lambda result: _instance_action_line(result, "RebootInstances", "rebooted"),
+)
+
+
 # -- check-recovery ----------------------------------------------------------------------------------
 
 
@@ -337,7 +399,7 @@ UNCORDON = Step(
 
 
 #: Every step, in the order the stack deploys their functions and the RBAC manifest lists them.
-STEPS: tuple[Step, ...] = (CORDON, DRAIN, FORCE_DRAIN, CHECK_RECOVERY, UNCORDON)
+STEPS: tuple[Step, ...] = (CORDON, DRAIN, FORCE_DRAIN, TERMINATE, REBOOT, CHECK_RECOVERY, UNCORDON)
 
 
 def step_named(name: str) -> Step:

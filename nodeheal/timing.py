@@ -48,7 +48,17 @@ from nodeheal.errors import (
 )
 from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
 from nodeheal.settings_reader import SettingsReader, all_problems, problem
-from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, STEPS, UNCORDON, lambda_timeout
+from nodeheal.steps import (
+    CHECK_RECOVERY,
+    CORDON,
+    DRAIN,
+    FORCE_DRAIN,
+    REBOOT,
+    STEPS,
+    TERMINATE,
+    UNCORDON,
+    lambda_timeout,
+)
 
 #: Each workflow task's Lambda timeout, from its longest sequence of calls (counted in its code):
 #: ``nodeheal/cdk/workflow_tasks.py`` deploys these and the worst case below counts them.
@@ -59,9 +69,8 @@ TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
         CORDON.name: CORDON.timeout_seconds,
         DRAIN.name: DRAIN.timeout_seconds,
         FORCE_DRAIN.name: FORCE_DRAIN.timeout_seconds,
-        # Guard, DescribeInstances, TerminateInstances, optional node delete.
-        "terminate": lambda_timeout(kube_requests=2, aws_calls=4),
-        "reboot": lambda_timeout(kube_requests=1, aws_calls=4),
+        TERMINATE.name: TERMINATE.timeout_seconds,
+        REBOOT.name: REBOOT.timeout_seconds,
         CHECK_RECOVERY.name: CHECK_RECOVERY.timeout_seconds,
         UNCORDON.name: UNCORDON.timeout_seconds,
         # End marker read, record put, lock release, budget read+write, publish, end marker put.
@@ -72,7 +81,7 @@ TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
 
 #: Steps that claim a mutation of the node on its lock first (``nodeheal.workflow.guard``
 #: ``before_mutation``): the ones a contender can hold back (``ContendedError``).
-MUTATING_TASKS = frozenset({"terminate", "reboot"}) | {step.name for step in STEPS if step.mutating}
+MUTATING_TASKS = frozenset(step.name for step in STEPS if step.mutating)
 
 #: How long a claimed mutation may still be running: a preempting execution waits this long after
 #: the holder's last claim before taking the lock, so two executions never mutate a node at once.
@@ -84,9 +93,9 @@ MUTATION_BUSY_SECONDS = 180
 CONTENDED_RETRY_INTERVAL_SECONDS = 15
 CONTENDED_RETRY_BACKOFF = 2.0
 
-#: Steps that are safe to run twice after Lambda killed one at its timeout (it may have done part
-#: of its work). A second RebootInstances is a second reboot, so reboot is not.
-NOT_IDEMPOTENT_TASKS = frozenset({"reboot"})
+#: Steps that are not safe to run twice after Lambda killed one at its timeout (it may have done
+#: part of its work), as the registry declares them: a second RebootInstances is a second reboot.
+NOT_IDEMPOTENT_TASKS = frozenset(step.name for step in STEPS if not step.idempotent)
 
 #: Transient errors retried with the configured backoff (``retry`` in cdk.json).
 TRANSIENT_ERRORS: tuple[str, ...] = (
@@ -328,7 +337,7 @@ def holding_worst_case(
     deadline_key = "drain.doNotDisruptWaitSeconds" if hold_is_longer else "drain.timeoutSeconds"
     record = "record" if tasks.seconds("record") >= tasks.seconds("record-failure") else "record-failure"
     after_recovery = (
-        "terminate" if tasks.seconds("terminate") >= tasks.seconds(UNCORDON.name) else UNCORDON.name
+        TERMINATE.name if tasks.seconds(TERMINATE.name) >= tasks.seconds(UNCORDON.name) else UNCORDON.name
     )
     terms = [
         Term("admit", tasks.seconds("admit"), f"the Admit that takes the lock; {tasks.detail('admit')}"),
@@ -349,7 +358,7 @@ def holding_worst_case(
     if drain.on_timeout == "force":
         terms.append(Term("force drain", tasks.seconds(FORCE_DRAIN.name), tasks.detail(FORCE_DRAIN.name)))
     terms += [
-        Term("reboot", tasks.seconds("reboot"), tasks.detail("reboot")),
+        Term(REBOOT.name, tasks.seconds(REBOOT.name), tasks.detail(REBOOT.name)),
         Term(
             "recovery",
             reboot.recovery_timeout_seconds + reboot.poll_seconds + 2 * tasks.seconds(CHECK_RECOVERY.name),

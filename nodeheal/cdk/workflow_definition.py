@@ -38,12 +38,11 @@ from nodeheal.aws.executions import LOAD_SETTINGS_STATE
 from nodeheal.cdk.workflow_tasks import task as task_spec
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS, ConditionClearedError
-from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, UNCORDON, Step
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, REBOOT, TERMINATE, UNCORDON, Step
 from nodeheal.timing import MUTATING_TASKS, RetryClause, contended_retry_clause, task_retry_clauses
 
 # Keys under which each task writes its result; the handlers read the same keys.
 ADMISSION = "$.admission"
-INSTANCE = "$.instance"
 RECORD = "$.record"
 FAILURE = "$.failure"
 #: A step's stop (nodeheal.errors.STOP_ERRORS): {"Error": class name, "Cause": the Lambda error JSON}.
@@ -74,13 +73,13 @@ class _DefinitionBuilder:
         record = self._record
 
         uncordon = self._step_task(UNCORDON).next(record)
-        terminate = self._task("Terminate instance", "terminate", INSTANCE).next(record)
+        terminate = self._step_task(TERMINATE).next(record)
         recovery_loop = self._build_recovery_loop(record, uncordon, terminate)
-        reboot = self._task("Reboot instance", "reboot", INSTANCE).next(
+        reboot = self._step_task(REBOOT).next(
             sfn.Choice(self._scope, "Was the instance rebooted?")
-            .when(sfn.Condition.boolean_equals("$.instance.performed", True), recovery_loop)
+            .when(sfn.Condition.boolean_equals(_at(REBOOT, "performed"), True), recovery_loop)
             # The fault worsened to one a reboot does not heal (severity only rises, D2).
-            .when(sfn.Condition.string_equals("$.instance.escalateTo", "replace"), terminate)
+            .when(sfn.Condition.string_equals(_at(REBOOT, "escalateTo"), "replace"), terminate)
             .otherwise(record)
         )
         instance_action = (

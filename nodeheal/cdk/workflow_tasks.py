@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodeheal.grants import LedgerGrant, LedgerItem
-from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, MUTATION_GUARD, UNCORDON, Step
-from nodeheal.timing import NOT_IDEMPOTENT_TASKS, TASK_TIMEOUT_SECONDS
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, REBOOT, TERMINATE, UNCORDON, Step
+from nodeheal.timing import TASK_TIMEOUT_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,9 @@ class TaskSpec:
     #: task's comes from ``nodeheal.timing.TASK_TIMEOUT_SECONDS``, which the worst case counts.
     timeout_seconds: int = 30
     memory_mb: int = 256
+    #: Running the task again after an invocation that may have done part of its work (a Lambda
+    #: timeout) does no harm, so the state machine retries ``Sandbox.Timedout``/``Lambda.Unknown``.
+    idempotent: bool = True
 
     @classmethod
     def of(cls, step: Step) -> TaskSpec:
@@ -50,13 +53,8 @@ class TaskSpec:
             publishes_notifications=step.publishes_notifications,
             timeout_seconds=step.timeout_seconds,
             memory_mb=step.memory_mb,
+            idempotent=step.idempotent,
         )
-
-    @property
-    def idempotent(self) -> bool:
-        """Running the step again after an invocation that may have done part of its work (a Lambda
-        timeout) does no harm, so the state machine retries ``Sandbox.Timedout``/``Lambda.Unknown``."""
-        return self.name not in NOT_IDEMPOTENT_TASKS
 
 
 #: record, record-failure and the finalizer: execution_end (GetItem of the end marker),
@@ -96,27 +94,8 @@ WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
     TaskSpec.of(CORDON),
     TaskSpec.of(DRAIN),
     TaskSpec.of(FORCE_DRAIN),
-    TaskSpec(
-        "terminate",
-        "lambdas.terminate.handler",
-        "Verify ownership and the live condition, then terminate the EC2 instance",
-        kubernetes=True,
-        ledger=MUTATION_GUARD,
-        ec2_mutations=("ec2:TerminateInstances",),
-        ec2_describe=True,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["terminate"],
-    ),
-    TaskSpec(
-        "reboot",
-        "lambdas.reboot.handler",
-        "Verify ownership and the live condition, then reboot the EC2 instance",
-        kubernetes=True,
-        # sightings: a fault remembered in this episode that calls for replacement (D2).
-        ledger=(*MUTATION_GUARD, LedgerGrant(("dynamodb:Query",), (LedgerItem.EPISODE,))),
-        ec2_mutations=("ec2:RebootInstances",),
-        ec2_describe=True,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["reboot"],
-    ),
+    TaskSpec.of(TERMINATE),
+    TaskSpec.of(REBOOT),
     TaskSpec.of(CHECK_RECOVERY),
     TaskSpec.of(UNCORDON),
     TaskSpec(

@@ -187,16 +187,6 @@ def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | 
     task = handler.removeprefix("lambdas.").removesuffix(".handler")
     if task == "admit":
         return _describe_admission(result)
-    if task == "terminate":
-        if result.get("nodeClaim"):
-            gone = " (already gone)" if result.get("alreadyGone") else ""
-            return "terminated", (
-                f"deleted NodeClaim {result.get('nodeClaim')}{gone}: Karpenter terminates "
-                f"{result.get('instanceId', '')}"
-            )
-        return _describe_instance_action(result, "TerminateInstances", "terminated")
-    if task == "reboot":
-        return _describe_instance_action(result, "RebootInstances", "rebooted")
     if task in ("record", "record_failure"):
         outcome = result.get("outcome", "")
         return "recorded", f"recorded in the ledger: {outcome} - {result.get('summary', '')}"
@@ -222,16 +212,6 @@ def _describe_admission(result: Mapping[str, Any]) -> tuple[str, str]:
     escalated = " (escalated)" if decision.get("escalated") else ""
     preempted = f" (took over from {result['preempted']})" if result.get("preempted") else ""
     return "decision", f"decision: {action.upper()}{escalated}{preempted} - {reason}"
-
-
-def _describe_instance_action(result: Mapping[str, Any], call: str, kind: str) -> tuple[str, str]:
-    if not result.get("performed"):
-        return kind, f"{call} not called: {result.get('skipped')}"
-    instance = result.get("instanceId", "")
-    if result.get("alreadyGone"):
-        return kind, f"{call} {instance}: already gone ({result.get('previousState')})"
-    escalation = " (reboot did not heal it)" if result.get("escalation") else ""
-    return kind, f"EC2 {call} {instance}{escalation}"
 
 
 # -- the remediation history table -----------------------------------------------------------------

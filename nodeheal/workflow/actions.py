@@ -26,7 +26,7 @@ from nodeheal.instances import verify_ownership
 from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
-from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, UNCORDON
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, REBOOT, TERMINATE, UNCORDON
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard, story
 from nodeheal.workflow.drain_policy import (
@@ -328,7 +328,7 @@ def _verified_instance(state: WorkflowState, node: LiveNode, ec2: InstancePort) 
     return instance
 
 
-@story.told("terminate", story.terminating)
+@story.told(TERMINATE.name, story.terminating)
 def terminate(
     state: WorkflowState,
     kube: KubeAccess,
@@ -348,7 +348,7 @@ def terminate(
         now=now,
         live_mode=mode,
         allowed=(Mode.FULL,),
-        step="terminate",
+        step=TERMINATE.name,
         require_taint=True,
         not_ready_counts=escalation,
     )
@@ -411,7 +411,7 @@ def _delete_nodeclaim(state: WorkflowState, kube: KubeAccess) -> dict[str, Any]:
     }
 
 
-@story.told("reboot", story.rebooting)
+@story.told(REBOOT.name, story.rebooting)
 def reboot(
     state: WorkflowState,
     kube: KubeAccess,
@@ -422,7 +422,14 @@ def reboot(
     mode: Mode,
 ) -> dict[str, Any]:
     node = guard.before_mutation(
-        state, kube, ledger, now=now, live_mode=mode, allowed=(Mode.FULL,), step="reboot", require_taint=True
+        state,
+        kube,
+        ledger,
+        now=now,
+        live_mode=mode,
+        allowed=(Mode.FULL,),
+        step=REBOOT.name,
+        require_taint=True,
     )
     worse = (
         str((state.step("drain") or {}).get("worsened", ""))

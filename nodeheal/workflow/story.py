@@ -53,7 +53,16 @@ from nodeheal.actions import Action
 from nodeheal.errors import RemediationPausedError, RemediationStoppedError
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
 from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, PodView
-from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, UNCORDON
+from nodeheal.steps import (
+    CHECK_RECOVERY,
+    CORDON,
+    DRAIN,
+    FORCE_DRAIN,
+    REBOOT,
+    STOPPED_REASON,
+    TERMINATE,
+    UNCORDON,
+)
 from nodeheal.workflow.ports import DeletionOutcome, EvictionOutcome, KubeAccess
 from nodeheal.workflow.state import WorkflowState
 from nodeheal.workflow.verdicts import CONFIRM, STOP, WAIT, Admission
@@ -389,7 +398,7 @@ def terminating(state: WorkflowState, result: Mapping[str, Any], now: datetime) 
             )
     if result.get("nodeDeleted"):
         note += "; the Node object is deleted (deleteNodeAfterTerminate)"
-    return [_event(state, "terminate", now, reason="Terminating", action="Terminate", note=note)]
+    return [_event(state, TERMINATE.name, now, reason="Terminating", action="Terminate", note=note)]
 
 
 def rebooting(state: WorkflowState, result: Mapping[str, Any], now: datetime) -> list[ObjectEvent]:
@@ -399,16 +408,22 @@ def rebooting(state: WorkflowState, result: Mapping[str, Any], now: datetime) ->
             f"{state.settings.reboot.recovery_timeout_seconds}s for the node to come back Ready with a new "
             "boot ID and the condition healthy"
         )
-        return [_event(state, "reboot", now, reason="Rebooting", action="Reboot", note=note)]
+        return [_event(state, REBOOT.name, now, reason="Rebooting", action="Reboot", note=note)]
     if result.get("escalateTo"):
         note = f"Not rebooting: {result.get('skipped', '')}"
         return [
             _event(
-                state, "reboot", now, reason="EscalatedToReplace", action="Escalate", note=note, warning=True
+                state,
+                REBOOT.name,
+                now,
+                reason="EscalatedToReplace",
+                action="Escalate",
+                note=note,
+                warning=True,
             )
         ]
     note = "Not rebooting: the EC2 instance is already shutting down or gone"
-    return [_event(state, "reboot", now, reason="RemediationSkipped", action="Reboot", note=note)]
+    return [_event(state, REBOOT.name, now, reason=STOPPED_REASON, action="Reboot", note=note)]
 
 
 def recovery_checked(state: WorkflowState, result: Mapping[str, Any], now: datetime) -> list[ObjectEvent]:
@@ -460,7 +475,7 @@ def stopped(state: WorkflowState, function: str, stop: RemediationStoppedError, 
         state,
         function,
         now,
-        reason="RemediationSkipped",
+        reason=STOPPED_REASON,
         action="Stop",
         note=f"Stopped ({type(stop).__name__.removesuffix('Error')}): {stop}",
         warning=isinstance(stop, RemediationPausedError),
