@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nodeheal.grants import PolicyRule
-from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, EVENTS, FORCE_DRAIN, REBOOT, TERMINATE, UNCORDON
+from nodeheal.steps import STEPS, TERMINATE
 
 #: Default of cdk.json's ``kubernetesGroupPrefix``: groups and ClusterRoles are ``nodeheal-<function>``.
 DEFAULT_GROUP_PREFIX = "nodeheal"
@@ -58,24 +58,9 @@ class FunctionRole:
         return f"{prefix}-{self.function}" + (f"-{self.suffix}" if self.suffix else "")
 
 
-#: Function name (``nodeheal/cdk/workflow_tasks.py``) -> its ClusterRole's rules.
+#: Step name -> its ClusterRole's rules, as the step registry (``nodeheal.steps``) declares them.
 KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
-    "admit": (
-        PolicyRule(
-            ("",),
-            ("nodes",),
-            ("get", "list"),
-            "Re-read the Node; list its Karpenter pool (label selector) for the unhealthy-share budget.",
-        ),
-        EVENTS,
-    ),
-    CORDON.name: CORDON.kubernetes_rules,
-    DRAIN.name: DRAIN.kubernetes_rules,
-    FORCE_DRAIN.name: FORCE_DRAIN.kubernetes_rules,
-    TERMINATE.name: TERMINATE.kubernetes_rules,
-    REBOOT.name: REBOOT.kubernetes_rules,
-    CHECK_RECOVERY.name: CHECK_RECOVERY.kubernetes_rules,
-    UNCORDON.name: UNCORDON.kubernetes_rules,
+    step.name: step.kubernetes_rules for step in STEPS if step.kubernetes
 }
 
 #: Granted to the terminate function only when ``deleteNodeAfterTerminate`` is true: the stack then

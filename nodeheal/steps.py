@@ -24,6 +24,7 @@ name each step through this registry.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,83 @@ _PROVE_NODE = PolicyRule(
     ("nodes",),
     ("get",),
     "Prove the node is still the admitted object, tainted and bad, before each round.",
+)
+
+
+# -- admit -------------------------------------------------------------------------------------------
+
+
+def _brief_reason(reason: str, limit: int = 150) -> str:
+    """The policy's reason in one readable line: the signal, and NodeHeal's own verdict on it."""
+    head = re.sub(r"\s*\([^)]*\)", "", reason.split(". ", 1)[0]).strip()
+    verdict = re.search(r"NodeHeal: [A-Z_]+: ([^;]+)", reason)
+    text = f"{head}; {verdict.group(1).strip()}" if verdict else head
+    not_acted = re.search(r"Not acted on: (.+)", reason)
+    if not_acted and not_acted.group(0) not in text:
+        text = f"{text}. {not_acted.group(0)}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _admission_line(result: Mapping[str, Any]) -> TimelineLine:
+    verdict = result.get("verdict")
+    decision = result.get("decision") or {}
+    note = str(result.get("note", ""))
+    if verdict == "stop":
+        return "decision", f"stop: {note}"
+    if verdict == "confirm":
+        return "decision", f"confirming: {note}"
+    if verdict == "wait":
+        return "decision", f"waiting behind another remediation: {note}"
+    action = str(decision.get("action", "?"))
+    reason = _brief_reason(str(decision.get("reason", "")))
+    if result.get("refused"):
+        planned = decision.get("plannedAction", action)
+        breaker = " [circuit breaker OPENED]" if result.get("breakerOpened") else ""
+        return "decision", f"decision: {action} instead of {planned}{breaker} - {note}"
+    escalated = " (escalated)" if decision.get("escalated") else ""
+    preempted = f" (took over from {result['preempted']})" if result.get("preempted") else ""
+    return "decision", f"decision: {action.upper()}{escalated}{preempted} - {reason}"
+
+
+ADMIT = Step(
+    "admit",
+    "Admit",
+    "lambdas.admit.handler",
+    "Re-read the Node, classify, check budgets and breaker, take the per-node lock",
+    # Node get + pool list; lock read/put (+ preempt), pause/budget read+write, history query.
+    Calls(kube_requests=2, aws_calls=7),
+    result_key="admission",
+    kubernetes_rules=(
+        PolicyRule(
+            ("",),
+            ("nodes",),
+            ("get", "list"),
+            "Re-read the Node; list its Karpenter pool (label selector) for the unhealthy-share budget.",
+        ),
+        EVENTS,
+    ),
+    ledger=(
+        # The lock (read_lock: GetItem; acquire_lock and preempt_lock: conditional PutItem;
+        # release_lock: conditional DeleteItem when the budget refuses or the node recovered)
+        # and the cluster's admission state (read_admission_state, write_admission_state).
+        LedgerGrant(("dynamodb:GetItem", "dynamodb:PutItem"), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
+        # contend: a conditional UpdateItem telling a busy, less severe holder to stand aside.
+        LedgerGrant(("dynamodb:DeleteItem", "dynamodb:UpdateItem"), (LedgerItem.LOCK,)),
+        # instance_records: the instance's recent remediations (escalation, attempt limit);
+        # sightings: the instance's episode memory (docs/architecture.md, D2).
+        LedgerGrant(("dynamodb:Query",), (LedgerItem.RECORDS, LedgerItem.EPISODE)),
+        # remember_sighting: a conditional UpdateItem of the episode memory.
+        LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.EPISODE,)),
+    ),
+    # RemediationSkipped when it finds nothing to do; admit is told by its verdict, never stopped.
+    event_reasons=(
+        "RemediationDecided",
+        "ConfirmationStarted",
+        "WaitingForLock",
+        "RemediationRefused",
+        STOPPED_REASON,
+    ),
+    timeline=_admission_line,
 )
 
 
@@ -398,8 +476,66 @@ UNCORDON = Step(
 )
 
 
+# -- record and record-failure ----------------------------------------------------------------------
+
+#: record, record-failure and the finalizer: execution_end (GetItem of the end marker),
+#: put_record (PutItem of the instance's record), release_lock (conditional DeleteItem),
+#: withdraw_contention (conditional UpdateItem of the lock, for an execution that contended a
+#: holder), lock_holder (GetItem of the lock: a superseded execution is told to a person when no
+#: successor holds the node), giving the budget slot back (read_admission_state,
+#: write_admission_state), mark_execution_ended (conditional PutItem of the end marker).
+RECORD_GRANTS = (
+    LedgerGrant(("dynamodb:PutItem",), (LedgerItem.RECORDS, LedgerItem.ADMISSION, LedgerItem.END)),
+    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.ADMISSION, LedgerItem.END, LedgerItem.LOCK)),
+    LedgerGrant(("dynamodb:DeleteItem", "dynamodb:UpdateItem"), (LedgerItem.LOCK,)),
+)
+
+
+def _record_line(result: Mapping[str, Any]) -> TimelineLine:
+    outcome = result.get("outcome", "")
+    return "recorded", f"recorded in the ledger: {outcome} - {result.get('summary', '')}"
+
+
+RECORD = Step(
+    "record",
+    "Record outcome",
+    "lambdas.record.handler",
+    "Write the remediation record, release the lock and budget slot, notify",
+    # End marker read, record put, lock release, budget read+write, publish, end marker put.
+    Calls(kube_requests=0, aws_calls=7),
+    result_key="record",
+    ledger=RECORD_GRANTS,
+    publishes_notifications=True,
+    timeline=_record_line,
+)
+
+#: No cluster access, so it tells no Event: the notification and the history carry a failure.
+RECORD_FAILURE = Step(
+    "record-failure",
+    "Record failure",
+    "lambdas.record_failure.handler",
+    "Record a failed remediation (node stays cordoned), release the lock, notify",
+    Calls(kube_requests=0, aws_calls=7),
+    result_key=RECORD.result_key,
+    ledger=RECORD_GRANTS,
+    publishes_notifications=True,
+    timeline=_record_line,
+)
+
+
 #: Every step, in the order the stack deploys their functions and the RBAC manifest lists them.
-STEPS: tuple[Step, ...] = (CORDON, DRAIN, FORCE_DRAIN, TERMINATE, REBOOT, CHECK_RECOVERY, UNCORDON)
+STEPS: tuple[Step, ...] = (
+    ADMIT,
+    CORDON,
+    DRAIN,
+    FORCE_DRAIN,
+    TERMINATE,
+    REBOOT,
+    CHECK_RECOVERY,
+    UNCORDON,
+    RECORD,
+    RECORD_FAILURE,
+)
 
 
 def step_named(name: str) -> Step:

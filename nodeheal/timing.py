@@ -49,34 +49,23 @@ from nodeheal.errors import (
 from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
 from nodeheal.settings_reader import SettingsReader, all_problems, problem
 from nodeheal.steps import (
+    ADMIT,
     CHECK_RECOVERY,
     CORDON,
     DRAIN,
     FORCE_DRAIN,
     REBOOT,
+    RECORD,
+    RECORD_FAILURE,
     STEPS,
     TERMINATE,
     UNCORDON,
-    lambda_timeout,
 )
 
-#: Each workflow task's Lambda timeout, from its longest sequence of calls (counted in its code):
+#: Each step's Lambda timeout, from its longest sequence of calls (``nodeheal.steps``):
 #: ``nodeheal/cdk/workflow_tasks.py`` deploys these and the worst case below counts them.
 TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
-    {
-        # Node get + pool list; lock read/put (+ preempt), pause/budget read+write, history query.
-        "admit": lambda_timeout(kube_requests=2, aws_calls=7),
-        CORDON.name: CORDON.timeout_seconds,
-        DRAIN.name: DRAIN.timeout_seconds,
-        FORCE_DRAIN.name: FORCE_DRAIN.timeout_seconds,
-        TERMINATE.name: TERMINATE.timeout_seconds,
-        REBOOT.name: REBOOT.timeout_seconds,
-        CHECK_RECOVERY.name: CHECK_RECOVERY.timeout_seconds,
-        UNCORDON.name: UNCORDON.timeout_seconds,
-        # End marker read, record put, lock release, budget read+write, publish, end marker put.
-        "record": lambda_timeout(kube_requests=0, aws_calls=7),
-        "record-failure": lambda_timeout(kube_requests=0, aws_calls=7),
-    }
+    {step.name: step.timeout_seconds for step in STEPS}
 )
 
 #: Steps that claim a mutation of the node on its lock first (``nodeheal.workflow.guard``
@@ -183,7 +172,7 @@ def contention_seconds(
     starts one ``lockWaitPollSeconds`` later and runs at most admit's Lambda timeout, and renews the
     mark or preempts the lock; a minute more covers Lambda's init and the state transitions. A mark
     older than this was left by a contender that ended without taking over."""
-    return settings.lock_wait_poll_seconds + task_timeouts["admit"] + 60
+    return settings.lock_wait_poll_seconds + task_timeouts[ADMIT.name] + 60
 
 
 def contended_retry_clause(
@@ -328,25 +317,36 @@ def holding_worst_case(
     settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
 ) -> Breakdown:
     """The longest one execution can hold a node's lock: from the admit that takes it to the record
-    that releases it. The lock TTL must exceed this by :func:`margin_seconds`."""
+    that releases it. The lock TTL must exceed this by :func:`margin_seconds`.
+
+    The path names the steps it knows; a step of the registry it does not name runs at most once
+    per execution and counts once, at its own worst case (a step that loops needs its loop here)."""
     tasks = _Tasks(settings.retry, task_timeouts)
     drain = settings.drain
     reboot = settings.reboot
     hold_is_longer = drain.do_not_disrupt_wait_seconds > drain.timeout_seconds
     drain_deadline = max(drain.timeout_seconds, drain.do_not_disrupt_wait_seconds)
     deadline_key = "drain.doNotDisruptWaitSeconds" if hold_is_longer else "drain.timeoutSeconds"
-    record = "record" if tasks.seconds("record") >= tasks.seconds("record-failure") else "record-failure"
+    record = (
+        RECORD.name
+        if tasks.seconds(RECORD.name) >= tasks.seconds(RECORD_FAILURE.name)
+        else RECORD_FAILURE.name
+    )
     after_recovery = (
         TERMINATE.name if tasks.seconds(TERMINATE.name) >= tasks.seconds(UNCORDON.name) else UNCORDON.name
     )
     terms = [
-        Term("admit", tasks.seconds("admit"), f"the Admit that takes the lock; {tasks.detail('admit')}"),
+        Term(
+            ADMIT.name,
+            tasks.seconds(ADMIT.name),
+            f"the Admit that takes the lock; {tasks.detail(ADMIT.name)}",
+        ),
         Term(
             "confirmation",
             longest_confirmation_seconds(settings.policy),
             "the longest confirmSeconds of any condition rule (built-in, global or per pool)",
         ),
-        Term("admit after confirmation", tasks.seconds("admit"), tasks.detail("admit")),
+        Term(f"{ADMIT.name} after confirmation", tasks.seconds(ADMIT.name), tasks.detail(ADMIT.name)),
         Term(CORDON.name, tasks.seconds(CORDON.name), tasks.detail(CORDON.name)),
         Term(
             DRAIN.name,
@@ -371,7 +371,17 @@ def holding_worst_case(
             tasks.seconds(after_recovery),
             f"the recovery failed, so the instance is replaced; {tasks.detail(after_recovery)}",
         ),
-        Term("record", tasks.seconds(record), f"releases the lock; {tasks.detail(record)}"),
+        Term(RECORD.name, tasks.seconds(record), f"releases the lock; {tasks.detail(record)}"),
+    ]
+    # The steps the path names (record-failure ends it in record's place).
+    named = {
+        step.name
+        for step in (ADMIT, CORDON, DRAIN, FORCE_DRAIN, REBOOT, CHECK_RECOVERY, TERMINATE, UNCORDON, RECORD)
+    } | {RECORD_FAILURE.name}
+    terms += [
+        Term(step.name, tasks.seconds(step.name), tasks.detail(step.name))
+        for step in STEPS
+        if step.name not in named
     ]
     contended = contended_retry_clause(settings, task_timeouts)
     terms.append(
@@ -398,9 +408,9 @@ def execution_worst_case(
     return Breakdown(
         (
             Term(
-                "admit",
-                tasks.seconds("admit"),
-                f"the Admit that finds the lock held; {tasks.detail('admit')}",
+                ADMIT.name,
+                tasks.seconds(ADMIT.name),
+                f"the Admit that finds the lock held; {tasks.detail(ADMIT.name)}",
             ),
             Term(
                 "wait behind the lock holder",

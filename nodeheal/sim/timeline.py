@@ -11,7 +11,6 @@ at once, every printed line says which node (and which instance behind that name
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
@@ -167,51 +166,13 @@ class TimelinePrinter:
 # -- describing what the workflow did --------------------------------------------------------------
 
 
-def brief_reason(reason: str, limit: int = 150) -> str:
-    """The policy's reason in one readable line: the signal, and NodeHeal's own verdict on it."""
-    head = re.sub(r"\s*\([^)]*\)", "", reason.split(". ", 1)[0]).strip()
-    verdict = re.search(r"NodeHeal: [A-Z_]+: ([^;]+)", reason)
-    text = f"{head}; {verdict.group(1).strip()}" if verdict else head
-    not_acted = re.search(r"Not acted on: (.+)", reason)
-    if not_acted and not_acted.group(0) not in text:
-        text = f"{text}. {not_acted.group(0)}"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | None:
     """(kind, text) for a Lambda task's result, or None when it is not worth a line. A step of the
     registry is described in its entry's words (``nodeheal.steps``)."""
     step = step_of_handler(handler)
     if step is not None:
         return step.timeline(result) if step.timeline is not None else None
-    task = handler.removeprefix("lambdas.").removesuffix(".handler")
-    if task == "admit":
-        return _describe_admission(result)
-    if task in ("record", "record_failure"):
-        outcome = result.get("outcome", "")
-        return "recorded", f"recorded in the ledger: {outcome} - {result.get('summary', '')}"
     return None
-
-
-def _describe_admission(result: Mapping[str, Any]) -> tuple[str, str]:
-    verdict = result.get("verdict")
-    decision = result.get("decision") or {}
-    note = str(result.get("note", ""))
-    if verdict == "stop":
-        return "decision", f"stop: {note}"
-    if verdict == "confirm":
-        return "decision", f"confirming: {note}"
-    if verdict == "wait":
-        return "decision", f"waiting behind another remediation: {note}"
-    action = str(decision.get("action", "?"))
-    reason = brief_reason(str(decision.get("reason", "")))
-    if result.get("refused"):
-        planned = decision.get("plannedAction", action)
-        breaker = " [circuit breaker OPENED]" if result.get("breakerOpened") else ""
-        return "decision", f"decision: {action} instead of {planned}{breaker} - {note}"
-    escalated = " (escalated)" if decision.get("escalated") else ""
-    preempted = f" (took over from {result['preempted']})" if result.get("preempted") else ""
-    return "decision", f"decision: {action.upper()}{escalated}{preempted} - {reason}"
 
 
 # -- the remediation history table -----------------------------------------------------------------

@@ -54,6 +54,7 @@ from nodeheal.errors import RemediationPausedError, RemediationStoppedError
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
 from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, PodView
 from nodeheal.steps import (
+    ADMIT,
     CHECK_RECOVERY,
     CORDON,
     DRAIN,
@@ -191,12 +192,19 @@ def admitted(state: WorkflowState, admission: Admission) -> list[ObjectEvent]:
 
     def event(reason: str, action: str, note: str, *, warning: bool = False) -> ObjectEvent:
         return _event(
-            state, "admit", at, reason=reason, action=action, note=note, warning=warning, regarding=regarding
+            state,
+            ADMIT.name,
+            at,
+            reason=reason,
+            action=action,
+            note=note,
+            warning=warning,
+            regarding=regarding,
         )
 
     if admission.verdict == STOP or decision is None:
         note = f"Nothing done about {state.condition_type}: {admission.note}"
-        return [event("RemediationSkipped", "Admit", note)]
+        return [event(STOPPED_REASON, "Admit", note)]
     planned = decision.planned_action.value
     if admission.verdict == CONFIRM:
         if previous == CONFIRM:
