@@ -16,8 +16,10 @@ authorizer sees them (verb, API group, resource[/subresource]):
 * Every function may ``create`` Events (core and ``events.k8s.io``), so what it did to a node is
   visible in ``kubectl describe``.
 
-The table feeds ``deploy/rbac/remediator.yaml`` (rendered by :func:`render_manifest`, checked by
-``tests/infrastructure/test_rbac.py``), the access construct, the README's RBAC table (checked by a
+Each step's rules are declared in its entry of the step registry (``nodeheal.steps``), and
+:data:`KUBERNETES_RULES` collects them; terminate's optional roles and the exporter's are declared
+here. The table feeds ``deploy/rbac/remediator.yaml`` (rendered by :func:`render_manifest`,
+checked by ``tests/infrastructure/test_rbac.py``), the access construct, the README's RBAC table (checked by a
 test) and the fake API server's authorizer, under which the workflow tests and the local pipeline
 run every function with its own role: a verb the code needs but the table lacks is a 403 in a
 test, and a verb the table grants but no scenario uses is reported.

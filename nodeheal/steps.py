@@ -75,12 +75,13 @@ TimelineLine = tuple[str, str]
 TimelineWording = Callable[[Mapping[str, Any]], TimelineLine | None]
 
 
-def _events(why: str) -> PolicyRule:
-    return PolicyRule(("", "events.k8s.io"), ("events",), ("create",), why)
-
-
 #: D8: every function may tell the cluster what it did to a node as an Event.
-EVENTS = _events("Events about what this step did to the node (kubectl describe node).")
+EVENTS = PolicyRule(
+    ("", "events.k8s.io"),
+    ("events",),
+    ("create",),
+    "Events about what this step did to the node (kubectl describe node).",
+)
 
 #: Every mutating step (nodeheal.workflow.guard) reads pause live (read_admission_state: GetItem),
 #: remembers a worse fault it reads (remember_sighting: conditional UpdateItem of the episode

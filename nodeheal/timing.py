@@ -62,8 +62,8 @@ from nodeheal.steps import (
     UNCORDON,
 )
 
-#: Each step's Lambda timeout, from its longest sequence of calls (``nodeheal.steps``):
-#: ``nodeheal/cdk/workflow_tasks.py`` deploys these and the worst case below counts them.
+#: Each step's Lambda timeout, from its longest sequence of calls (``nodeheal.steps``): the stack
+#: deploys these (``nodeheal/cdk/workflow_tasks.py``) and the worst case below counts them.
 TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
     {step.name: step.timeout_seconds for step in STEPS}
 )

@@ -93,3 +93,90 @@ def test_check_recovery_is_told_in_the_timeline_by_its_outcome_only() -> None:
         "recovery-failed",
         "recovery failed: not Ready",
     )
+
+
+#: One result per step and what the timeline prints for it: the wording moved into the registry
+#: unchanged, and these hold it.
+TIMELINE_CASES = [
+    (
+        steps.ADMIT,
+        {
+            "verdict": "proceed",
+            "decision": {"action": "replace", "reason": "Xid 79 (bus). NodeHeal: X: gone"},
+        },
+        ("decision", "decision: REPLACE - Xid 79; gone"),
+    ),
+    (
+        steps.ADMIT,
+        {"verdict": "wait", "note": "held"},
+        ("decision", "waiting behind another remediation: held"),
+    ),
+    (
+        steps.CORDON,
+        {"performed": True},
+        ("cordoned", "cordoned and tainted nodeheal.io/unhealthy:NoSchedule"),
+    ),
+    (steps.CORDON, {"skipped": "dry-run"}, ("cordoned", "cordon skipped: dry-run")),
+    (
+        steps.DRAIN,
+        {"done": True, "evicted": 3, "pdbBlocked": 1},
+        ("drained", "drained: 3 pod(s) evicted, 1 eviction(s) refused by a PDB"),
+    ),
+    (
+        steps.DRAIN,
+        {"rounds": 2, "evicted": 1, "terminating": 2, "lastBlocked": ["a"], "heldBackDoNotDisrupt": 1},
+        (
+            "drain-round",
+            "eviction round 2: 1 evicted, 2 terminating, 1 refused by a PDB (429), retried next round, "
+            "1 karpenter.sh/do-not-disrupt held back",
+        ),
+    ),
+    (steps.FORCE_DRAIN, {"forced": 2}, ("forced", "drain timed out: force-deleted 2 pod(s)")),
+    (
+        steps.TERMINATE,
+        {"performed": True, "instanceId": "i-1", "escalation": True},
+        ("terminated", "EC2 TerminateInstances i-1 (reboot did not heal it)"),
+    ),
+    (
+        steps.TERMINATE,
+        {"nodeClaim": "gpu-abc", "instanceId": "i-1"},
+        ("terminated", "deleted NodeClaim gpu-abc: Karpenter terminates i-1"),
+    ),
+    (steps.REBOOT, {"skipped": "paused"}, ("rebooted", "RebootInstances not called: paused")),
+    (steps.UNCORDON, {"performed": True}, ("uncordoned", "uncordoned: back in service")),
+    (
+        steps.RECORD_FAILURE,
+        {"outcome": "failed", "summary": "boom"},
+        ("recorded", "recorded in the ledger: failed - boom"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("step", "result", "line"), TIMELINE_CASES)
+def test_the_timeline_describes_a_step_in_its_entrys_words(
+    step: Step, result: dict[str, object], line: tuple[str, str]
+) -> None:
+    assert describe_task(step.handler, result) == line
+
+
+def test_a_step_the_worst_case_does_not_name_counts_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new step lengthens the lock's worst case by its own, with no term written for it."""
+    from nodeheal import timing
+    from nodeheal.config import RemediationSettings
+
+    settings = RemediationSettings.from_json({})
+    before = timing.holding_worst_case(settings)
+    extra = Step(
+        "extra",
+        "Extra",
+        "lambdas.extra.handler",
+        "A step added later",
+        steps.Calls(kube_requests=1, aws_calls=1),
+        result_key="extra",
+    )
+    monkeypatch.setattr(timing, "STEPS", (*STEPS, extra))
+    timeouts = {**timing.TASK_TIMEOUT_SECONDS, extra.name: extra.timeout_seconds}
+    after = timing.holding_worst_case(settings, timeouts)
+    clauses = timing.task_retry_clauses(settings.retry)
+    assert after.seconds("extra") == timing.task_worst_case_seconds(extra.timeout_seconds, clauses)
+    assert after.total_seconds - before.total_seconds == after.seconds("extra")
