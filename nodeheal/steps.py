@@ -137,6 +137,11 @@ class Step:
     event_reasons: tuple[str, ...] = ()
     #: How the local timeline describes its result; None: it adds no line.
     timeline: TimelineWording | None = None
+    #: How many times the longest path of an execution runs it, for a step the worst case
+    #: (``nodeheal.timing.holding_worst_case``) does not model by name: 0 for a step on a branch
+    #: the longest path (drain, reboot, escalation to a replacement) never takes, such as the end
+    #: of a cordon-only remediation. The steps the worst case names are counted there.
+    runs_on_the_longest_path: int = 1
 
     @property
     def timeout_seconds(self) -> int:

@@ -319,8 +319,9 @@ def holding_worst_case(
     """The longest one execution can hold a node's lock: from the admit that takes it to the record
     that releases it. The lock TTL must exceed this by :func:`margin_seconds`.
 
-    The path names the steps it knows; a step of the registry it does not name runs at most once
-    per execution and counts once, at its own worst case (a step that loops needs its loop here)."""
+    The path names the steps it knows; a step of the registry it does not name counts as often as
+    its entry says the longest path runs it (``runs_on_the_longest_path``), each time at its own
+    worst case (a step that loops to a deadline needs its loop here)."""
     tasks = _Tasks(settings.retry, task_timeouts)
     drain = settings.drain
     reboot = settings.reboot
@@ -379,9 +380,13 @@ def holding_worst_case(
         for step in (ADMIT, CORDON, DRAIN, FORCE_DRAIN, REBOOT, CHECK_RECOVERY, TERMINATE, UNCORDON, RECORD)
     } | {RECORD_FAILURE.name}
     terms += [
-        Term(step.name, tasks.seconds(step.name), tasks.detail(step.name))
+        Term(
+            step.name,
+            step.runs_on_the_longest_path * tasks.seconds(step.name),
+            f"{step.runs_on_the_longest_path} x ({tasks.detail(step.name)})",
+        )
         for step in STEPS
-        if step.name not in named
+        if step.name not in named and step.runs_on_the_longest_path
     ]
     contended = contended_retry_clause(settings, task_timeouts)
     terms.append(

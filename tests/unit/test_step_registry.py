@@ -159,8 +159,12 @@ def test_the_timeline_describes_a_step_in_its_entrys_words(
     assert describe_task(step.handler, result) == line
 
 
-def test_a_step_the_worst_case_does_not_name_counts_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new step lengthens the lock's worst case by its own, with no term written for it."""
+@pytest.mark.parametrize("runs", [0, 1, 2])
+def test_a_step_the_worst_case_does_not_name_counts_as_often_as_the_longest_path_runs_it(
+    monkeypatch: pytest.MonkeyPatch, runs: int
+) -> None:
+    """A new step lengthens the lock's worst case by its own, with no term written for it; one on a
+    branch the longest path never takes lengthens nothing."""
     from nodeheal import timing
     from nodeheal.config import RemediationSettings
 
@@ -173,10 +177,12 @@ def test_a_step_the_worst_case_does_not_name_counts_once(monkeypatch: pytest.Mon
         "A step added later",
         steps.Calls(kube_requests=1, aws_calls=1),
         result_key="extra",
+        runs_on_the_longest_path=runs,
     )
     monkeypatch.setattr(timing, "STEPS", (*STEPS, extra))
     timeouts = {**timing.TASK_TIMEOUT_SECONDS, extra.name: extra.timeout_seconds}
     after = timing.holding_worst_case(settings, timeouts)
     clauses = timing.task_retry_clauses(settings.retry)
-    assert after.seconds("extra") == timing.task_worst_case_seconds(extra.timeout_seconds, clauses)
-    assert after.total_seconds - before.total_seconds == after.seconds("extra")
+    added = runs * timing.task_worst_case_seconds(extra.timeout_seconds, clauses)
+    assert after.total_seconds - before.total_seconds == added
+    assert [term.name for term in after.terms].count("extra") == (1 if runs else 0)
