@@ -1,1 +1,1 @@
-"""Lambda entry points: one thin handler per task (see nodeheal/cdk/workflow_tasks.py)."""
+"""Lambda entry points: one thin handler per task (each step's entry in nodeheal/steps.py names it)."""

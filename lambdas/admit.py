@@ -7,6 +7,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from nodeheal.deadline import Deadline
 from nodeheal.lambda_support import metrics, workflow_handler
 from nodeheal.runtime import Runtime
+from nodeheal.steps import ADMIT
 from nodeheal.workflow.admission import admit
 from nodeheal.workflow.state import WorkflowState
 
@@ -22,4 +23,4 @@ def _admit(state: WorkflowState, rt: Runtime, deadline: Deadline) -> dict[str, A
     return admission.to_json(event_message=state.event.condition.message)
 
 
-handler = workflow_handler("admit", _admit)
+handler = workflow_handler(ADMIT.name, _admit)

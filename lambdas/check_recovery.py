@@ -1,9 +1,10 @@
 """After a reboot: has the node come back with a new boot ID, Ready, and the condition healthy?"""
 
 from nodeheal.lambda_support import workflow_handler
+from nodeheal.steps import CHECK_RECOVERY
 from nodeheal.workflow.actions import check_recovery
 
 handler = workflow_handler(
-    "check-recovery",
+    CHECK_RECOVERY.name,
     lambda state, rt, deadline: check_recovery(state, rt.kube(state.cluster, deadline), rt.now()),
 )

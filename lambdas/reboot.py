@@ -1,10 +1,11 @@
 """Reboot the node's EC2 instance after re-verifying the node, the condition and ownership."""
 
 from nodeheal.lambda_support import workflow_handler
+from nodeheal.steps import REBOOT
 from nodeheal.workflow.actions import reboot
 
 handler = workflow_handler(
-    "reboot",
+    REBOOT.name,
     lambda state, rt, deadline: reboot(
         state,
         rt.kube(state.cluster, deadline),

@@ -7,6 +7,7 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from nodeheal.deadline import Deadline
 from nodeheal.lambda_support import metrics, workflow_handler
 from nodeheal.runtime import Runtime
+from nodeheal.steps import RECORD
 from nodeheal.workflow.recording import record
 from nodeheal.workflow.state import WorkflowState
 
@@ -48,4 +49,4 @@ def _record(state: WorkflowState, rt: Runtime, deadline: Deadline) -> dict[str, 
     return result
 
 
-handler = workflow_handler("record", _record)
+handler = workflow_handler(RECORD.name, _record)

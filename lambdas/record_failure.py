@@ -6,6 +6,7 @@ from lambdas.record import emit_outcome_metrics
 from nodeheal.deadline import Deadline
 from nodeheal.lambda_support import workflow_handler
 from nodeheal.runtime import Runtime
+from nodeheal.steps import RECORD_FAILURE
 from nodeheal.workflow.recording import record_failure
 from nodeheal.workflow.state import WorkflowState
 
@@ -17,4 +18,4 @@ def _record_failure(state: WorkflowState, rt: Runtime, deadline: Deadline) -> di
     return result
 
 
-handler = workflow_handler("record-failure", _record_failure)
+handler = workflow_handler(RECORD_FAILURE.name, _record_failure)

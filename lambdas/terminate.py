@@ -1,10 +1,11 @@
 """Terminate the node's EC2 instance after re-verifying the node, the condition and ownership."""
 
 from nodeheal.lambda_support import workflow_handler
+from nodeheal.steps import TERMINATE
 from nodeheal.workflow.actions import terminate
 
 handler = workflow_handler(
-    "terminate",
+    TERMINATE.name,
     lambda state, rt, deadline: terminate(
         state,
         rt.kube(state.cluster, deadline),

@@ -58,10 +58,11 @@ from nodeheal.events import (
     NodeIdentity,
     PreviousState,
 )
+from nodeheal.grants import Permission
 from nodeheal.kube.access_review import AccessAnswer
 from nodeheal.kube_views import LiveNode
 from nodeheal.patterns import match
-from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE, Permission
+from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.admission import PoolNodes
 from nodeheal.workflow.preview import LedgerReader, NodePreview, preview

@@ -16,8 +16,10 @@ authorizer sees them (verb, API group, resource[/subresource]):
 * Every function may ``create`` Events (core and ``events.k8s.io``), so what it did to a node is
   visible in ``kubectl describe``.
 
-The table feeds ``deploy/rbac/remediator.yaml`` (rendered by :func:`render_manifest`, checked by
-``tests/infrastructure/test_rbac.py``), the access construct, the README's RBAC table (checked by a
+Each step's rules are declared in its entry of the step registry (``nodeheal.steps``), and
+:data:`KUBERNETES_RULES` collects them; terminate's optional roles and the exporter's are declared
+here. The table feeds ``deploy/rbac/remediator.yaml`` (rendered by :func:`render_manifest`,
+checked by ``tests/infrastructure/test_rbac.py``), the access construct, the README's RBAC table (checked by a
 test) and the fake API server's authorizer, under which the workflow tests and the local pipeline
 run every function with its own role: a verb the code needs but the table lacks is a 403 in a
 test, and a verb the table grants but no scenario uses is reported.
@@ -31,68 +33,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from nodeheal.grants import PolicyRule
+from nodeheal.steps import STEPS, TERMINATE
 
 #: Default of cdk.json's ``kubernetesGroupPrefix``: groups and ClusterRoles are ``nodeheal-<function>``.
 DEFAULT_GROUP_PREFIX = "nodeheal"
 RBAC_API_GROUP = "rbac.authorization.k8s.io"
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyRule:
-    """One ``rules[]`` entry of a (Cluster)Role."""
-
-    api_groups: tuple[str, ...]
-    resources: tuple[str, ...]
-    verbs: tuple[str, ...]
-    #: Why the function needs it: the comment above the rule in the manifest.
-    why: str
-    resource_names: tuple[str, ...] = ()
-
-    def to_manifest(self) -> dict[str, list[str]]:
-        rule = {
-            "apiGroups": list(self.api_groups),
-            "resources": list(self.resources),
-            "verbs": list(self.verbs),
-        }
-        if self.resource_names:
-            rule["resourceNames"] = list(self.resource_names)
-        return rule
-
-    def permissions(self) -> Iterator[Permission]:
-        """Every (verb, API group, resource, name) the rule grants, one at a time."""
-        for group in self.api_groups:
-            for resource in self.resources:
-                for verb in self.verbs:
-                    for name in self.resource_names or ("",):
-                        yield Permission(verb, group, resource, name)
-
-    def describe(self) -> str:
-        """``nodes get/list``, ``events create (core, events.k8s.io)``: the README's wording."""
-        text = f"{'/'.join(self.resources)} {'/'.join(self.verbs)}"
-        groups = [group or "core" for group in self.api_groups]
-        if groups != ["core"]:
-            text += f" ({', '.join(groups)})"
-        if self.resource_names:
-            text += f" named {', '.join(self.resource_names)}"
-        return text
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Permission:
-    """One granted atom: ``verb`` on ``resource`` (``pods/eviction`` for a subresource) in ``api_group``."""
-
-    verb: str
-    api_group: str
-    resource: str
-    #: ``resourceNames`` restriction; empty when the rule names none.
-    name: str = ""
-
-    def __str__(self) -> str:
-        group = f".{self.api_group}" if self.api_group else ""
-        named = f" {self.name!r}" if self.name else ""
-        return f"{self.verb} {self.resource}{group}{named}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,93 +60,15 @@ class FunctionRole:
         return f"{prefix}-{self.function}" + (f"-{self.suffix}" if self.suffix else "")
 
 
-def _events(why: str) -> PolicyRule:
-    return PolicyRule(("", "events.k8s.io"), ("events",), ("create",), why)
-
-
-#: D8: every function may tell the cluster what it did to a node as an Event.
-EVENTS = _events("Events about what this step did to the node (kubectl describe node).")
-
-_READ_NODE = PolicyRule(("",), ("nodes",), ("get",), "Re-read the live Node before acting on it.")
-#: Pods are listed by node name, so every drain round first proves the Node is still the admitted
-#: object (UID, instance, NodeHeal's taint) and its condition still bad (nodeheal.workflow.guard).
-_PROVE_NODE = PolicyRule(
-    ("",),
-    ("nodes",),
-    ("get",),
-    "Prove the node is still the admitted object, tainted and bad, before each round.",
-)
-
-#: Function name (``nodeheal/cdk/workflow_tasks.py``) -> its ClusterRole's rules.
+#: Step name -> its ClusterRole's rules, as the step registry (``nodeheal.steps``) declares them.
 KUBERNETES_RULES: dict[str, tuple[PolicyRule, ...]] = {
-    "admit": (
-        PolicyRule(
-            ("",),
-            ("nodes",),
-            ("get", "list"),
-            "Re-read the Node; list its Karpenter pool (label selector) for the unhealthy-share budget.",
-        ),
-        EVENTS,
-    ),
-    "cordon": (
-        PolicyRule(
-            ("",),
-            ("nodes",),
-            ("get", "patch"),
-            "Read-modify-write of spec.unschedulable, the nodeheal.io/unhealthy taint and annotations.",
-        ),
-        EVENTS,
-    ),
-    "drain": (
-        _PROVE_NODE,
-        PolicyRule(
-            ("",),
-            ("pods",),
-            ("list", "delete"),
-            "The pods bound to the node (fieldSelector spec.nodeName); after a 409 on an eviction, "
-            "the pod of that name (fieldSelector metadata.name): gone, or still there? Delete: "
-            "drain.evictionModes delete-after-timeout pods still there after drain.deleteAfterSeconds.",
-        ),
-        PolicyRule(
-            ("",),
-            ("pods/eviction",),
-            ("create",),
-            "Evict through the Eviction API so PodDisruptionBudgets are respected (429 = retry later).",
-        ),
-        EVENTS,
-    ),
-    "force-drain": (
-        _PROVE_NODE,
-        PolicyRule(
-            ("",),
-            ("pods",),
-            ("list", "delete"),
-            "After the drain timeout with drain.onTimeout=force: delete the pods left, with the "
-            "configured grace period (after a 409, list the pod by name: gone, or still there?).",
-        ),
-        EVENTS,
-    ),
-    "terminate": (_READ_NODE, EVENTS),
-    "reboot": (_READ_NODE, EVENTS),
-    "check-recovery": (
-        PolicyRule(("",), ("nodes",), ("get",), "New boot ID, Ready, the condition healthy?"),
-        EVENTS,
-    ),
-    "uncordon": (
-        PolicyRule(
-            ("",),
-            ("nodes",),
-            ("get", "patch"),
-            "Remove NodeHeal's taint and annotations; clear spec.unschedulable only if NodeHeal set it.",
-        ),
-        EVENTS,
-    ),
+    step.name: step.kubernetes_rules for step in STEPS if step.kubernetes
 }
 
 #: Granted to the terminate function only when ``deleteNodeAfterTerminate`` is true: the stack then
 #: adds this group to its access entry.
 NODE_DELETE = FunctionRole(
-    "terminate",
+    TERMINATE.name,
     (
         PolicyRule(
             ("",),
@@ -213,7 +84,7 @@ NODE_DELETE = FunctionRole(
 #: Granted to the terminate function only when ``replace.method`` is ``delete-nodeclaim``: the
 #: stack then adds this group to its access entry (nodeheal/kube/nodeclaims.py makes the requests).
 NODECLAIM_DELETE = FunctionRole(
-    "terminate",
+    TERMINATE.name,
     (
         PolicyRule(
             ("karpenter.sh",),

@@ -48,58 +48,29 @@ from nodeheal.errors import (
 )
 from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
 from nodeheal.settings_reader import SettingsReader, all_problems, problem
+from nodeheal.steps import (
+    ADMIT,
+    CHECK_RECOVERY,
+    CORDON,
+    DRAIN,
+    FORCE_DRAIN,
+    REBOOT,
+    RECORD,
+    RECORD_FAILURE,
+    STEPS,
+    TERMINATE,
+    UNCORDON,
+)
 
-#: Seconds of one Kubernetes request answered just inside its timeouts: connect 5 + read 30 = 35
-#: (``nodeheal.kube.client.DEFAULT_REQUEST_TIMEOUT``; a test holds the two equal).
-KUBE_REQUEST_SECONDS = 35
-#: Seconds of one AWS call answered on its first attempt just inside its timeouts: connect 2 + read
-#: 5 = 7 (``nodeheal.runtime``'s botocore config). botocore's retries of a slow AWS are not
-#: budgeted: the invocation's deadline stops them (DeadlineExceededError) and the state retries.
-AWS_CALL_SECONDS = 7
-#: Seconds each invocation keeps back from its Lambda timeout to return or raise a named error
-#: (``nodeheal.deadline.LAMBDA_RESERVE_SECONDS``; a test holds the two equal).
-LAMBDA_RESERVE_SECONDS = 3
-
-
-def lambda_timeout(*, kube_requests: int, aws_calls: int) -> int:
-    """The Lambda timeout of a step whose longest sequence of calls is ``kube_requests`` Kubernetes
-    requests and ``aws_calls`` AWS calls one after the other, each answered just inside its
-    timeouts, plus the deadline's reserve; rounded up to 10 s.
-
-    With it, a step finishes when every call is slow but answered; when calls time out, its
-    deadline (this timeout minus the reserve) raises DeadlineExceededError before Lambda kills it.
-    Parallel requests (one wave of evictions) count once: the deadline stops a round from starting
-    another wave, and the pods it did not reach wait for the next round.
-    """
-    worst = kube_requests * KUBE_REQUEST_SECONDS + aws_calls * AWS_CALL_SECONDS + LAMBDA_RESERVE_SECONDS
-    return int(math.ceil(worst / 10) * 10)
-
-
-#: Each workflow task's Lambda timeout, from its longest sequence of calls (counted in its code):
-#: ``nodeheal/cdk/workflow_tasks.py`` deploys these and the worst case below counts them.
+#: Each step's Lambda timeout, from its longest sequence of calls (``nodeheal.steps``): the stack
+#: deploys these (``nodeheal/cdk/workflow_tasks.py``) and the worst case below counts them.
 TASK_TIMEOUT_SECONDS: Mapping[str, int] = MappingProxyType(
-    {
-        # Node get + pool list; lock read/put (+ preempt), pause/budget read+write, history query.
-        "admit": lambda_timeout(kube_requests=2, aws_calls=7),
-        # Guard: pause read, node get, lock claim; then the node patch.
-        "cordon": lambda_timeout(kube_requests=2, aws_calls=2),
-        # Guard (node get, pause read, lock claim), pod list, one wave of evictions.
-        "drain": lambda_timeout(kube_requests=3, aws_calls=2),
-        "force-drain": lambda_timeout(kube_requests=3, aws_calls=2),
-        # Guard, DescribeInstances, TerminateInstances, optional node delete.
-        "terminate": lambda_timeout(kube_requests=2, aws_calls=4),
-        "reboot": lambda_timeout(kube_requests=1, aws_calls=4),
-        "check-recovery": lambda_timeout(kube_requests=1, aws_calls=0),
-        "uncordon": lambda_timeout(kube_requests=2, aws_calls=2),
-        # End marker read, record put, lock release, budget read+write, publish, end marker put.
-        "record": lambda_timeout(kube_requests=0, aws_calls=7),
-        "record-failure": lambda_timeout(kube_requests=0, aws_calls=7),
-    }
+    {step.name: step.timeout_seconds for step in STEPS}
 )
 
 #: Steps that claim a mutation of the node on its lock first (``nodeheal.workflow.guard``
 #: ``before_mutation``): the ones a contender can hold back (``ContendedError``).
-MUTATING_TASKS = frozenset({"cordon", "drain", "force-drain", "terminate", "reboot", "uncordon"})
+MUTATING_TASKS = frozenset(step.name for step in STEPS if step.mutating)
 
 #: How long a claimed mutation may still be running: a preempting execution waits this long after
 #: the holder's last claim before taking the lock, so two executions never mutate a node at once.
@@ -111,9 +82,9 @@ MUTATION_BUSY_SECONDS = 180
 CONTENDED_RETRY_INTERVAL_SECONDS = 15
 CONTENDED_RETRY_BACKOFF = 2.0
 
-#: Steps that are safe to run twice after Lambda killed one at its timeout (it may have done part
-#: of its work). A second RebootInstances is a second reboot, so reboot is not.
-NOT_IDEMPOTENT_TASKS = frozenset({"reboot"})
+#: Steps that are not safe to run twice after Lambda killed one at its timeout (it may have done
+#: part of its work), as the registry declares them: a second RebootInstances is a second reboot.
+NOT_IDEMPOTENT_TASKS = frozenset(step.name for step in STEPS if not step.idempotent)
 
 #: Transient errors retried with the configured backoff (``retry`` in cdk.json).
 TRANSIENT_ERRORS: tuple[str, ...] = (
@@ -201,7 +172,7 @@ def contention_seconds(
     starts one ``lockWaitPollSeconds`` later and runs at most admit's Lambda timeout, and renews the
     mark or preempts the lock; a minute more covers Lambda's init and the state transitions. A mark
     older than this was left by a contender that ended without taking over."""
-    return settings.lock_wait_poll_seconds + task_timeouts["admit"] + 60
+    return settings.lock_wait_poll_seconds + task_timeouts[ADMIT.name] + 60
 
 
 def contended_retry_clause(
@@ -346,48 +317,76 @@ def holding_worst_case(
     settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
 ) -> Breakdown:
     """The longest one execution can hold a node's lock: from the admit that takes it to the record
-    that releases it. The lock TTL must exceed this by :func:`margin_seconds`."""
+    that releases it. The lock TTL must exceed this by :func:`margin_seconds`.
+
+    The path names the steps it knows; a step of the registry it does not name counts as often as
+    its entry says the longest path runs it (``runs_on_the_longest_path``), each time at its own
+    worst case (a step that loops to a deadline needs its loop here)."""
     tasks = _Tasks(settings.retry, task_timeouts)
     drain = settings.drain
     reboot = settings.reboot
     hold_is_longer = drain.do_not_disrupt_wait_seconds > drain.timeout_seconds
     drain_deadline = max(drain.timeout_seconds, drain.do_not_disrupt_wait_seconds)
     deadline_key = "drain.doNotDisruptWaitSeconds" if hold_is_longer else "drain.timeoutSeconds"
-    record = "record" if tasks.seconds("record") >= tasks.seconds("record-failure") else "record-failure"
-    after_recovery = "terminate" if tasks.seconds("terminate") >= tasks.seconds("uncordon") else "uncordon"
+    record = (
+        RECORD.name
+        if tasks.seconds(RECORD.name) >= tasks.seconds(RECORD_FAILURE.name)
+        else RECORD_FAILURE.name
+    )
+    after_recovery = (
+        TERMINATE.name if tasks.seconds(TERMINATE.name) >= tasks.seconds(UNCORDON.name) else UNCORDON.name
+    )
     terms = [
-        Term("admit", tasks.seconds("admit"), f"the Admit that takes the lock; {tasks.detail('admit')}"),
+        Term(
+            ADMIT.name,
+            tasks.seconds(ADMIT.name),
+            f"the Admit that takes the lock; {tasks.detail(ADMIT.name)}",
+        ),
         Term(
             "confirmation",
             longest_confirmation_seconds(settings.policy),
             "the longest confirmSeconds of any condition rule (built-in, global or per pool)",
         ),
-        Term("admit after confirmation", tasks.seconds("admit"), tasks.detail("admit")),
-        Term("cordon", tasks.seconds("cordon"), tasks.detail("cordon")),
+        Term(f"{ADMIT.name} after confirmation", tasks.seconds(ADMIT.name), tasks.detail(ADMIT.name)),
+        Term(CORDON.name, tasks.seconds(CORDON.name), tasks.detail(CORDON.name)),
         Term(
-            "drain",
-            drain_deadline + drain.poll_seconds + 2 * tasks.seconds("drain"),
+            DRAIN.name,
+            drain_deadline + drain.poll_seconds + 2 * tasks.seconds(DRAIN.name),
             f"{deadline_key} {drain_deadline} + drain.pollSeconds {drain.poll_seconds} + 2 eviction "
-            f"rounds of {tasks.seconds('drain')} ({tasks.detail('drain')})",
+            f"rounds of {tasks.seconds(DRAIN.name)} ({tasks.detail(DRAIN.name)})",
         ),
     ]
     if drain.on_timeout == "force":
-        terms.append(Term("force drain", tasks.seconds("force-drain"), tasks.detail("force-drain")))
+        terms.append(Term("force drain", tasks.seconds(FORCE_DRAIN.name), tasks.detail(FORCE_DRAIN.name)))
     terms += [
-        Term("reboot", tasks.seconds("reboot"), tasks.detail("reboot")),
+        Term(REBOOT.name, tasks.seconds(REBOOT.name), tasks.detail(REBOOT.name)),
         Term(
             "recovery",
-            reboot.recovery_timeout_seconds + reboot.poll_seconds + 2 * tasks.seconds("check-recovery"),
+            reboot.recovery_timeout_seconds + reboot.poll_seconds + 2 * tasks.seconds(CHECK_RECOVERY.name),
             f"reboot.recoveryTimeoutSeconds {reboot.recovery_timeout_seconds} + reboot.pollSeconds "
-            f"{reboot.poll_seconds} + 2 checks of {tasks.seconds('check-recovery')} "
-            f"({tasks.detail('check-recovery')})",
+            f"{reboot.poll_seconds} + 2 checks of {tasks.seconds(CHECK_RECOVERY.name)} "
+            f"({tasks.detail(CHECK_RECOVERY.name)})",
         ),
         Term(
             "terminate (escalation)",
             tasks.seconds(after_recovery),
             f"the recovery failed, so the instance is replaced; {tasks.detail(after_recovery)}",
         ),
-        Term("record", tasks.seconds(record), f"releases the lock; {tasks.detail(record)}"),
+        Term(RECORD.name, tasks.seconds(record), f"releases the lock; {tasks.detail(record)}"),
+    ]
+    # The steps the path names (record-failure ends it in record's place).
+    named = {
+        step.name
+        for step in (ADMIT, CORDON, DRAIN, FORCE_DRAIN, REBOOT, CHECK_RECOVERY, TERMINATE, UNCORDON, RECORD)
+    } | {RECORD_FAILURE.name}
+    terms += [
+        Term(
+            step.name,
+            step.runs_on_the_longest_path * tasks.seconds(step.name),
+            f"{step.runs_on_the_longest_path} x ({tasks.detail(step.name)})",
+        )
+        for step in STEPS
+        if step.name not in named and step.runs_on_the_longest_path
     ]
     contended = contended_retry_clause(settings, task_timeouts)
     terms.append(
@@ -414,9 +413,9 @@ def execution_worst_case(
     return Breakdown(
         (
             Term(
-                "admit",
-                tasks.seconds("admit"),
-                f"the Admit that finds the lock held; {tasks.detail('admit')}",
+                ADMIT.name,
+                tasks.seconds(ADMIT.name),
+                f"the Admit that finds the lock held; {tasks.detail(ADMIT.name)}",
             ),
             Term(
                 "wait behind the lock holder",

@@ -35,22 +35,33 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from nodeheal.aws.executions import LOAD_SETTINGS_STATE
-from nodeheal.cdk.workflow_tasks import task as task_spec
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS, ConditionClearedError
-from nodeheal.timing import MUTATING_TASKS, RetryClause, contended_retry_clause, task_retry_clauses
+from nodeheal.steps import (
+    ADMIT,
+    CHECK_RECOVERY,
+    CORDON,
+    DRAIN,
+    FORCE_DRAIN,
+    REBOOT,
+    RECORD,
+    RECORD_FAILURE,
+    TERMINATE,
+    UNCORDON,
+    Step,
+)
+from nodeheal.timing import RetryClause, contended_retry_clause, task_retry_clauses
 
-# Keys under which each task writes its result; the handlers read the same keys.
-ADMISSION = "$.admission"
-CORDON = "$.cordon"
-DRAIN = "$.drain"
-INSTANCE = "$.instance"
-RECOVERY = "$.recovery"
-UNCORDON = "$.uncordon"
-RECORD = "$.record"
+# Each task writes its result under its step's result key (``nodeheal.steps``), where the steps
+# after it read it. A caught failure goes here:
 FAILURE = "$.failure"
 #: A step's stop (nodeheal.errors.STOP_ERRORS): {"Error": class name, "Cause": the Lambda error JSON}.
 STOPPED = "$.stopped"
+
+
+def _at(step: Step, field: str = "") -> str:
+    """The JSONPath of a step's result (its ``ResultPath``), or of one field of it."""
+    return f"$.{step.result_key}" + (f".{field}" if field else "")
 
 
 class _DefinitionBuilder:
@@ -63,7 +74,7 @@ class _DefinitionBuilder:
         self._scope = scope
         self._functions = functions
         self._settings = settings
-        self._record = self._task("Record outcome", "record", RECORD, catch=False)
+        self._record = self._task(RECORD, catch=False)
         self._record.next(sfn.Succeed(self._scope, "Done"))
         self._record_failure = self._build_failure_path()
         self._stopped = self._build_stop_path()
@@ -71,28 +82,28 @@ class _DefinitionBuilder:
     def build(self) -> sfn.IChainable:
         record = self._record
 
-        uncordon = self._task("Uncordon", "uncordon", UNCORDON).next(record)
-        terminate = self._task("Terminate instance", "terminate", INSTANCE).next(record)
+        uncordon = self._task(UNCORDON).next(record)
+        terminate = self._task(TERMINATE).next(record)
         recovery_loop = self._build_recovery_loop(record, uncordon, terminate)
-        reboot = self._task("Reboot instance", "reboot", INSTANCE).next(
+        reboot = self._task(REBOOT).next(
             sfn.Choice(self._scope, "Was the instance rebooted?")
-            .when(sfn.Condition.boolean_equals("$.instance.performed", True), recovery_loop)
+            .when(sfn.Condition.boolean_equals(_at(REBOOT, "performed"), True), recovery_loop)
             # The fault worsened to one a reboot does not heal (severity only rises, D2).
-            .when(sfn.Condition.string_equals("$.instance.escalateTo", "replace"), terminate)
+            .when(sfn.Condition.string_equals(_at(REBOOT, "escalateTo"), "replace"), terminate)
             .otherwise(record)
         )
         instance_action = (
             sfn.Choice(self._scope, "Reboot or replace?")
-            .when(sfn.Condition.string_equals("$.admission.decision.action", "reboot"), reboot)
+            .when(sfn.Condition.string_equals(_at(ADMIT, "decision.action"), "reboot"), reboot)
             .otherwise(terminate)
         )
         drain_loop = self._build_drain_loop(instance_action)
-        cordon = self._task("Cordon", "cordon", CORDON).next(
+        cordon = self._task(CORDON).next(
             sfn.Choice(self._scope, "Drain needed?")
             .when(
                 sfn.Condition.or_(
-                    sfn.Condition.string_equals("$.admission.decision.action", "reboot"),
-                    sfn.Condition.string_equals("$.admission.decision.action", "replace"),
+                    sfn.Condition.string_equals(_at(ADMIT, "decision.action"), "reboot"),
+                    sfn.Condition.string_equals(_at(ADMIT, "decision.action"), "replace"),
                 ),
                 drain_loop,
             )
@@ -103,7 +114,7 @@ class _DefinitionBuilder:
             .when(
                 sfn.Condition.or_(
                     *(
-                        sfn.Condition.string_equals("$.admission.decision.action", action)
+                        sfn.Condition.string_equals(_at(ADMIT, "decision.action"), action)
                         for action in ("cordon", "reboot", "replace")
                     )
                 ),
@@ -111,25 +122,25 @@ class _DefinitionBuilder:
             )
             .otherwise(record)
         )
-        admit = self._task("Admit", "admit", ADMISSION)
+        admit = self._task(ADMIT)
         wait_for_confirmation = sfn.Wait(
             self._scope,
             "Wait for confirmation",
             comment="The condition must stay bad this long before NodeHeal acts (policy confirmSeconds).",
-            time=sfn.WaitTime.seconds_path("$.admission.waitSeconds"),
+            time=sfn.WaitTime.seconds_path(_at(ADMIT, "waitSeconds")),
         ).next(admit)
         wait_for_lock = sfn.Wait(
             self._scope,
             "Wait for the node's lock",
             comment="Another execution is remediating this node: wait behind it, then admit again "
             "against the live node (policy lockWaitPollSeconds; at most lockTtlSeconds).",
-            time=sfn.WaitTime.seconds_path("$.admission.waitSeconds"),
+            time=sfn.WaitTime.seconds_path(_at(ADMIT, "waitSeconds")),
         ).next(admit)
         admit.next(
             sfn.Choice(self._scope, "Admitted?")
-            .when(sfn.Condition.string_equals("$.admission.verdict", "confirm"), wait_for_confirmation)
-            .when(sfn.Condition.string_equals("$.admission.verdict", "wait"), wait_for_lock)
-            .when(sfn.Condition.string_equals("$.admission.verdict", "proceed"), choose_action)
+            .when(sfn.Condition.string_equals(_at(ADMIT, "verdict"), "confirm"), wait_for_confirmation)
+            .when(sfn.Condition.string_equals(_at(ADMIT, "verdict"), "wait"), wait_for_lock)
+            .when(sfn.Condition.string_equals(_at(ADMIT, "verdict"), "proceed"), choose_action)
             .otherwise(record)
         )
         load_settings = sfn.Pass(
@@ -151,16 +162,16 @@ class _DefinitionBuilder:
         return load_settings.next(admit)
 
     def _build_drain_loop(self, after_drain: sfn.IChainable) -> sfn.IChainable:
-        drain = self._task("Evict pods", "drain", DRAIN)
+        drain = self._task(DRAIN)
         wait = sfn.Wait(
             self._scope,
             "Wait between eviction rounds",
             comment="Pods get time to stop; a PDB that refused an eviction (429) is asked again next round. "
             "The round says how long: 1, 2, 4 s... up to drain.pollSeconds, so pods that stop at once "
             "release the node within seconds.",
-            time=sfn.WaitTime.seconds_path("$.drain.waitSeconds"),
+            time=sfn.WaitTime.seconds_path(_at(DRAIN, "waitSeconds")),
         ).next(drain)
-        force = self._task("Force-delete remaining pods", "force-drain", DRAIN).next(after_drain)
+        force = self._task(FORCE_DRAIN).next(after_drain)
         aborted = sfn.Pass(
             self._scope,
             "Drain aborted",
@@ -168,7 +179,7 @@ class _DefinitionBuilder:
             "drain.unmanagedPods refuse): stop here, leave the node cordoned, tell a person.",
             parameters={
                 "Error": "DrainAbortedError",
-                "Cause.$": "$.drain.summary",
+                "Cause.$": _at(DRAIN, "summary"),
             },
             result_path=FAILURE,
         ).next(self._record_failure)
@@ -179,9 +190,9 @@ class _DefinitionBuilder:
         )
         drain.next(
             sfn.Choice(self._scope, "Drained?")
-            .when(sfn.Condition.boolean_equals("$.drain.refused", True), aborted)
-            .when(sfn.Condition.boolean_equals("$.drain.done", True), after_drain)
-            .when(sfn.Condition.boolean_equals("$.drain.timedOut", True), on_timeout)
+            .when(sfn.Condition.boolean_equals(_at(DRAIN, "refused"), True), aborted)
+            .when(sfn.Condition.boolean_equals(_at(DRAIN, "done"), True), after_drain)
+            .when(sfn.Condition.boolean_equals(_at(DRAIN, "timedOut"), True), on_timeout)
             .otherwise(wait)
         )
         return drain
@@ -189,7 +200,7 @@ class _DefinitionBuilder:
     def _build_recovery_loop(
         self, record: sfn.IChainable, uncordon: sfn.IChainable, terminate: sfn.IChainable
     ) -> sfn.IChainable:
-        check = self._task("Check recovery", "check-recovery", RECOVERY)
+        check = self._task(CHECK_RECOVERY)
         wait = sfn.Wait(
             self._scope,
             "Wait for reboot",
@@ -198,9 +209,9 @@ class _DefinitionBuilder:
         ).next(check)
         check.next(
             sfn.Choice(self._scope, "Recovered?")
-            .when(sfn.Condition.string_equals("$.recovery.status", "recovered"), uncordon)
-            .when(sfn.Condition.string_equals("$.recovery.status", "failed"), terminate)
-            .when(sfn.Condition.string_equals("$.recovery.status", "gone"), record)
+            .when(sfn.Condition.string_equals(_at(CHECK_RECOVERY, "status"), "recovered"), uncordon)
+            .when(sfn.Condition.string_equals(_at(CHECK_RECOVERY, "status"), "failed"), terminate)
+            .when(sfn.Condition.string_equals(_at(CHECK_RECOVERY, "status"), "gone"), record)
             .otherwise(wait)
         )
         return wait
@@ -215,52 +226,53 @@ class _DefinitionBuilder:
             comment="A stopped remediation leaves the node cordoned for a person, except a cleared "
             "condition with drain.onConditionCleared=uncordon.",
         )
-        uncordon = self._task("Uncordon (condition cleared)", "uncordon", UNCORDON, stop_to=stopped).next(
+        uncordon = self._task(UNCORDON, state=f"{UNCORDON.state} (condition cleared)", stop_to=stopped).next(
             self._record
         )
         stopped.when(
             sfn.Condition.and_(
                 sfn.Condition.string_equals("$.stopped.Error", ConditionClearedError.__name__),
                 sfn.Condition.string_equals("$.settings.drain.onConditionCleared", "uncordon"),
-                sfn.Condition.is_present("$.cordon"),
-                sfn.Condition.is_not_present("$.uncordon"),
+                sfn.Condition.is_present(_at(CORDON)),
+                sfn.Condition.is_not_present(_at(UNCORDON)),
             ),
             uncordon,
         ).otherwise(self._record)
         return stopped
 
     def _build_failure_path(self) -> sfn.IChainable:
-        record_failure = self._task("Record failure", "record-failure", RECORD, catch=False)
+        record_failure = self._task(RECORD_FAILURE, catch=False)
         return record_failure.next(
             sfn.Fail(
                 self._scope,
                 "Remediation failed",
                 error="RemediationFailed",
-                cause_path="$.record.summary",
+                cause_path=_at(RECORD_FAILURE, "summary"),
             )
         )
 
     def _task(
         self,
-        state_name: str,
-        function: str,
-        result_path: str,
+        step: Step,
         *,
+        state: str = "",
         catch: bool = True,
         stop_to: sfn.IChainable | None = None,
     ) -> tasks.LambdaInvoke:
+        """The task state of a step of the registry (``nodeheal.steps``), named (unless ``state``
+        names a second state of the same step), keyed and retried as its entry says."""
         task = tasks.LambdaInvoke(
             self._scope,
-            state_name,
-            lambda_function=self._functions[function],
+            state or step.state,
+            lambda_function=self._functions[step.name],
             payload_response_only=True,
             # The Lambda service's transient errors are among the clauses below, with the others.
             retry_on_service_exceptions=False,
-            result_path=result_path,
+            result_path=_at(step),
         )
-        for clause in task_retry_clauses(self._settings.retry, idempotent=task_spec(function).idempotent):
+        for clause in task_retry_clauses(self._settings.retry, idempotent=step.idempotent):
             self._add_retry(task, clause)
-        if function in MUTATING_TASKS:
+        if step.mutating:
             # A more severe execution waits for the node: wait for it to take over, or for its
             # mark to lapse because it ended first, instead of leaving the fault to nobody (D2).
             self._add_retry(task, contended_retry_clause(self._settings))

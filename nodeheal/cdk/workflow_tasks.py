@@ -1,60 +1,17 @@
 """The workflow's Lambda tasks: what each runs and what it may touch.
 
-Single source of truth for the workflow construct (one function and one least-privilege role per
-task), the access construct (which roles get an EKS access entry) and the state machine definition.
+What the workflow construct (one function and one least-privilege role per task), the access
+construct (which roles get an EKS access entry) and the state machine definition deploy. A step of
+the state machine is declared in the step registry (``nodeheal.steps``) and becomes a task here
+through :meth:`TaskSpec.of`; ingest and the finalizer are no steps and are declared here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 
-from nodeheal.timing import NOT_IDEMPOTENT_TASKS, TASK_TIMEOUT_SECONDS
-
-
-class LedgerItem(Enum):
-    """The ledger's item kinds, by partition key (the key schema of ``nodeheal.aws.ledger``)."""
-
-    #: Per-node lock, keyed by the node's instance: ``LOCK#<cluster>#<instance>``.
-    LOCK = "LOCK#{cluster}#*"
-    #: A cluster's admission state (budgets, breaker, pause), ``CLUSTER#<cluster>``.
-    ADMISSION = "CLUSTER#{cluster}"
-    #: Remediation records, per instance: ``INSTANCE#<cluster>#<instance>``.
-    RECORDS = "INSTANCE#{cluster}#*"
-    #: The end of an execution (recorded and notified once), ``EXECUTION#<cluster>#<name>``.
-    END = "EXECUTION#{cluster}#*"
-    #: The episode memory, per instance: ``EPISODE#<cluster>#<instance>`` (one item per condition).
-    EPISODE = "EPISODE#{cluster}#*"
-    #: Dropped-event records, ``DROPPED#<date>`` (not per cluster: a dropped event may name none).
-    DROPPED = "DROPPED#*"
-
-    def leading_keys(self, clusters: Sequence[str]) -> list[str]:
-        """``dynamodb:LeadingKeys`` patterns (StringLike) of these items in the configured clusters."""
-        if "{cluster}" not in self.value:
-            return [self.value]
-        return [self.value.format(cluster=cluster) for cluster in clusters]
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerGrant:
-    """DynamoDB item actions on the ledger table, limited to items whose partition key is one of
-    ``items`` (``dynamodb:LeadingKeys``). Only what the task's code calls: see the docstring of
-    each use below."""
-
-    actions: tuple[str, ...]
-    items: tuple[LedgerItem, ...]
-
-
-#: Every mutating step (nodeheal.workflow.guard) reads pause live (read_admission_state: GetItem),
-#: remembers a worse fault it reads (remember_sighting: conditional PutItem of the episode
-#: memory's entry) and claims its mutation on the lock (claim_mutation: conditional UpdateItem,
-#: then GetItem of the holder when the claim is refused).
-_MUTATION_GUARD_LOCK = (
-    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
-    LedgerGrant(("dynamodb:UpdateItem",), (LedgerItem.LOCK,)),
-)
-_MUTATION_GUARD = (*_MUTATION_GUARD_LOCK, LedgerGrant(("dynamodb:PutItem",), (LedgerItem.EPISODE,)))
+from nodeheal.grants import LedgerGrant, LedgerItem
+from nodeheal.steps import RECORD_GRANTS, STEPS, Step
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,136 +30,34 @@ class TaskSpec:
     #: Needs ec2:DescribeInstances (which supports no resource-level restriction).
     ec2_describe: bool = False
     publishes_notifications: bool = False
-    #: Seconds; every task is short by design (the state machine owns the waiting). A workflow
-    #: task's comes from ``nodeheal.timing.TASK_TIMEOUT_SECONDS``, which the worst case counts.
+    #: Seconds; every task is short by design (the state machine owns the waiting). A step's
+    #: derives from its longest sequence of calls, which the worst case (nodeheal.timing) counts.
     timeout_seconds: int = 30
     memory_mb: int = 256
+    #: Running the task again after an invocation that may have done part of its work (a Lambda
+    #: timeout) does no harm, so the state machine retries ``Sandbox.Timedout``/``Lambda.Unknown``.
+    idempotent: bool = True
 
-    @property
-    def idempotent(self) -> bool:
-        """Running the step again after an invocation that may have done part of its work (a Lambda
-        timeout) does no harm, so the state machine retries ``Sandbox.Timedout``/``Lambda.Unknown``."""
-        return self.name not in NOT_IDEMPOTENT_TASKS
+    @classmethod
+    def of(cls, step: Step) -> TaskSpec:
+        """The function of a step of the registry (``nodeheal.steps``), as its entry declares it."""
+        return cls(
+            step.name,
+            step.handler,
+            step.description,
+            kubernetes=step.kubernetes,
+            ledger=step.ledger_grants,
+            ec2_mutations=step.ec2_mutations,
+            ec2_describe=step.ec2_describe,
+            publishes_notifications=step.publishes_notifications,
+            timeout_seconds=step.timeout_seconds,
+            memory_mb=step.memory_mb,
+            idempotent=step.idempotent,
+        )
 
 
-#: record, record-failure and the finalizer: execution_end (GetItem of the end marker),
-#: put_record (PutItem of the instance's record), release_lock (conditional DeleteItem),
-#: withdraw_contention (conditional UpdateItem of the lock, for an execution that contended a
-#: holder), lock_holder (GetItem of the lock: a superseded execution is told to a person when no
-#: successor holds the node), giving the budget slot back (read_admission_state,
-#: write_admission_state), mark_execution_ended (conditional PutItem of the end marker).
-_RECORD = (
-    LedgerGrant(("dynamodb:PutItem",), (LedgerItem.RECORDS, LedgerItem.ADMISSION, LedgerItem.END)),
-    LedgerGrant(("dynamodb:GetItem",), (LedgerItem.ADMISSION, LedgerItem.END, LedgerItem.LOCK)),
-    LedgerGrant(("dynamodb:DeleteItem", "dynamodb:UpdateItem"), (LedgerItem.LOCK,)),
-)
-
-WORKFLOW_TASKS: tuple[TaskSpec, ...] = (
-    TaskSpec(
-        "admit",
-        "lambdas.admit.handler",
-        "Re-read the Node, classify, check budgets and breaker, take the per-node lock",
-        kubernetes=True,
-        ledger=(
-            # The lock (read_lock: GetItem; acquire_lock and preempt_lock: conditional PutItem;
-            # release_lock: conditional DeleteItem when the budget refuses or the node recovered)
-            # and the cluster's admission state (read_admission_state, write_admission_state).
-            LedgerGrant(("dynamodb:GetItem", "dynamodb:PutItem"), (LedgerItem.LOCK, LedgerItem.ADMISSION)),
-            # contend: a conditional UpdateItem telling a busy, less severe holder to stand aside.
-            LedgerGrant(("dynamodb:DeleteItem", "dynamodb:UpdateItem"), (LedgerItem.LOCK,)),
-            # instance_records: the instance's recent remediations (escalation, attempt limit);
-            # sightings: the instance's episode memory (docs/architecture.md, D2).
-            LedgerGrant(("dynamodb:Query",), (LedgerItem.RECORDS, LedgerItem.EPISODE)),
-            # remember_sighting: a conditional PutItem of an entry of the episode memory;
-            # clear_sightings: a conditional UpdateItem marking one cleared (D19).
-            LedgerGrant(("dynamodb:PutItem", "dynamodb:UpdateItem"), (LedgerItem.EPISODE,)),
-        ),
-        publishes_notifications=False,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["admit"],
-    ),
-    TaskSpec(
-        "cordon",
-        "lambdas.cordon.handler",
-        "Cordon and taint the Node, annotate it with the execution and reason",
-        kubernetes=True,
-        ledger=_MUTATION_GUARD,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["cordon"],
-    ),
-    TaskSpec(
-        "drain",
-        "lambdas.drain.handler",
-        "One eviction round through the Eviction API (PDBs respected)",
-        kubernetes=True,
-        ledger=_MUTATION_GUARD,
-        memory_mb=512,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["drain"],
-    ),
-    TaskSpec(
-        "force-drain",
-        "lambdas.force_drain.handler",
-        "Delete the pods left after the drain timeout with the configured grace period",
-        kubernetes=True,
-        ledger=_MUTATION_GUARD,
-        memory_mb=512,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["force-drain"],
-    ),
-    TaskSpec(
-        "terminate",
-        "lambdas.terminate.handler",
-        "Verify ownership and the live condition, then terminate the EC2 instance",
-        kubernetes=True,
-        ledger=_MUTATION_GUARD,
-        ec2_mutations=("ec2:TerminateInstances",),
-        ec2_describe=True,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["terminate"],
-    ),
-    TaskSpec(
-        "reboot",
-        "lambdas.reboot.handler",
-        "Verify ownership and the live condition, then reboot the EC2 instance",
-        kubernetes=True,
-        # sightings: a fault remembered in this episode that calls for replacement (D2), read from
-        # the items the guard writes (one statement: IAM's policy minimization joins the two).
-        ledger=(
-            *_MUTATION_GUARD_LOCK,
-            LedgerGrant(("dynamodb:PutItem", "dynamodb:Query"), (LedgerItem.EPISODE,)),
-        ),
-        ec2_mutations=("ec2:RebootInstances",),
-        ec2_describe=True,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["reboot"],
-    ),
-    TaskSpec(
-        "check-recovery",
-        "lambdas.check_recovery.handler",
-        "After a reboot: new boot ID, Ready, condition healthy?",
-        kubernetes=True,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["check-recovery"],
-    ),
-    TaskSpec(
-        "uncordon",
-        "lambdas.uncordon.handler",
-        "Undo NodeHeal's cordon after a successful reboot",
-        kubernetes=True,
-        ledger=_MUTATION_GUARD,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["uncordon"],
-    ),
-    TaskSpec(
-        "record",
-        "lambdas.record.handler",
-        "Write the remediation record, release the lock and budget slot, notify",
-        ledger=_RECORD,
-        publishes_notifications=True,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["record"],
-    ),
-    TaskSpec(
-        "record-failure",
-        "lambdas.record_failure.handler",
-        "Record a failed remediation (node stays cordoned), release the lock, notify",
-        ledger=_RECORD,
-        publishes_notifications=True,
-        timeout_seconds=TASK_TIMEOUT_SECONDS["record-failure"],
-    ),
-)
+#: One task per step of the registry, in its order.
+WORKFLOW_TASKS: tuple[TaskSpec, ...] = tuple(TaskSpec.of(step) for step in STEPS)
 
 #: The ingest function is not a workflow task (EventBridge invokes it), listed here for the
 #: same single-source reason.
@@ -214,21 +69,14 @@ INGEST_TASK = TaskSpec(
     ledger=(LedgerGrant(("dynamodb:PutItem",), (LedgerItem.DROPPED,)),),
 )
 
-
-def task(name: str) -> TaskSpec:
-    for spec in WORKFLOW_TASKS:
-        if spec.name == name:
-            return spec
-    raise KeyError(name)
-
-
 #: The finalizer and sweeper (D6): EventBridge invokes it on execution status changes and on a
-#: schedule; it reads executions back and ends them in the ledger like Record failure does.
+#: schedule; it reads executions back and ends them in the ledger like Record failure does, with
+#: the same grants.
 FINALIZER_TASK = TaskSpec(
     "finalize",
     "lambdas.finalize.handler",
     "Record, release and notify for executions that ended outside any Catch (timeout, abort, limits)",
-    ledger=_RECORD,
+    ledger=RECORD_GRANTS,
     publishes_notifications=True,
     timeout_seconds=120,
 )

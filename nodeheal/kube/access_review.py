@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nodeheal.grants import Permission
 from nodeheal.kube.client import ApiOperations, expect_success
-from nodeheal.rbac import Permission
 
 API = "/apis/authorization.k8s.io/v1"
 

@@ -56,6 +56,7 @@ from nodeheal.sim.local_aws import Invocation, LocalAws
 from nodeheal.sim.rule_targets import Delivery, RuleTargetPump
 from nodeheal.sim.template import SynthesizedApp
 from nodeheal.sim.timeline import Timeline, describe_task, short_node
+from nodeheal.steps import RECORD, RECORD_FAILURE, STEPS
 from nodeheal.timeutil import parse_timestamp, utc_now
 from nodeheal.workflow.records import DroppedEvent, RemediationRecord
 
@@ -86,9 +87,11 @@ FAST_CONTEXT: dict[str, Any] = {
 FAST_SPEED = 300.0
 
 #: Handlers whose successful return means the execution's remediation record is in the ledger.
-RECORD_HANDLERS = frozenset({"lambdas.record.handler", "lambdas.record_failure.handler"})
+RECORD_HANDLERS = frozenset({RECORD.handler, RECORD_FAILURE.handler})
 #: Handlers that may publish to the notification topic (the functions granted sns:Publish).
-NOTIFYING_HANDLERS = RECORD_HANDLERS | {"lambdas.finalize.handler"}
+NOTIFYING_HANDLERS = frozenset(step.handler for step in STEPS if step.publishes_notifications) | {
+    "lambdas.finalize.handler"
+}
 #: The SQS queue :class:`LocalPipeline` subscribes to the topic when asked to read notifications.
 NOTIFICATION_INBOX = "nodeheal-notifications-inbox"
 #: Waits for ledger records re-read the ledger at least this often even when no record task

@@ -11,7 +11,6 @@ at once, every printed line says which node (and which instance behind that name
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
+from nodeheal.steps import step_of_handler
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.records import RemediationRecord
 
@@ -166,101 +166,13 @@ class TimelinePrinter:
 # -- describing what the workflow did --------------------------------------------------------------
 
 
-def brief_reason(reason: str, limit: int = 150) -> str:
-    """The policy's reason in one readable line: the signal, and NodeHeal's own verdict on it."""
-    head = re.sub(r"\s*\([^)]*\)", "", reason.split(". ", 1)[0]).strip()
-    verdict = re.search(r"NodeHeal: [A-Z_]+: ([^;]+)", reason)
-    text = f"{head}; {verdict.group(1).strip()}" if verdict else head
-    not_acted = re.search(r"Not acted on: (.+)", reason)
-    if not_acted and not_acted.group(0) not in text:
-        text = f"{text}. {not_acted.group(0)}"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def describe_task(handler: str, result: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(kind, text) for a Lambda task's result, or None when it is not worth a line."""
-    task = handler.removeprefix("lambdas.").removesuffix(".handler")
-    if task == "admit":
-        return _describe_admission(result)
-    if task == "cordon":
-        if result.get("performed"):
-            return "cordoned", "cordoned and tainted nodeheal.io/unhealthy:NoSchedule"
-        return "cordoned", f"cordon skipped: {result.get('skipped')}"
-    if task == "drain":
-        return _describe_drain(result)
-    if task == "force_drain":
-        return "forced", f"drain timed out: force-deleted {result.get('forced', 0)} pod(s)"
-    if task == "terminate":
-        if result.get("nodeClaim"):
-            gone = " (already gone)" if result.get("alreadyGone") else ""
-            return "terminated", (
-                f"deleted NodeClaim {result.get('nodeClaim')}{gone}: Karpenter terminates "
-                f"{result.get('instanceId', '')}"
-            )
-        return _describe_instance_action(result, "TerminateInstances", "terminated")
-    if task == "reboot":
-        return _describe_instance_action(result, "RebootInstances", "rebooted")
-    if task == "check_recovery":
-        status = result.get("status")
-        if status == "pending":
-            return None  # one line per poll would drown the timeline; the outcome follows
-        return (
-            "recovered" if status == "recovered" else "recovery-failed",
-            f"recovery {status}: {result.get('detail', '')}",
-        )
-    if task == "uncordon":
-        return "uncordoned", "uncordoned: back in service"
-    if task in ("record", "record_failure"):
-        outcome = result.get("outcome", "")
-        return "recorded", f"recorded in the ledger: {outcome} - {result.get('summary', '')}"
+    """(kind, text) for a Lambda task's result, or None when it is not worth a line. A step of the
+    registry is described in its entry's words (``nodeheal.steps``)."""
+    step = step_of_handler(handler)
+    if step is not None:
+        return step.timeline(result) if step.timeline is not None else None
     return None
-
-
-def _describe_admission(result: Mapping[str, Any]) -> tuple[str, str]:
-    verdict = result.get("verdict")
-    decision = result.get("decision") or {}
-    note = str(result.get("note", ""))
-    if verdict == "stop":
-        return "decision", f"stop: {note}"
-    if verdict == "confirm":
-        return "decision", f"confirming: {note}"
-    if verdict == "wait":
-        return "decision", f"waiting behind another remediation: {note}"
-    action = str(decision.get("action", "?"))
-    reason = brief_reason(str(decision.get("reason", "")))
-    if result.get("refused"):
-        planned = decision.get("plannedAction", action)
-        breaker = " [circuit breaker OPENED]" if result.get("breakerOpened") else ""
-        return "decision", f"decision: {action} instead of {planned}{breaker} - {note}"
-    escalated = " (escalated)" if decision.get("escalated") else ""
-    preempted = f" (took over from {result['preempted']})" if result.get("preempted") else ""
-    return "decision", f"decision: {action.upper()}{escalated}{preempted} - {reason}"
-
-
-def _describe_drain(result: Mapping[str, Any]) -> tuple[str, str]:
-    evicted = int(result.get("evicted", 0))
-    blocked = int(result.get("pdbBlocked", 0))
-    held = int(result.get("heldBackDoNotDisrupt", 0))
-    if result.get("done"):
-        return "drained", f"drained: {evicted} pod(s) evicted, {blocked} eviction(s) refused by a PDB"
-    parts = [f"eviction round {result.get('rounds', 1)}: {evicted} evicted"]
-    if result.get("terminating"):
-        parts.append(f"{result['terminating']} terminating")
-    if result.get("lastBlocked"):
-        parts.append(f"{len(result['lastBlocked'])} refused by a PDB (429), retried next round")
-    if held:
-        parts.append(f"{held} karpenter.sh/do-not-disrupt held back")
-    return "drain-round", ", ".join(parts)
-
-
-def _describe_instance_action(result: Mapping[str, Any], call: str, kind: str) -> tuple[str, str]:
-    if not result.get("performed"):
-        return kind, f"{call} not called: {result.get('skipped')}"
-    instance = result.get("instanceId", "")
-    if result.get("alreadyGone"):
-        return kind, f"{call} {instance}: already gone ({result.get('previousState')})"
-    escalation = " (reboot did not heal it)" if result.get("escalation") else ""
-    return kind, f"EC2 {call} {instance}{escalation}"
 
 
 # -- the remediation history table -----------------------------------------------------------------

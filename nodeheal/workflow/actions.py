@@ -26,6 +26,7 @@ from nodeheal.instances import verify_ownership
 from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
+from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, REBOOT, TERMINATE, UNCORDON
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard, story
 from nodeheal.workflow.drain_policy import (
@@ -68,7 +69,7 @@ def _fail_on_permanent_errors(failed: Sequence[PodOutcomeView], what: str) -> No
 # -- cordon ------------------------------------------------------------------------------------
 
 
-@story.told("cordon", story.cordoned)
+@story.told(CORDON.name, story.cordoned)
 def cordon(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def cordon(
         now=now,
         live_mode=mode,
         allowed=(Mode.FULL, Mode.CORDON_ONLY),
-        step="cordon",
+        step=CORDON.name,
         # Admitted while another execution's cordon was on the node: that taint gone now means a
         # person took the node back since (a holder that lost the node cannot uncordon it), and
         # what began before that is theirs to decide (I16).
@@ -111,7 +112,7 @@ def cordon(
 # -- drain -------------------------------------------------------------------------------------
 
 
-@story.told("drain")
+@story.told(DRAIN.name)
 def drain_round(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -124,7 +125,14 @@ def drain_round(
     node that took the name mid-drain would have its pods evicted.
     """
     guard.before_mutation(
-        state, kube, ledger, now=now, live_mode=mode, allowed=(Mode.FULL,), step="drain", require_taint=True
+        state,
+        kube,
+        ledger,
+        now=now,
+        live_mode=mode,
+        allowed=(Mode.FULL,),
+        step=DRAIN.name,
+        require_taint=True,
     )
     drain_settings = state.settings.drain
     previous: Mapping[str, Any] = state.step("drain") or {}
@@ -241,7 +249,7 @@ def _listed_on_admitted_node(state: WorkflowState, kube: KubeAccess) -> tuple[li
     return pods, node
 
 
-@story.told("force-drain")
+@story.told(FORCE_DRAIN.name)
 def force_drain(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -320,7 +328,7 @@ def _verified_instance(state: WorkflowState, node: LiveNode, ec2: InstancePort) 
     return instance
 
 
-@story.told("terminate", story.terminating)
+@story.told(TERMINATE.name, story.terminating)
 def terminate(
     state: WorkflowState,
     kube: KubeAccess,
@@ -340,7 +348,7 @@ def terminate(
         now=now,
         live_mode=mode,
         allowed=(Mode.FULL,),
-        step="terminate",
+        step=TERMINATE.name,
         require_taint=True,
         not_ready_counts=escalation,
     )
@@ -403,7 +411,7 @@ def _delete_nodeclaim(state: WorkflowState, kube: KubeAccess) -> dict[str, Any]:
     }
 
 
-@story.told("reboot", story.rebooting)
+@story.told(REBOOT.name, story.rebooting)
 def reboot(
     state: WorkflowState,
     kube: KubeAccess,
@@ -414,7 +422,14 @@ def reboot(
     mode: Mode,
 ) -> dict[str, Any]:
     node = guard.before_mutation(
-        state, kube, ledger, now=now, live_mode=mode, allowed=(Mode.FULL,), step="reboot", require_taint=True
+        state,
+        kube,
+        ledger,
+        now=now,
+        live_mode=mode,
+        allowed=(Mode.FULL,),
+        step=REBOOT.name,
+        require_taint=True,
     )
     worse = (
         str((state.step("drain") or {}).get("worsened", ""))
@@ -470,7 +485,7 @@ def _remembered_replacement(state: WorkflowState, ledger: LedgerPort, node: Live
     return f"{worst.reason}, which calls for {worst.planned_action.value}: replacing instead of rebooting"
 
 
-@story.told("check-recovery", story.recovery_checked)
+@story.told(CHECK_RECOVERY.name, story.recovery_checked)
 def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dict[str, Any]:
     """recovered: new boot ID, Ready, condition not bad (or bad only from before the reboot and
     since cleared); failed: timed out or faulted again after the reboot; pending: keep waiting."""
@@ -516,7 +531,7 @@ def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dic
     return {**base, "status": "pending", "detail": "waiting for the node to come back"}
 
 
-@story.told("uncordon", story.uncordoned)
+@story.told(UNCORDON.name, story.uncordoned)
 def uncordon(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -529,7 +544,7 @@ def uncordon(
         now=now,
         live_mode=mode,
         allowed=(Mode.FULL, Mode.CORDON_ONLY),
-        step="uncordon",
+        step=UNCORDON.name,
         require_taint=False,
         require_bad=False,
     )

@@ -33,8 +33,8 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from nodeheal.errors import InvalidEventError
+from nodeheal.steps import RECORD, RECORD_FAILURE
 from nodeheal.timeutil import format_timestamp
-from nodeheal.timing import TASK_TIMEOUT_SECONDS
 from nodeheal.workflow.ports import LedgerPort, NotifierPort
 from nodeheal.workflow.recording import record_failure
 from nodeheal.workflow.state import WorkflowState
@@ -48,9 +48,7 @@ _STATUS_ERRORS = {"TIMED_OUT": "States.Timeout", "ABORTED": "ExecutionAborted", 
 #: How long after its execution stopped a Record step's Lambda may still be running: Step Functions
 #: does not stop a running task when the execution times out, is aborted or fails, and a Lambda
 #: runs at most its timeout, after up to 10 s of initialisation.
-RECORD_STEP_LIFETIME = timedelta(
-    seconds=max(TASK_TIMEOUT_SECONDS["record"], TASK_TIMEOUT_SECONDS["record-failure"]) + 10
-)
+RECORD_STEP_LIFETIME = timedelta(seconds=max(RECORD.timeout_seconds, RECORD_FAILURE.timeout_seconds) + 10)
 
 
 @dataclass(frozen=True, slots=True)

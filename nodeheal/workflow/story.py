@@ -53,6 +53,17 @@ from nodeheal.actions import Action
 from nodeheal.errors import RemediationPausedError, RemediationStoppedError
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
 from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, PodView
+from nodeheal.steps import (
+    ADMIT,
+    CHECK_RECOVERY,
+    CORDON,
+    DRAIN,
+    FORCE_DRAIN,
+    REBOOT,
+    STOPPED_REASON,
+    TERMINATE,
+    UNCORDON,
+)
 from nodeheal.workflow.ports import DeletionOutcome, EvictionOutcome, KubeAccess
 from nodeheal.workflow.state import WorkflowState
 from nodeheal.workflow.verdicts import CONFIRM, STOP, WAIT, Admission
@@ -181,12 +192,19 @@ def admitted(state: WorkflowState, admission: Admission) -> list[ObjectEvent]:
 
     def event(reason: str, action: str, note: str, *, warning: bool = False) -> ObjectEvent:
         return _event(
-            state, "admit", at, reason=reason, action=action, note=note, warning=warning, regarding=regarding
+            state,
+            ADMIT.name,
+            at,
+            reason=reason,
+            action=action,
+            note=note,
+            warning=warning,
+            regarding=regarding,
         )
 
     if admission.verdict == STOP or decision is None:
         note = f"Nothing done about {state.condition_type}: {admission.note}"
-        return [event("RemediationSkipped", "Admit", note)]
+        return [event(STOPPED_REASON, "Admit", note)]
     planned = decision.planned_action.value
     if admission.verdict == CONFIRM:
         if previous == CONFIRM:
@@ -223,7 +241,7 @@ def cordoned(state: WorkflowState, result: Mapping[str, Any], now: datetime) -> 
         f"Cordoned and tainted {UNHEALTHY_TAINT_KEY}:NoSchedule for {_fault(state)}, so no new pod "
         f"lands on the node; next: {then}"
     )
-    return [_event(state, "cordon", now, reason="Cordoned", action="Cordon", note=note)]
+    return [_event(state, CORDON.name, now, reason="Cordoned", action="Cordon", note=note)]
 
 
 def drain_round(
@@ -268,7 +286,7 @@ def drain_round(
         told.append(
             _event(
                 state,
-                "drain",
+                DRAIN.name,
                 now,
                 reason=reason,
                 action="Drain",
@@ -286,7 +304,7 @@ def drain_round(
         told.append(
             _event(
                 state,
-                "drain",
+                DRAIN.name,
                 now,
                 reason="Evicted",
                 action="Evict",
@@ -304,7 +322,7 @@ def drain_refused(state: WorkflowState, result: Mapping[str, Any], now: datetime
     return [
         _event(
             state,
-            "drain",
+            DRAIN.name,
             now,
             reason="DrainRefused",
             action="Drain",
@@ -328,7 +346,7 @@ def drain_forced(
     told = [
         _event(
             state,
-            "force-drain",
+            FORCE_DRAIN.name,
             now,
             reason="DrainForced",
             action="ForceDelete",
@@ -349,7 +367,7 @@ def drain_forced(
         told.append(
             _event(
                 state,
-                "force-drain",
+                FORCE_DRAIN.name,
                 now,
                 reason="ForceDeleted",
                 action="Delete",
@@ -388,7 +406,7 @@ def terminating(state: WorkflowState, result: Mapping[str, Any], now: datetime) 
             )
     if result.get("nodeDeleted"):
         note += "; the Node object is deleted (deleteNodeAfterTerminate)"
-    return [_event(state, "terminate", now, reason="Terminating", action="Terminate", note=note)]
+    return [_event(state, TERMINATE.name, now, reason="Terminating", action="Terminate", note=note)]
 
 
 def rebooting(state: WorkflowState, result: Mapping[str, Any], now: datetime) -> list[ObjectEvent]:
@@ -398,16 +416,22 @@ def rebooting(state: WorkflowState, result: Mapping[str, Any], now: datetime) ->
             f"{state.settings.reboot.recovery_timeout_seconds}s for the node to come back Ready with a new "
             "boot ID and the condition healthy"
         )
-        return [_event(state, "reboot", now, reason="Rebooting", action="Reboot", note=note)]
+        return [_event(state, REBOOT.name, now, reason="Rebooting", action="Reboot", note=note)]
     if result.get("escalateTo"):
         note = f"Not rebooting: {result.get('skipped', '')}"
         return [
             _event(
-                state, "reboot", now, reason="EscalatedToReplace", action="Escalate", note=note, warning=True
+                state,
+                REBOOT.name,
+                now,
+                reason="EscalatedToReplace",
+                action="Escalate",
+                note=note,
+                warning=True,
             )
         ]
     note = "Not rebooting: the EC2 instance is already shutting down or gone"
-    return [_event(state, "reboot", now, reason="RemediationSkipped", action="Reboot", note=note)]
+    return [_event(state, REBOOT.name, now, reason=STOPPED_REASON, action="Reboot", note=note)]
 
 
 def recovery_checked(state: WorkflowState, result: Mapping[str, Any], now: datetime) -> list[ObjectEvent]:
@@ -415,13 +439,15 @@ def recovery_checked(state: WorkflowState, result: Mapping[str, Any], now: datet
     detail = str(result.get("detail", ""))
     if status == "recovered":
         note = f"Recovered after the reboot: {detail}; NodeHeal's cordon is removed next"
-        return [_event(state, "check-recovery", now, reason="Recovered", action="CheckRecovery", note=note)]
+        return [
+            _event(state, CHECK_RECOVERY.name, now, reason="Recovered", action="CheckRecovery", note=note)
+        ]
     if status == "failed":
         note = f"Not recovered after the reboot: {detail}; the instance is terminated next"
         return [
             _event(
                 state,
-                "check-recovery",
+                CHECK_RECOVERY.name,
                 now,
                 reason="RecoveryFailed",
                 action="CheckRecovery",
@@ -442,7 +468,7 @@ def uncordoned(state: WorkflowState, result: Mapping[str, Any], now: datetime) -
         else f"{state.condition_type} cleared (drain.onConditionCleared=uncordon)"
     )
     note = f"Uncordoned: NodeHeal's cordon and {UNHEALTHY_TAINT_KEY} taint are removed, since {why}"
-    return [_event(state, "uncordon", now, reason="Uncordoned", action="Uncordon", note=note)]
+    return [_event(state, UNCORDON.name, now, reason="Uncordoned", action="Uncordon", note=note)]
 
 
 def _stop_story(
@@ -457,7 +483,7 @@ def stopped(state: WorkflowState, function: str, stop: RemediationStoppedError, 
         state,
         function,
         now,
-        reason="RemediationSkipped",
+        reason=STOPPED_REASON,
         action="Stop",
         note=f"Stopped ({type(stop).__name__.removesuffix('Error')}): {stop}",
         warning=isinstance(stop, RemediationPausedError),

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from nodeheal.cdk.constructs.lambda_function import CLOUDWATCH_RETENTION_DAYS, retention_in_days
-from nodeheal.cdk.workflow_tasks import _MUTATION_GUARD, FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
+from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.stack_outputs import required_outputs
+from nodeheal.steps import MUTATION_GUARD
 from nodeheal.timing import (
     MUTATING_TASKS,
     NOT_IDEMPOTENT_TASKS,
@@ -180,7 +181,7 @@ def test_defect_6_the_worst_case_counts_every_retry_the_state_machine_has(defaul
         seen.add(task)
     assert seen == set(TASK_TIMEOUT_SECONDS)
     # The steps the contended retry covers are exactly those granted the mutation claim.
-    assert {task.name for task in WORKFLOW_TASKS if task.ledger[:2] == _MUTATION_GUARD} == MUTATING_TASKS
+    assert {task.name for task in WORKFLOW_TASKS if task.ledger[:2] == MUTATION_GUARD} == MUTATING_TASKS
     holding = holding_worst_case(default_stack.config.remediation)
     assert holding.seconds("a contender that never takes over") == contended_wait_seconds(
         default_stack.config.remediation, TASK_TIMEOUT_SECONDS

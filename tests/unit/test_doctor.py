@@ -37,10 +37,11 @@ from nodeheal.doctor import (
 )
 from nodeheal.errors import KubernetesApiUnavailableError
 from nodeheal.events import EXPORTER_HEARTBEATS_METRIC
+from nodeheal.grants import Permission
 from nodeheal.kube.access_review import AccessAnswer
 from nodeheal.kube_views import LiveNode
 from nodeheal.patterns import match
-from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE, Permission
+from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE
 from nodeheal.workflow.preview import LedgerReader
 from tests.deployment import MemoryEksAccess
 

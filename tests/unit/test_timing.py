@@ -283,9 +283,9 @@ def _event() -> dict[str, Any]:
 
 def test_defect_7_the_call_budgets_are_the_adapters_own_timeouts() -> None:
     """Task timeouts are computed from these; they must be the ones the adapters really use."""
-    from nodeheal import deadline, runtime
+    from nodeheal import deadline, runtime, steps
     from nodeheal.kube.client import DEFAULT_REQUEST_TIMEOUT
 
-    assert sum(DEFAULT_REQUEST_TIMEOUT) == timing.KUBE_REQUEST_SECONDS
-    assert runtime.AWS_CONNECT_TIMEOUT_SECONDS + runtime.AWS_READ_TIMEOUT_SECONDS == timing.AWS_CALL_SECONDS
-    assert deadline.LAMBDA_RESERVE_SECONDS == timing.LAMBDA_RESERVE_SECONDS
+    assert sum(DEFAULT_REQUEST_TIMEOUT) == steps.KUBE_REQUEST_SECONDS
+    assert runtime.AWS_CONNECT_TIMEOUT_SECONDS + runtime.AWS_READ_TIMEOUT_SECONDS == steps.AWS_CALL_SECONDS
+    assert deadline.LAMBDA_RESERVE_SECONDS == steps.LAMBDA_RESERVE_SECONDS

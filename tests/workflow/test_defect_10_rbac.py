@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from nodeheal.errors import KubernetesApiError
+from nodeheal.grants import Permission
 from nodeheal.kube.client import StaticClientProvider, request_json
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.transport import KubeTransport
-from nodeheal.rbac import Permission
 from nodeheal.sim.apiserver.authorizer import UserInfo, function_user, nodeheal_authorizer
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import CLUSTER, XID_48, XID_79, Pipeline, open_pipeline

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from nodeheal.grants import Permission
 from nodeheal.kube_event_body import REPORTING_CONTROLLER
-from nodeheal.rbac import Permission
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import XID_48, XID_79, Pipeline
 from tests.workflow.test_remediation_workflow import _heal_on_reboot, workload_pods

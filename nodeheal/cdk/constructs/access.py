@@ -31,6 +31,7 @@ from constructs import Construct
 from nodeheal.cdk.constructs.lambda_function import NodeHealFunction
 from nodeheal.cdk.workflow_tasks import TaskSpec
 from nodeheal.deploy_config import NodeHealConfig
+from nodeheal.steps import TERMINATE
 
 #: What a function needs on the ledger's customer managed key, through DynamoDB only.
 LEDGER_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey")
@@ -142,7 +143,7 @@ class AccessConstruct(Construct):
         the role keeps DescribeInstances (the ownership check) and loses TerminateInstances. An
         execution that started before a redeploy switched the method to delete-nodeclaim still
         carries ec2-terminate: its terminate step fails with AccessDenied, like any failed step."""
-        if spec.name == "terminate" and self._config.remediation.replace.deletes_nodeclaim:
+        if spec.name == TERMINATE.name and self._config.remediation.replace.deletes_nodeclaim:
             return ()
         return spec.ec2_mutations
 

@@ -34,14 +34,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nodeheal.grants import Permission, PolicyRule
 from nodeheal.kube.client import StaticClientProvider
 from nodeheal.rbac import (
     DEFAULT_GROUP_PREFIX,
     EXPORTER_NAMESPACE,
     EXPORTER_ROLES,
     EXPORTER_SERVICE_ACCOUNT,
-    Permission,
-    PolicyRule,
     function_roles,
 )
 from nodeheal.sim.apiserver import messages

@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from nodeheal.steps import ADMIT, CORDON, DRAIN, REBOOT, TERMINATE
+
 #: Every fault kind, grouped as the issue lists them. The coverage counter reports each.
 CLUSTER_FAULTS = (
     "gpu-fault",  # a healthy node's GPU fails (the load every schedule carries)
@@ -174,15 +176,15 @@ def draw_dropped_fault_plan(
 
 #: The functions each identity fault fires before, on the execution's own node.
 IDENTITY_BEFORE = {
-    "kubelet-re-registers": ("cordon", "drain"),
-    "person-takes-node-back": ("drain", "reboot", "terminate"),
-    "instance-untagged": ("reboot", "terminate"),
+    "kubelet-re-registers": (CORDON.name, DRAIN.name),
+    "person-takes-node-back": (DRAIN.name, REBOOT.name, TERMINATE.name),
+    "instance-untagged": (REBOOT.name, TERMINATE.name),
 }
 #: The function each lesser-reason fault fires before (the simulation's hook, before the handler runs).
 LESSER_REASON_BEFORE = {
-    "lesser-reason-before-admit": ("admit",),
-    "lesser-reason-mid-drain": ("drain",),
-    "lesser-reason-before-instance-action": ("reboot", "terminate"),
+    "lesser-reason-before-admit": (ADMIT.name,),
+    "lesser-reason-mid-drain": (DRAIN.name,),
+    "lesser-reason-before-instance-action": (REBOOT.name, TERMINATE.name),
 }
 #: The pods that a refuse setting refuses while a hold covers them (refuse-beside-held): an app
 #: label an allow-completion eviction mode names in such a schedule's settings.

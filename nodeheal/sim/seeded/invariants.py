@@ -30,6 +30,7 @@ from nodeheal.sim.seeded.schedule import (
     transition_key,
 )
 from nodeheal.sim.seeded.world import Mutation
+from nodeheal.steps import ADMIT, DRAIN, FORCE_DRAIN, RECORD
 from nodeheal.timeutil import parse_timestamp
 from nodeheal.timing import NOT_IDEMPOTENT_TASKS, holding_worst_case, remediation_bound
 from nodeheal.workflow.budget import PoolHealth, pool_allowance
@@ -286,7 +287,7 @@ class Invariants:
 
     def invocation_started(self, invocation: Invocation) -> None:
         self._track_conditions()
-        if invocation.function in ("drain", "force-drain"):
+        if invocation.function in (DRAIN.name, FORCE_DRAIN.name):
             node = str(invocation.admitted.get("name", ""))
             refused = [pod for pod in self.sim.world.pods_on(node) if self._refuse_class(pod)]
             if refused:
@@ -375,9 +376,9 @@ class Invariants:
 
     def task_returned(self, function: str, execution: str, result: Any) -> None:
         """A handler returned (its result reaches the state machine unless the run stopped)."""
-        if function == "record" and execution and isinstance(result, Mapping) and result.get("outcome"):
+        if function == RECORD.name and execution and isinstance(result, Mapping) and result.get("outcome"):
             self._recorded_by_step[execution] = str(result["outcome"])
-        if function == "admit" and execution:
+        if function == ADMIT.name and execution:
             self._happened += 1
             self._admitted_at[execution] = (self.sim.clock, self._happened)
             self._admitted_event(execution)

@@ -58,6 +58,7 @@ from nodeheal.sim.seeded.world import (
     Mutation,
     World,
 )
+from nodeheal.steps import ADMIT, CORDON, DRAIN, REBOOT, RECORD, TERMINATE
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.finalizer import EndedExecution
 from nodeheal.workflow.ports import KubeAccess
@@ -599,7 +600,7 @@ class Simulation:
             return asl.TaskOutcome(
                 error="Sandbox.Timedout", cause="Task timed out (killed after its side effects)"
             )
-        if execution and function.name == "admit":
+        if execution and function.name == ADMIT.name:
             self._after_admit(execution, result)
         self.invariants.task_returned(function.name, execution, result)
         return asl.TaskOutcome(output=json.loads(json.dumps(result)))
@@ -612,7 +613,7 @@ class Simulation:
         sim_execution = self.executions.get(execution)
         if sim_execution is None:
             return
-        if function == "drain" and self.armed.get("contender-ends") and execution not in self._provoked:
+        if function == DRAIN.name and self.armed.get("contender-ends") and execution not in self._provoked:
             # contender-ends aims at an execution that waits to take a node over: a drain round
             # about to claim the node for a lesser fault gets a replace-class fault beside it.
             self._provoked.add(execution)
@@ -621,7 +622,8 @@ class Simulation:
             if function in functions and self.armed.get(kind):
                 self._change_identity(kind, sim_execution.key[1])
         node = sim_execution.key[1]
-        if function in ("cordon", "drain", "reboot", "terminate") and self.world.set_provider_id(node):
+        acts_on_the_node = (CORDON.name, DRAIN.name, REBOOT.name, TERMINATE.name)
+        if function in acts_on_the_node and self.world.set_provider_id(node):
             # provider-id-late: the instance is named between admit and the first step acting on it.
             self.log(f"  provider-id-late: {node.split('.')[0]} now names its instance")
         for kind, functions in LESSER_REASON_BEFORE.items():
@@ -696,7 +698,7 @@ class Simulation:
             )
             if outcome.error:
                 execution.last_error_state = state_name
-            elif function.name == "admit":
+            elif function.name == ADMIT.name:
                 self.log(admission_trace(execution.run.name, outcome.output))
             return outcome
 
@@ -751,7 +753,7 @@ class Simulation:
     def _timeout_in_record(self, invocation: Invocation) -> None:
         """timeout-in-record: the execution times out while its Record outcome task runs, and the
         finalizer runs on its status-change event at once, while that task is still running."""
-        if invocation.function != "record" or not invocation.execution:
+        if invocation.function != RECORD.name or not invocation.execution:
             return
         execution = self.executions.get(invocation.execution)
         if execution is None or execution.run.done or not self._consume("timeout-in-record"):

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import pytest
 
 from nodeheal.errors import KubernetesApiError
+from nodeheal.grants import Permission
 from nodeheal.kube.access_review import AccessReviews, resource_attributes
 from nodeheal.kube.client import StaticClientProvider
-from nodeheal.rbac import KUBERNETES_RULES, Permission
+from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.sim.apiserver.authorizer import (
     AUTHENTICATED_GROUP,
     RbacAuthorizer,

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from nodeheal.grants import Permission, PolicyRule
 from nodeheal.kube.client import StaticClientProvider, request_json
-from nodeheal.rbac import Permission, PolicyRule
 from nodeheal.sim.apiserver.authorizer import (
     RbacAuthorizer,
     RoleBinding,

@@ -16,7 +16,7 @@ import pytest
 import urllib3
 from kubernetes import client, watch
 
-from nodeheal.rbac import PolicyRule
+from nodeheal.grants import PolicyRule
 from nodeheal.sim.apiserver import (
     ClusterStore,
     FakeKubeApiServer,

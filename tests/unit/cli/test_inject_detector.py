@@ -19,9 +19,10 @@ import pytest
 from nodeheal import injection
 from nodeheal.commands.inject import XID_REASONS, xid_message
 from nodeheal.config import RemediationSettings
+from nodeheal.grants import Permission
 from nodeheal.kube.client import http_transport
 from nodeheal.kube.fault_injection import exec_in_pod, generated_client
-from nodeheal.rbac import FAULT_INJECTOR, Permission, function_roles, render_fault_injector_manifest
+from nodeheal.rbac import FAULT_INJECTOR, function_roles, render_fault_injector_manifest
 from nodeheal.sim.apiserver import ClusterStore, FakeKubeApiServer, make_node, make_pod
 from nodeheal.sim.apiserver.authorizer import AUTHENTICATED_GROUP, RbacAuthorizer, RoleBinding, UserInfo
 from nodeheal.sim.apiserver.podexec import ExecResult
