@@ -267,6 +267,15 @@ def table(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"storm: {storm['nodes']} nodes faulted",
             f"injected in {storm['injectSeconds']:.2f} s; all decided after {storm['decidedSeconds']:.1f} s"
             + (" (not all within the limit)" if storm["timedOut"] else ""),
+            "decided within 120 s",
+            not storm["timedOut"] and storm["decidedSeconds"] <= 120,
+        ),
+        _row(
+            "storm: where the CPU went (one process)",
+            f"{storm['processCpuSeconds']:.0f} s: {storm['handlerCpuSeconds']:.0f} s in the handlers"
+            " (NodeHeal's code and moto answering its calls),"
+            f" {storm['harnessOnlyCpuSeconds']:.0f} s the local harness alone (moto's Step Functions,"
+            " the rule pump, the fake API server and cluster, synthesis)",
         ),
         _row(
             "storm: remediated / alerted / lost",

@@ -113,6 +113,10 @@ class LocalAws:
         self.on_instances_rebooted: list[Callable[[list[str]], None]] = []
         self.on_instances_terminated: list[Callable[[list[str]], None]] = []
         self.invocations: list[tuple[str, str]] = []  # (function logical id, outcome)
+        #: CPU seconds spent inside the handlers (NodeHeal's code and moto answering its calls):
+        #: the benchmarks tell it apart from the rest of the process (moto's Step Functions, the
+        #: rule pump, the fake API server), which only the local harness spends.
+        self.handler_cpu_seconds = 0.0
         #: Called (in the execution's thread) after each Lambda task, with what it returned or raised.
         self.on_invocation: list[Callable[[Invocation], None]] = []
         self._clients: dict[str, Any] = {}
@@ -559,7 +563,11 @@ class LocalAws:
                 timeout_seconds=spec.timeout_seconds,
                 invoked_function_arn=f"arn:aws:lambda:{self.region}:{ACCOUNT_ID}:function:{logical_id}",
             )
-            return handler(payload, context)
+            started = time.thread_time()
+            try:
+                return handler(payload, context)
+            finally:
+                self.handler_cpu_seconds += time.thread_time() - started
 
     @contextlib.contextmanager
     def between_invocations(self) -> Iterator[None]:
