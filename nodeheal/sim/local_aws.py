@@ -869,10 +869,9 @@ def _parse_tree(definition: str) -> Any:
 def _keep_texts(tree: Any) -> None:
     """Give every rule node of ``tree`` its text, computed once bottom-up (antlr4 4.13's
     ``RuleContext.getText`` concatenates its children's texts on every call)."""
-    from antlr4.tree.Tree import TerminalNode
 
     def text_of(node: Any) -> str:
-        if isinstance(node, TerminalNode):
+        if hasattr(node, "symbol"):  # a terminal node: its token's text
             return str(node.getText())
         text = "".join(text_of(child) for child in node.getChildren())
         node.getText = functools.partial(str, text)  # an instance attribute: this node only
