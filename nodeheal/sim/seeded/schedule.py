@@ -47,7 +47,7 @@ from nodeheal.sim.seeded.faults import (
     LESSER_REASON_BEFORE,
     PlannedFault,
 )
-from nodeheal.sim.seeded.ledger import MemoryLedger
+from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.sim.seeded.template import REGION, STATE_MACHINE_ARN, SimFunction, SimTemplate
 from nodeheal.sim.seeded.world import (
     Budget,

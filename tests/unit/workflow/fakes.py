@@ -11,7 +11,7 @@ from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings
 from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, LiveNode, PodView, Taint
 from nodeheal.sim.apiserver.objects import make_node
-from nodeheal.sim.seeded.ledger import MemoryLedger
+from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.state import WorkflowState
 

@@ -16,7 +16,7 @@ from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import NodeReplacedError
 from nodeheal.kube_views import LiveNode
-from nodeheal.sim.seeded.ledger import MemoryLedger
+from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.sim.seeded.world import MemoryInstances, MemoryNodes, MemoryPods, Mutation, World
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow import actions
