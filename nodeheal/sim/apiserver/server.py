@@ -27,10 +27,10 @@ from nodeheal.sim.apiserver.authorizer import (
     UserInfo,
     request_attributes,
 )
-from nodeheal.sim.apiserver.faults import FaultInjector
 from nodeheal.sim.apiserver.fielderrors import go_quote, invalid_error, not_supported
 from nodeheal.sim.apiserver.messages import APF_TOO_MANY_REQUESTS
 from nodeheal.sim.apiserver.paging import list_body
+from nodeheal.sim.apiserver.request_faults import FaultInjector
 from nodeheal.sim.apiserver.resources import SERVED, ResourceType
 from nodeheal.sim.apiserver.selectors import parse_field_selector, parse_label_selector
 from nodeheal.sim.apiserver.status import (
