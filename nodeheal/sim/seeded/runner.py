@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeheal.sim.pipeline import FAST_CONTEXT, deep_merge
-from nodeheal.sim.seeded import inject
+from nodeheal.sim.seeded import fault_effects
 from nodeheal.sim.seeded.faults import (
     DROPPED_FAULT_CHANCE,
     FAULT_KINDS,
@@ -120,7 +120,7 @@ def _run(
         trace=trace,
         ledger_factory=ledger_factory,
         settings_overrides=lambda rng, raw: raw.update(deep_merge(raw, SIMULATION_SETTINGS)),
-        injector=inject,
+        injector=fault_effects,
         observer=Invariants,
     )
     violation: Violation | None = None

@@ -298,7 +298,7 @@ class SimOptions:
 
 
 class FaultInjector(Protocol):
-    """How faults reach the world (:mod:`nodeheal.sim.seeded.inject`, handed in by the runner:
+    """How faults reach the world (:mod:`nodeheal.sim.seeded.fault_effects`, handed in by the runner:
     it reads the simulation, so it cannot be imported here)."""
 
     def inject(self, sim: Simulation, fault: PlannedFault) -> None: ...
