@@ -23,7 +23,7 @@ from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
 COMMAND_MODULES: tuple[str, ...] = (
     "nodeheal.commands.demo",
     "nodeheal.commands.explain",
-    "nodeheal.commands.test_pattern",
+    "nodeheal.commands.rule_matching",
     "nodeheal.commands.history",
     "nodeheal.commands.inject",
     "nodeheal.commands.admission",

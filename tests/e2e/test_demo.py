@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nodeheal.cli import main
-from nodeheal.commands import demo, test_pattern
+from nodeheal.commands import demo, rule_matching
 from nodeheal.sim import scenarios
 from nodeheal.sim.timeline import NODE_COLUMN
 from nodeheal.workflow.records import Outcome
@@ -219,10 +219,10 @@ def test_a_rule_that_does_not_match_the_node_is_said_at_once_with_test_patterns_
     from nodeheal.sim.pipeline import TEMPLATES, demo_context
 
     context, _ = demo_context(json.loads(config.read_text())["context"]["nodeheal"], demo.DEFAULT_SPEED)
-    rules = test_pattern.template_rules(TEMPLATES.get(context).template)
+    rules = rule_matching.template_rules(TEMPLATES.get(context).template)
     example = ROOT / "examples" / "events" / "xid79-fallen-off-the-bus.json"
-    events = list(test_pattern.read_events([str(example)], source="nodeheal.exporter."))
-    (verdict,) = [v for v in test_pattern.evaluate(rules, events) if v.rule.startswith("IngestRule")]
+    events = list(rule_matching.read_events([str(example)], source="nodeheal.exporter."))
+    (verdict,) = [v for v in rule_matching.evaluate(rules, events) if v.rule.startswith("IngestRule")]
     why = "; ".join(verdict.reasons)
     assert why == 'detail.node.labels.team: is missing; expected "ml"'
     story = captured.out[captured.out.index("\ntimeline (") :]
