@@ -28,7 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "nodeheal.commands.inject",
     "nodeheal.commands.admission",
     "nodeheal.commands.retry",
-    "nodeheal.commands.doctor",
+    "nodeheal.commands.doctor_report",
     "nodeheal.commands.exporter",
     "nodeheal.commands.simulate",
 )
