@@ -28,7 +28,7 @@ from nodeheal.sim.apiserver.objects import make_node, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.local_aws import LocalAws
-from nodeheal.sim.template import SynthesizedApp
+from nodeheal.sim.stack.synthesized_app import SynthesizedApp
 from nodeheal.timeutil import utc_now
 
 # Set before any handler module is imported (Powertools reads them then): what the stack and the

@@ -32,7 +32,7 @@ from nodeheal.commands.extras import require_extra
 from nodeheal.commands.output import print_json
 from nodeheal.deploy_config import config_source
 from nodeheal.errors import ConfigurationError
-from nodeheal.sim.template import quiet_jsii
+from nodeheal.sim.stack.synthesized_app import quiet_jsii
 
 #: The scenario ``nodeheal demo`` plays without ``--scenario``. Defined here, not imported from the
 #: simulation, so that registering the command (every ``nodeheal`` run) needs no simulation package.

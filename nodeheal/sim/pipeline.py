@@ -53,8 +53,8 @@ from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.cluster import SimulatedCluster
 from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings
 from nodeheal.sim.local_aws import Invocation, LocalAws
-from nodeheal.sim.rule_targets import Delivery, RuleTargetPump
-from nodeheal.sim.template import SynthesizedApp
+from nodeheal.sim.stack.rule_targets import Delivery, RuleTargetPump
+from nodeheal.sim.stack.synthesized_app import SynthesizedApp
 from nodeheal.sim.timeline import Timeline, describe_task, short_node
 from nodeheal.steps import RECORD, RECORD_FAILURE, STEPS
 from nodeheal.timeutil import parse_timestamp, utc_now
