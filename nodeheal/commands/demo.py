@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
 def demo_settings(path: str | None) -> tuple[str, dict[str, Any]]:
     """Where the demo's settings come from (what its header prints), and cdk.json's ``nodeheal``
     object; the built-in defaults need only a cluster, which the demo replaces by its own anyway."""
-    from nodeheal.sim.pipeline import CLUSTER
+    from nodeheal.sim.stack.context import CLUSTER
 
     source = config_source(path)
     return source.description, source.context if source.context is not None else {"clusters": [CLUSTER]}
@@ -218,8 +218,10 @@ def _play(
     *,
     document_out: TextIO | None = None,
 ) -> int:
-    from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, demo_context
+    from nodeheal.sim.local_pipeline.wiring import LocalPipeline
     from nodeheal.sim.scenarios import SCENARIOS
+    from nodeheal.sim.stack.context import demo_context
+    from nodeheal.sim.stack.process_templates import TEMPLATES
     from nodeheal.sim.timeline import TimelinePrinter, history_table
 
     scenario = SCENARIOS[name]

@@ -32,7 +32,12 @@ from nodeheal.sim.cluster import (
 from nodeheal.sim.cluster_setup import ClusterLayout
 from nodeheal.sim.detectors import detector_of
 from nodeheal.sim.local_aws import Invocation, iter_task_results
-from nodeheal.sim.pipeline import LocalPipeline, PipelineStoppedError, align_to_second, wait_until
+from nodeheal.sim.local_pipeline.wiring import (
+    LocalPipeline,
+    PipelineStoppedError,
+    align_to_second,
+    wait_until,
+)
 from nodeheal.sim.timeline import short_node
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.budget import BreakerState

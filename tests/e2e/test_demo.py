@@ -216,7 +216,8 @@ def test_a_rule_that_does_not_match_the_node_is_said_at_once_with_test_patterns_
 
     captured = capsys.readouterr()
     # What test-pattern says about an Xid 79 event of a node without the label.
-    from nodeheal.sim.pipeline import TEMPLATES, demo_context
+    from nodeheal.sim.stack.context import demo_context
+    from nodeheal.sim.stack.process_templates import TEMPLATES
 
     context, _ = demo_context(json.loads(config.read_text())["context"]["nodeheal"], demo.DEFAULT_SPEED)
     rules = rule_matching.template_rules(TEMPLATES.get(context).template)

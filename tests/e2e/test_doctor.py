@@ -35,7 +35,8 @@ from nodeheal.sim.apiserver.authorizer import (
 from nodeheal.sim.apiserver.objects import make_node
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.local_aws import LocalAws
-from nodeheal.sim.pipeline import CLUSTER, synthesized
+from nodeheal.sim.stack.context import CLUSTER
+from nodeheal.sim.stack.process_templates import synthesized
 from tests.deployment import DoctorDeployment, deploy_for_doctor, eventbridge_stand_in
 
 pytestmark = pytest.mark.slow

@@ -36,7 +36,7 @@ from nodeheal.aws.ledger import Ledger
 from nodeheal.cli import build_parser, main
 from nodeheal.config import BudgetSettings
 from nodeheal.errors import LedgerContentionError, RemediationPausedError
-from nodeheal.sim.pipeline import synthesized
+from nodeheal.sim.stack.process_templates import synthesized
 from nodeheal.workflow import budget
 from nodeheal.workflow.guard import require_not_paused
 from tests.aws_fixtures import create_ledger_table
