@@ -18,8 +18,8 @@ from typing import Any
 from benchmarks.harness import CLUSTER, deep_merge, median, percentile, production_context, synthesized
 from nodeheal.config import BudgetSettings
 from nodeheal.sim.apiserver.objects import make_pod
-from nodeheal.sim.cluster import XID_79
-from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings
+from nodeheal.sim.cluster.layout import ClusterLayout, ClusterTimings
+from nodeheal.sim.cluster.simulated_cluster import XID_79
 from nodeheal.sim.local_pipeline.wiring import LocalPipeline, align_to_second
 from nodeheal.workflow.budget import PoolHealth, pool_allowance
 from nodeheal.workflow.records import Outcome

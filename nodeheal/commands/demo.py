@@ -380,8 +380,8 @@ def _indent(text: str) -> str:
 
 
 def _describe_setup(pipeline: Any, out: TextIO) -> None:
-    from nodeheal.sim.cluster import NOTEBOOK_SET
-    from nodeheal.sim.workload import TRAINING_JOB
+    from nodeheal.sim.cluster.simulated_cluster import NOTEBOOK_SET
+    from nodeheal.sim.cluster.workload import TRAINING_JOB
 
     cluster = pipeline.cluster
     layout = cluster.layout

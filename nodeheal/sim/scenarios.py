@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from nodeheal.actions import Action
 from nodeheal.events import cluster_source
 from nodeheal.kube_views import UNHEALTHY_TAINT_KEY
-from nodeheal.sim.cluster import (
+from nodeheal.sim.cluster.layout import ClusterLayout
+from nodeheal.sim.cluster.simulated_cluster import (
     DCGM_ERROR,
     GATEWAY_UNREACHABLE,
     NOTEBOOK_NAMESPACE,
@@ -29,7 +30,6 @@ from nodeheal.sim.cluster import (
     XID_79,
     Fault,
 )
-from nodeheal.sim.cluster_setup import ClusterLayout
 from nodeheal.sim.detectors import detector_of
 from nodeheal.sim.local_aws import Invocation, iter_task_results
 from nodeheal.sim.local_pipeline.wiring import (

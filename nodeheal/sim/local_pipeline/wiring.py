@@ -49,8 +49,8 @@ from nodeheal.sim.apiserver.authorizer import (
 )
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.store import ClusterStore
-from nodeheal.sim.cluster import SimulatedCluster
-from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings
+from nodeheal.sim.cluster.layout import ClusterLayout, ClusterTimings
+from nodeheal.sim.cluster.simulated_cluster import SimulatedCluster
 from nodeheal.sim.local_aws import Invocation, LocalAws
 from nodeheal.sim.stack.context import CLUSTER
 from nodeheal.sim.stack.rule_targets import Delivery, RuleTargetPump

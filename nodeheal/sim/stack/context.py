@@ -42,7 +42,6 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-
 #: The waits of cdk.json the demo divides by its speed, each with the least it may become: ASL
 #: waits are whole seconds, and the drain and the recovery need a few polls to show their shape.
 #: The lock TTL and the workflow timeout keep their values: they must cover Lambda timeouts and
