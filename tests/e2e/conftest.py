@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
+from nodeheal.sim.local_pipeline.scenarios.runner import ScenarioRun
 from nodeheal.sim.local_pipeline.wiring import LocalPipeline
-from nodeheal.sim.scenarios import SCENARIOS, ScenarioRun
 from nodeheal.sim.stack.process_templates import synthesized
 
 
