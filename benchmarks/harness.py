@@ -7,7 +7,6 @@ handlers, and the fake Kubernetes API server. Only the cluster contents differ p
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import statistics
@@ -70,16 +69,6 @@ def production_context() -> dict[str, Any]:
     context: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]["nodeheal"]
     context["mode"] = "full"
     return context
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
