@@ -281,11 +281,11 @@ class CliOperator:
 
     def breaker_reset(self, cluster: str) -> dict[str, Any]:
         """``nodeheal breaker reset --cluster CLUSTER --yes --json``: what it printed."""
-        from nodeheal.commands import admission
+        from nodeheal.commands import breaker
 
         aws = self._pipeline.aws
         parser = argparse.ArgumentParser(prog="nodeheal")
-        admission.register(parser.add_subparsers())
+        breaker.register(parser.add_subparsers())
         args = parser.parse_args(
             [
                 "breaker",
