@@ -38,11 +38,11 @@ from nodeheal.sim.local_aws import LocalAws
 from nodeheal.sim.stack.context import CLUSTER
 from nodeheal.sim.stack.process_templates import synthesized
 from tests.deployment import DoctorDeployment, deploy_for_doctor, eventbridge_stand_in
+from tests.unit.workflow.fakes import INSTANCE
 
 pytestmark = pytest.mark.slow
 
 NODE = "gpu-a"
-INSTANCE = "i-0abc1234def567890"
 XID_79 = {
     "type": "GPUProblem",
     "status": "True",
