@@ -24,7 +24,7 @@ from nodeheal.sim import detectors
 from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.seeded import fault_effects
 from nodeheal.sim.seeded.faults import XID_MESSAGES, PlannedFault
-from nodeheal.sim.seeded.schedule import classify
+from nodeheal.sim.seeded.policy_oracle import classify
 from nodeheal.sim.seeded.world import World
 
 ROOT = Path(__file__).resolve().parents[3]
