@@ -27,6 +27,7 @@ from nodeheal.sim.apiserver.objects import make_node, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.local_aws import LocalAws
+from nodeheal.sim.stack.context import CLUSTER
 from nodeheal.sim.stack.synthesized_app import SynthesizedApp
 from nodeheal.timeutil import utc_now
 
@@ -48,7 +49,6 @@ for _key, _value in {
 os.environ.pop("AWS_PROFILE", None)
 
 ROOT = Path(__file__).resolve().parents[1]
-CLUSTER = "training-on-eks"
 #: What the cluster's own exporter sends (contract 1.1): ingest drops other sources as forged.
 SOURCE = cluster_source(DEFAULT_SOURCE, CLUSTER)
 XID_79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus."

@@ -15,13 +15,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from benchmarks.harness import CLUSTER, median, percentile, production_context, synthesized
+from benchmarks.harness import median, percentile, production_context, synthesized
 from nodeheal.config import BudgetSettings
 from nodeheal.sim.apiserver.objects import make_pod
 from nodeheal.sim.cluster.layout import ClusterLayout, ClusterTimings
 from nodeheal.sim.cluster.simulated_cluster import XID_79
 from nodeheal.sim.local_pipeline.wiring import LocalPipeline, align_to_second
-from nodeheal.sim.stack.context import deep_merge
+from nodeheal.sim.stack.context import CLUSTER, deep_merge
 from nodeheal.workflow.budget import PoolHealth, pool_allowance
 from nodeheal.workflow.records import Outcome
 

@@ -48,6 +48,7 @@ from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.sim.seeded.policy_oracle import transition_key
 from nodeheal.sim.seeded.template import REGION, STATE_MACHINE_ARN, SimFunction, SimTemplate
 from nodeheal.sim.seeded.world import (
+    CLUSTER,
     START,
     Budget,
     MemoryEvents,
@@ -62,7 +63,6 @@ from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.finalizer import EndedExecution
 from nodeheal.workflow.ports import KubeAccess
 
-CLUSTER = "training-on-eks"
 #: The exporter re-sends every bad condition this often (its default ``resync_seconds``), which is
 #: what recovers an event EventBridge delivered too late for ingest.
 EXPORTER_RESYNC_SECONDS = 3600
