@@ -34,11 +34,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import ROOT, XID_48, XID_79, Stack, deep_merge, median, open_stack
+from benchmarks.harness import ROOT, XID_48, XID_79, Stack, median, open_stack
 from benchmarks.harness import production_context as cdk_context
 from nodeheal.cdk.bytecode import identify
 from nodeheal.cdk.lambda_asset import build as build_asset
 from nodeheal.deploy_config import NodeHealConfig
+from nodeheal.sim.stack.context import deep_merge
 from nodeheal.timeutil import format_timestamp, utc_now
 
 CHILD = Path(__file__).with_name("cold_child.py")

@@ -27,11 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.harness import CLUSTER, deep_merge, production_context
+from benchmarks.harness import production_context
 from nodeheal.sim.apiserver.objects import make_pdb, make_pod
-from nodeheal.sim.cluster import DCGM_ERROR, XID_13, XID_48, XID_79, Fault
-from nodeheal.sim.cluster_setup import ClusterLayout
-from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, align_to_second, demo_context, wait_until
+from nodeheal.sim.cluster.layout import ClusterLayout
+from nodeheal.sim.cluster.simulated_cluster import DCGM_ERROR, XID_13, XID_48, XID_79, Fault
+from nodeheal.sim.local_pipeline.wiring import LocalPipeline, align_to_second, wait_until
+from nodeheal.sim.stack.context import CLUSTER, deep_merge, demo_context
+from nodeheal.sim.stack.process_templates import TEMPLATES
 from nodeheal.workflow.records import Outcome
 
 #: cdk.json waits and cluster delays divided by this (see the module docstring for why 10).

@@ -7,7 +7,6 @@ handlers, and the fake Kubernetes API server. Only the cluster contents differ p
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import statistics
@@ -28,7 +27,8 @@ from nodeheal.sim.apiserver.objects import make_node, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.local_aws import LocalAws
-from nodeheal.sim.template import SynthesizedApp
+from nodeheal.sim.stack.context import CLUSTER
+from nodeheal.sim.stack.synthesized_app import SynthesizedApp
 from nodeheal.timeutil import utc_now
 
 # Set before any handler module is imported (Powertools reads them then): what the stack and the
@@ -49,7 +49,6 @@ for _key, _value in {
 os.environ.pop("AWS_PROFILE", None)
 
 ROOT = Path(__file__).resolve().parents[1]
-CLUSTER = "training-on-eks"
 #: What the cluster's own exporter sends (contract 1.1): ingest drops other sources as forged.
 SOURCE = cluster_source(DEFAULT_SOURCE, CLUSTER)
 XID_79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
@@ -70,16 +69,6 @@ def production_context() -> dict[str, Any]:
     context: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]["nodeheal"]
     context["mode"] = "full"
     return context
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

@@ -1,6 +1,6 @@
 """Time to safety and to replacement, the 100-pod drain, and the storm, on the local pipeline.
 
-Everything runs through :class:`nodeheal.sim.pipeline.LocalPipeline`: the real exporter watching
+Everything runs through :class:`nodeheal.sim.local_pipeline.wiring.LocalPipeline`: the real exporter watching
 the fake API server, the synthesized rule on moto's bus, the ingest function, the state machine
 moto executes with the real handlers. The workflow runs with cdk.json's production timings (drain
 poll 10 s, retry intervals, lock TTL); only budgets are widened where a benchmark needs more
@@ -15,12 +15,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from benchmarks.harness import CLUSTER, deep_merge, median, percentile, production_context, synthesized
+from benchmarks.harness import median, percentile, production_context, synthesized
 from nodeheal.config import BudgetSettings
 from nodeheal.sim.apiserver.objects import make_pod
-from nodeheal.sim.cluster import XID_79
-from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings
-from nodeheal.sim.pipeline import LocalPipeline, align_to_second
+from nodeheal.sim.cluster.layout import ClusterLayout, ClusterTimings
+from nodeheal.sim.cluster.simulated_cluster import XID_79
+from nodeheal.sim.local_pipeline.wiring import LocalPipeline, align_to_second
+from nodeheal.sim.stack.context import CLUSTER, deep_merge
 from nodeheal.workflow.budget import PoolHealth, pool_allowance
 from nodeheal.workflow.records import Outcome
 

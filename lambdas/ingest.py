@@ -56,7 +56,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, str]:
         )
     metrics.add_metric(name=f"Events{result.status.capitalize()}", unit=MetricUnit.Count, value=1)
     if result.warning:
-        # Contract "1" is accepted for one release: this counts the exporters still to upgrade.
+        # Contract "1" is accepted until 0.2.0 removes it: this counts the exporters still to upgrade.
         metrics.add_metric(name="EventsLegacyContract", unit=MetricUnit.Count, value=1)
         logger.warning("legacy contract event", extra={"warning": result.warning, "eventId": event.get("id")})
     if result.status == "dropped":

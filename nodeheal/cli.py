@@ -23,12 +23,13 @@ from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
 COMMAND_MODULES: tuple[str, ...] = (
     "nodeheal.commands.demo",
     "nodeheal.commands.explain",
-    "nodeheal.commands.test_pattern",
+    "nodeheal.commands.rule_matching",
     "nodeheal.commands.history",
     "nodeheal.commands.inject",
-    "nodeheal.commands.admission",
+    "nodeheal.commands.breaker",
+    "nodeheal.commands.pause",
     "nodeheal.commands.retry",
-    "nodeheal.commands.doctor",
+    "nodeheal.commands.doctor_report",
     "nodeheal.commands.exporter",
     "nodeheal.commands.simulate",
 )

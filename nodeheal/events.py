@@ -7,7 +7,7 @@ Unknown fields are ignored so producers can add fields without breaking consumer
 mistyped required field is rejected with an :class:`InvalidEventError` naming the field.
 
 1.1 over 1: ``node.uid`` is required. Version "1" (uid optional, Source the bare prefix) is still
-accepted for one release so exporters upgraded after the stack are not lost; see
+accepted until 0.2.0 removes it, so exporters upgraded after the stack are not lost; see
 ``nodeheal.workflow.ingest.check_source`` for what that costs.
 """
 
@@ -26,7 +26,7 @@ from nodeheal.payload import MAX_REASON_BYTES, bounded_condition, cut_text, json
 from nodeheal.timeutil import format_timestamp, parse_timestamp
 
 SCHEMA_VERSION = "1.1"
-#: Accepted at ingest for one release, with a warning: exporters not yet upgraded send it.
+#: Accepted at ingest until 0.2.0 removes it, with a warning: exporters not yet upgraded send it.
 LEGACY_SCHEMA_VERSION = "1"
 SUPPORTED_SCHEMA_VERSIONS = (LEGACY_SCHEMA_VERSION, SCHEMA_VERSION)
 #: The source prefix; an exporter sends ``<prefix>.<cluster>``. Exporters older than contract 1.1

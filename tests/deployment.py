@@ -22,7 +22,7 @@ from typing import Any
 
 from nodeheal.aws.eks_access import AccessEntry, ClusterAccess
 from nodeheal.sim.local_aws import LocalAws
-from nodeheal.sim.template import ACCOUNT_ID
+from nodeheal.sim.stack.synthesized_app import ACCOUNT_ID
 
 
 @dataclass

@@ -4,7 +4,7 @@ A pure function of the config so tests compare the synthesized rule with it, and
 it encodes (contract 1.1 field names, see ``nodeheal.events``) is visible in one place.
 
 Sources (D9): each cluster's exporter sends ``<prefix>.<cluster>``, matched by the prefix
-``<prefix>.``; for one release the bare ``<prefix>`` too, which exporters not yet upgraded to
+``<prefix>.``; until 0.2.0 removes it, the bare ``<prefix>`` too, which exporters not yet upgraded to
 contract 1.1 send, so their events are not lost while the fleet upgrades (stack first, then
 exporters). Which source may speak for which cluster is IAM's and ingest's business, not the rule's.
 """

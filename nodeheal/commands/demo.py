@@ -32,7 +32,7 @@ from nodeheal.commands.extras import require_extra
 from nodeheal.commands.output import print_json
 from nodeheal.deploy_config import config_source
 from nodeheal.errors import ConfigurationError
-from nodeheal.sim.template import quiet_jsii
+from nodeheal.sim.stack.synthesized_app import quiet_jsii
 
 #: The scenario ``nodeheal demo`` plays without ``--scenario``. Defined here, not imported from the
 #: simulation, so that registering the command (every ``nodeheal`` run) needs no simulation package.
@@ -94,7 +94,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_extra("demo", "demo")
-    from nodeheal.sim.scenarios import SCENARIOS
+    from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
 
     # With --json the story a person watches goes to stderr, so stdout carries one JSON document.
     out: TextIO = sys.stderr if args.json else sys.stdout
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
 def demo_settings(path: str | None) -> tuple[str, dict[str, Any]]:
     """Where the demo's settings come from (what its header prints), and cdk.json's ``nodeheal``
     object; the built-in defaults need only a cluster, which the demo replaces by its own anyway."""
-    from nodeheal.sim.pipeline import CLUSTER
+    from nodeheal.sim.stack.context import CLUSTER
 
     source = config_source(path)
     return source.description, source.context if source.context is not None else {"clusters": [CLUSTER]}
@@ -218,8 +218,10 @@ def _play(
     *,
     document_out: TextIO | None = None,
 ) -> int:
-    from nodeheal.sim.pipeline import TEMPLATES, LocalPipeline, demo_context
-    from nodeheal.sim.scenarios import SCENARIOS
+    from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
+    from nodeheal.sim.local_pipeline.wiring import LocalPipeline
+    from nodeheal.sim.stack.context import demo_context
+    from nodeheal.sim.stack.process_templates import TEMPLATES
     from nodeheal.sim.timeline import TimelinePrinter, history_table
 
     scenario = SCENARIOS[name]
@@ -270,8 +272,8 @@ def _play(
 class CliOperator:
     """A person at a terminal during a scenario: runs the real ``nodeheal`` commands against the
     local pipeline, through a kubeconfig of the fake API server's administrator, and reads their
-    JSON (:class:`nodeheal.sim.scenarios.Operator`). The simulation does not import the CLI, so the
-    demo and the tests hand it one."""
+    JSON (:class:`nodeheal.sim.local_pipeline.scenarios.runner.Operator`). The simulation does not
+    import the CLI, so the demo and the tests hand it one."""
 
     def __init__(self, pipeline: Any, directory: Path) -> None:
         self._pipeline = pipeline
@@ -279,11 +281,11 @@ class CliOperator:
 
     def breaker_reset(self, cluster: str) -> dict[str, Any]:
         """``nodeheal breaker reset --cluster CLUSTER --yes --json``: what it printed."""
-        from nodeheal.commands import admission
+        from nodeheal.commands import breaker
 
         aws = self._pipeline.aws
         parser = argparse.ArgumentParser(prog="nodeheal")
-        admission.register(parser.add_subparsers())
+        breaker.register(parser.add_subparsers())
         args = parser.parse_args(
             [
                 "breaker",
@@ -324,7 +326,7 @@ def demo_document(
 ) -> dict[str, Any]:
     """What ``--json`` prints: the run as data, with the same facts the human summary gives."""
     from nodeheal.commands.history import record_json
-    from nodeheal.sim.scenarios import SCENARIOS
+    from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
 
     region = pipeline.aws.region
     timeline = pipeline.timeline
@@ -378,8 +380,8 @@ def _indent(text: str) -> str:
 
 
 def _describe_setup(pipeline: Any, out: TextIO) -> None:
-    from nodeheal.sim.cluster import NOTEBOOK_SET
-    from nodeheal.sim.workload import TRAINING_JOB
+    from nodeheal.sim.cluster.simulated_cluster import NOTEBOOK_SET
+    from nodeheal.sim.cluster.workload import TRAINING_JOB
 
     cluster = pipeline.cluster
     layout = cluster.layout
@@ -436,7 +438,7 @@ def _about(records: list[Any], subject: str) -> list[Any]:
 
 
 def _summary(pipeline: Any, subject: str, records: list[Any], wall_seconds: float) -> str:
-    from nodeheal.sim.scenarios import describe
+    from nodeheal.sim.local_pipeline.scenarios.runner import describe
     from nodeheal.sim.timeline import short_node
 
     parts = [f"summary: {describe(records)} in {len(pipeline.executions())} execution(s)"]

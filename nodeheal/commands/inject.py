@@ -395,7 +395,7 @@ def policy_source(args: argparse.Namespace) -> PolicySource:
     read them), or the built-in defaults with the reason they are used."""
     if args.builtin_policy:
         return PolicySource(RemediationSettings(), "built-in defaults, as asked (--builtin-policy)", False)
-    from nodeheal.commands.admission import deployed_workflow
+    from nodeheal.commands.breaker import deployed_workflow
 
     try:
         workflow = deployed_workflow(args)

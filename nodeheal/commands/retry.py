@@ -13,7 +13,7 @@ end marker makes recording idempotent).
 ``retry`` starts a fresh execution from the failed one's input (the event that started it), named
 ``<base name>-r<N>`` with N from the cluster's counter in the ledger, exactly as ``breaker reset``
 names its re-evaluations (D3 in docs/architecture.md;
-:func:`nodeheal.commands.admission.start_reevaluation`). It
+:func:`nodeheal.commands.breaker.start_reevaluation`). It
 begins at Admit, which re-reads the live node, takes the lock and a budget slot, and decides again
 with the node's history, so whatever the failed run did (a cordon, a reboot) is accounted for.
 
@@ -32,13 +32,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeheal.commands.admission import (
+from nodeheal.commands.aws_access import STATE_MACHINE_OUTPUT, add_aws_arguments, aws_errors
+from nodeheal.commands.breaker import (
     DeployedWorkflow,
     Started,
     deployed_workflow,
     start_reevaluation,
 )
-from nodeheal.commands.aws_access import STATE_MACHINE_OUTPUT, add_aws_arguments, aws_errors
 from nodeheal.commands.history import open_ledger
 from nodeheal.commands.output import confirm, print_fields, print_json
 from nodeheal.errors import ConfigurationError, InvalidEventError

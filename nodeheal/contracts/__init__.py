@@ -1,7 +1,7 @@
 """JSON Schemas of what NodeHeal puts on the bus, for the people who code against it.
 
 The files beside this module are the published contract: the ``detail`` of a ``Node Condition
-Changed`` event (contract 1.1, and the legacy "1" accepted for one release, D9 in docs/architecture.md)
+Changed`` event (contract 1.1, and the legacy "1" accepted until 0.2.0, D9 in docs/architecture.md)
 and of an
 ``Exporter Heartbeat``. They are JSON Schema draft 4 because that is the dialect the EventBridge
 Schema Registry accepts (``JSONSchemaDraft4``), and the stack publishes the same documents there

@@ -38,8 +38,14 @@ import boto3
 from nodeheal.kube.client import KubeClientProvider
 from nodeheal.payload import STATE_LIMIT_BYTES
 from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
-from nodeheal.sim.rule_targets import RuleTargetPump
-from nodeheal.sim.template import ACCOUNT_ID, FunctionSpec, Resolver, SynthesizedApp, TemplateError
+from nodeheal.sim.stack.rule_targets import RuleTargetPump
+from nodeheal.sim.stack.synthesized_app import (
+    ACCOUNT_ID,
+    FunctionSpec,
+    Resolver,
+    SynthesizedApp,
+    TemplateError,
+)
 from nodeheal.timeutil import format_timestamp, utc_now
 
 MOTO_CONFIG: Any = {

@@ -60,7 +60,7 @@ class IngestSettings:
     clusters: frozenset[str]
     stale_after: timedelta
     #: The Source prefix: a cluster's exporter sends ``<event_source>.<cluster>``; exporters of
-    #: contract "1" send ``event_source`` itself (accepted for one release).
+    #: contract "1" send ``event_source`` itself (accepted until 0.2.0 removes it).
     event_source: str
 
 
@@ -71,7 +71,7 @@ class IngestResult:
     execution: str = ""
     execution_arn: str = ""
     category: str = ""
-    #: Set when the event was accepted under the legacy contract "1" (one release only).
+    #: Set when the event was accepted under the legacy contract "1" (0.1.x only: 0.2.0 removes it).
     warning: str = ""
 
     def to_json(self) -> dict[str, str]:
@@ -207,7 +207,7 @@ def check_source(source: Any, *, cluster: str, schema_version: str, prefix: str)
     """``(category, reason)`` when ``source`` may not speak for ``cluster``; None when it may.
 
     * ``<prefix>.<cluster>``: the cluster's own exporter (IAM allows no other role that Source).
-    * ``<prefix>`` exactly, contract "1" only: an exporter not yet upgraded (one release).
+    * ``<prefix>`` exactly, contract "1" only: an exporter not yet upgraded (until 0.2.0).
     * ``<prefix>.<other>``, or the legacy Source on a 1.1 event: an exporter speaking for a
       cluster that is not its own, or a publisher hiding behind the legacy allowance: ``forged``.
     * anything else: ``foreign-source``.

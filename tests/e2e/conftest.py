@@ -1,6 +1,6 @@
 """End-to-end scenarios: each test plays one scenario through the whole local pipeline.
 
-Templates come from the process-wide cache in :mod:`nodeheal.sim.pipeline`, shared with the
+Templates come from the process-wide cache in :mod:`nodeheal.sim.stack.process_templates`, shared with the
 workflow tests (same base context), so a configuration is synthesized once per session.
 """
 
@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nodeheal.sim.pipeline import LocalPipeline, synthesized
-from nodeheal.sim.scenarios import SCENARIOS, ScenarioRun
+from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
+from nodeheal.sim.local_pipeline.scenarios.runner import ScenarioRun
+from nodeheal.sim.local_pipeline.wiring import LocalPipeline
+from nodeheal.sim.stack.process_templates import synthesized
 
 
 @pytest.fixture

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from nodeheal.cli import main
-from nodeheal.sim.cluster import XID_79
-from nodeheal.sim.cluster_setup import ClusterLayout
-from nodeheal.sim.pipeline import LocalPipeline, synthesized, wait_until
+from nodeheal.sim.cluster.layout import ClusterLayout
+from nodeheal.sim.cluster.simulated_cluster import XID_79
+from nodeheal.sim.local_pipeline.wiring import LocalPipeline, wait_until
+from nodeheal.sim.stack.process_templates import synthesized
 from nodeheal.workflow.records import Outcome
 
 pytestmark = pytest.mark.slow

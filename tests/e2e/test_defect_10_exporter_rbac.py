@@ -8,8 +8,9 @@ leader-election Role, and every permission those grant is used.
 from __future__ import annotations
 
 from nodeheal.rbac import EXPORTER_NAMESPACE, EXPORTER_ROLES
-from nodeheal.sim.pipeline import LocalPipeline, synthesized, wait_until
-from nodeheal.sim.scenarios import SCENARIOS
+from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
+from nodeheal.sim.local_pipeline.wiring import LocalPipeline, wait_until
+from nodeheal.sim.stack.process_templates import synthesized
 
 
 def test_defect_10_exporter_needs_every_grant_of_its_roles_and_nothing_more() -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from nodeheal.cli import main
-from nodeheal.commands import demo, test_pattern
-from nodeheal.sim import scenarios
+from nodeheal.commands import demo, rule_matching
+from nodeheal.sim.local_pipeline.scenarios import catalog, runner
 from nodeheal.sim.timeline import NODE_COLUMN
 from nodeheal.workflow.records import Outcome
 
@@ -39,7 +39,7 @@ def restore_environment() -> Iterator[None]:
 def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--list"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert listed == list(scenarios.SCENARIOS)
+    assert listed == list(catalog.SCENARIOS)
     assert demo.DEFAULT_SCENARIO in listed
 
 
@@ -138,11 +138,11 @@ def assert_every_line_names_its_node_and_instance(out: str) -> None:
 def xid63_expecting_a_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scenario xid63 with a check it cannot pass: Xid 63 is recorded, never replaced."""
 
-    def expect_replaced(run: scenarios.ScenarioRun) -> None:
+    def expect_replaced(run: runner.ScenarioRun) -> None:
         run.expect_outcome(run.only_record(run.subject), Outcome.REPLACED)
 
-    wrong = dataclasses.replace(scenarios.SCENARIOS["xid63"], check=expect_replaced)
-    monkeypatch.setitem(scenarios.SCENARIOS, "xid63", wrong)
+    wrong = dataclasses.replace(catalog.SCENARIOS["xid63"], check=expect_replaced)
+    monkeypatch.setitem(catalog.SCENARIOS, "xid63", wrong)
 
 
 @pytest.mark.usefixtures("xid63_expecting_a_replacement")
@@ -181,7 +181,7 @@ def test_json_prints_one_document_on_stdout_and_the_story_on_stderr(
 def test_json_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [entry["name"] for entry in listed] == list(scenarios.SCENARIOS)
+    assert [entry["name"] for entry in listed] == list(catalog.SCENARIOS)
     assert all(entry["title"] for entry in listed)
 
 
@@ -216,13 +216,14 @@ def test_a_rule_that_does_not_match_the_node_is_said_at_once_with_test_patterns_
 
     captured = capsys.readouterr()
     # What test-pattern says about an Xid 79 event of a node without the label.
-    from nodeheal.sim.pipeline import TEMPLATES, demo_context
+    from nodeheal.sim.stack.context import demo_context
+    from nodeheal.sim.stack.process_templates import TEMPLATES
 
     context, _ = demo_context(json.loads(config.read_text())["context"]["nodeheal"], demo.DEFAULT_SPEED)
-    rules = test_pattern.template_rules(TEMPLATES.get(context).template)
+    rules = rule_matching.template_rules(TEMPLATES.get(context).template)
     example = ROOT / "examples" / "events" / "xid79-fallen-off-the-bus.json"
-    events = list(test_pattern.read_events([str(example)], source="nodeheal.exporter."))
-    (verdict,) = [v for v in test_pattern.evaluate(rules, events) if v.rule.startswith("IngestRule")]
+    events = list(rule_matching.read_events([str(example)], source="nodeheal.exporter."))
+    (verdict,) = [v for v in rule_matching.evaluate(rules, events) if v.rule.startswith("IngestRule")]
     why = "; ".join(verdict.reasons)
     assert why == 'detail.node.labels.team: is missing; expected "ml"'
     story = captured.out[captured.out.index("\ntimeline (") :]

@@ -22,7 +22,7 @@ import pytest
 
 from nodeheal.aws.eks_access import ClusterAccess
 from nodeheal.cli import main
-from nodeheal.commands import doctor as doctor_command
+from nodeheal.commands import doctor_report
 from nodeheal.doctor import RBAC_FIX, sample_heartbeat_event
 from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.sim.apiserver.authorizer import (
@@ -35,13 +35,14 @@ from nodeheal.sim.apiserver.authorizer import (
 from nodeheal.sim.apiserver.objects import make_node
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.local_aws import LocalAws
-from nodeheal.sim.pipeline import CLUSTER, synthesized
+from nodeheal.sim.stack.context import CLUSTER
+from nodeheal.sim.stack.process_templates import synthesized
 from tests.deployment import DoctorDeployment, deploy_for_doctor, eventbridge_stand_in
+from tests.unit.workflow.fakes import INSTANCE
 
 pytestmark = pytest.mark.slow
 
 NODE = "gpu-a"
-INSTANCE = "i-0abc1234def567890"
 XID_79 = {
     "type": "GPUProblem",
     "status": "True",
@@ -116,8 +117,8 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         person = boto3.Session(region_name=aws.region)
         person.events.register("provide-client-params", lambda model, **_: operations.append(model.name))
         eventbridge_stand_in(person.events)
-        monkeypatch.setattr(doctor_command, "session", lambda args: person)
-        monkeypatch.setattr(doctor_command, "eks_access", lambda boto_session: deployment.eks)
+        monkeypatch.setattr(doctor_report, "session", lambda args: person)
+        monkeypatch.setattr(doctor_report, "eks_access", lambda boto_session: deployment.eks)
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url, authorizer.admin_token())
         yield World(aws, server, authorizer, deployment, kubeconfig, operations)
 

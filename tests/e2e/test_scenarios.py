@@ -12,8 +12,10 @@ import pytest
 
 from nodeheal.commands.demo import CliOperator
 from nodeheal.kube_views import ANNOTATION_EXECUTION
-from nodeheal.sim.pipeline import LocalPipeline, synthesized
-from nodeheal.sim.scenarios import SCENARIOS, ScenarioRun, task_outputs
+from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
+from nodeheal.sim.local_pipeline.scenarios.runner import ScenarioRun, task_outputs
+from nodeheal.sim.local_pipeline.wiring import LocalPipeline
+from nodeheal.sim.stack.process_templates import synthesized
 from nodeheal.sim.timeline import short_node
 from nodeheal.workflow.records import Outcome
 

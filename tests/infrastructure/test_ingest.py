@@ -37,7 +37,7 @@ def test_rule_pattern_is_build_event_pattern_of_the_config(default_stack: Synthe
 
 def test_default_pattern_matches_contract_v1_bad_transitions() -> None:
     pattern = build_event_pattern(config_with())
-    # Every cluster exporter's own source, and (one release) the legacy one of contract "1" exporters.
+    # Every cluster exporter's own source, and (until 0.2.0) the legacy one of contract "1" exporters.
     assert pattern["source"] == [{"prefix": f"{DEFAULT_SOURCE}."}, DEFAULT_SOURCE]
     assert pattern["detail-type"] == [DETAIL_TYPE_CONDITION_CHANGED] == ["Node Condition Changed"]
     assert pattern["detail"]["cluster"] == ["training-on-eks"]

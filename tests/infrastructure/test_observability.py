@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from nodeheal.cdk.rule_pattern import build_event_pattern, build_heartbeat_pattern
-from nodeheal.commands.test_pattern import template_rules
+from nodeheal.commands.rule_matching import template_rules
 from nodeheal.events import DETAIL_TYPE_EXPORTER_HEARTBEAT
 from nodeheal.patterns import match
 from nodeheal.workflow.records import Outcome

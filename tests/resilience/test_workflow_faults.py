@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from nodeheal.actions import Action
-from nodeheal.sim.apiserver.faults import Decision, injected_error
+from nodeheal.sim.apiserver.request_faults import Decision, injected_error
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.locks import LockClaim
 from nodeheal.workflow.records import Outcome

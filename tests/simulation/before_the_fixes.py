@@ -17,7 +17,7 @@ from nodeheal import payload
 from nodeheal.conditions import Condition
 from nodeheal.errors import SupersededError
 from nodeheal.kube_views import LiveNode, PodView
-from nodeheal.sim.seeded.ledger import MemoryLedger
+from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.workflow import admission, drain_policy, episode, recording
 from nodeheal.workflow.drain_policy import (
     SKIP_DRAIN_ANNOTATION,

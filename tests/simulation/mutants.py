@@ -20,7 +20,7 @@ from typing import Any
 from nodeheal.actions import Mode
 from nodeheal.errors import NodeGoneError, NodeReplacedError
 from nodeheal.kube_views import LiveNode
-from nodeheal.sim.seeded.ledger import MemoryLedger
+from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.workflow import actions, admission, budget, finalizer, guard
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.ports import KubeAccess, LedgerPort

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from nodeheal.sim.seeded.fault_effects import ARMED
 from nodeheal.sim.seeded.faults import DROPPED_FAULTS, FAULT_KINDS, IDENTITY_FAULTS, PlannedFault
-from nodeheal.sim.seeded.inject import ARMED
 from nodeheal.sim.seeded.runner import ScheduleResult, run_campaign, run_schedule, shrink
 from nodeheal.sim.seeded.template import SimTemplate
 

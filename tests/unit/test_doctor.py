@@ -44,10 +44,10 @@ from nodeheal.patterns import match
 from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE
 from nodeheal.workflow.preview import LedgerReader
 from tests.deployment import MemoryEksAccess
+from tests.unit.workflow.fakes import CLUSTER
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
-CLUSTER = "training-on-eks"
 TOPIC = "arn:aws:sns:us-west-2:123456789012:NodeHeal-topic"
 STATE_MACHINE = "arn:aws:states:us-west-2:123456789012:stateMachine:NodeHeal-remediation"
 PATTERN = {

@@ -1,4 +1,4 @@
-"""Contract 1.1 (and "1" for one release): what the exporter sends and ingest accepts."""
+"""Contract 1.1 (and "1" until 0.2.0): what the exporter sends and ingest accepts."""
 
 from __future__ import annotations
 

@@ -36,11 +36,12 @@ from nodeheal.aws.ledger import Ledger
 from nodeheal.cli import build_parser, main
 from nodeheal.config import BudgetSettings
 from nodeheal.errors import LedgerContentionError, RemediationPausedError
-from nodeheal.sim.pipeline import synthesized
+from nodeheal.sim.stack.process_templates import synthesized
 from nodeheal.workflow import budget
 from nodeheal.workflow.guard import require_not_paused
 from tests.aws_fixtures import create_ledger_table
 from tests.unit.test_docs_commands import Block, blocks
+from tests.unit.workflow.fakes import CLUSTER
 
 # the guide's commands against moto's server and the synthesized template: `make test` runs it, `make check` does not
 pytestmark = pytest.mark.slow
@@ -49,7 +50,6 @@ GUIDE = ROOT / "docs" / "operations.md"
 REGION = "us-west-2"
 STACK = "NodeHeal"
 TABLE = "NodeHeal-LedgerTable0F3E5C51-1T2U3V4W5X6Y"
-CLUSTER = "training-on-eks"
 FAULT_EVENT = json.loads((ROOT / "examples" / "events" / "xid79-fallen-off-the-bus.json").read_text())
 
 

@@ -11,15 +11,17 @@ import pytest
 
 from nodeheal.conditions import Condition
 from nodeheal.events import DEFAULT_SOURCE, NodeConditionEvent, PreviousState, cluster_source, node_identity
-from nodeheal.sim import cluster as sim_cluster
 from nodeheal.sim.apiserver.authorizer import FunctionCredentials, RbacAuthorizer, nodeheal_authorizer
 from nodeheal.sim.apiserver.objects import make_node, make_pdb, make_pod
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.store import ClusterStore
+from nodeheal.sim.cluster import simulated_cluster as sim_cluster
 from nodeheal.sim.local_aws import LocalAws
+from nodeheal.sim.local_pipeline.wiring import wait_until
 
 # Tiny waits (FAST_CONTEXT) and the template cache are shared with the end-to-end scenarios.
-from nodeheal.sim.pipeline import CLUSTER, synthesized, wait_until
+from nodeheal.sim.stack.context import CLUSTER
+from nodeheal.sim.stack.process_templates import synthesized
 from nodeheal.timeutil import utc_now
 from nodeheal.workflow.records import RemediationRecord
 

@@ -9,7 +9,7 @@ that Source alone. Ingest then checks that the Source and ``detail.cluster`` agr
 What is enforced where:
 
 * each role's identity policy allows ``events:PutEvents`` on the bus only when every entry's Source
-  is the cluster's own, or (for one release) the legacy bare prefix that exporters not yet upgraded
+  is the cluster's own, or (in 0.1.x; 0.2.0 removes it) the legacy bare prefix that exporters not yet upgraded
   to contract 1.1 send;
 * each role's trust policy admits only Pod Identity sessions tagged with that cluster, the
   exporter's namespace and its service account, so an association made elsewhere cannot assume it;
@@ -78,7 +78,7 @@ class ExporterAccess(Construct):
         self.bus_policies = self._build_bus_policies()
 
     def allowed_sources(self, cluster: str) -> list[str]:
-        """The Sources a cluster's exporter may put: its own, and the legacy one for one release."""
+        """The Sources a cluster's exporter may put: its own, and the legacy one until 0.2.0 removes it."""
         return [cluster_source(self._source_prefix, cluster), self._source_prefix]
 
     def _build_role(self, cluster: str) -> iam.Role:

@@ -17,7 +17,6 @@ server's; `docs/fake-apiserver.md` holds the conformance table with the source o
 
 from __future__ import annotations
 
-from nodeheal.sim.apiserver.faults import FaultInjector
 from nodeheal.sim.apiserver.objects import (
     make_event,
     make_lease,
@@ -26,6 +25,7 @@ from nodeheal.sim.apiserver.objects import (
     make_pdb,
     make_pod,
 )
+from nodeheal.sim.apiserver.request_faults import FaultInjector
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.store import ClusterStore, WatchEvent
 

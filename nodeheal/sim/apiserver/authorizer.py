@@ -45,7 +45,7 @@ from nodeheal.rbac import (
 )
 from nodeheal.sim.apiserver import messages
 from nodeheal.sim.apiserver.status import ApiError, qualified, status_body
-from nodeheal.sim.template import ACCOUNT_ID, FunctionSpec
+from nodeheal.sim.stack.synthesized_app import ACCOUNT_ID, FunctionSpec
 
 MASTERS_GROUP = "system:masters"
 AUTHENTICATED_GROUP = "system:authenticated"

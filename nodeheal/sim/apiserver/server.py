@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import kubernetes.client
 
-from nodeheal.sim.apiserver import access_review, codec, conformance, messages, podexec
+from nodeheal.sim.apiserver import codec, conformance, messages, podexec, review_answers
 from nodeheal.sim.apiserver.authorizer import (
     ANONYMOUS,
     UNAUTHENTICATED_GROUP,
@@ -27,10 +27,10 @@ from nodeheal.sim.apiserver.authorizer import (
     UserInfo,
     request_attributes,
 )
-from nodeheal.sim.apiserver.faults import FaultInjector
 from nodeheal.sim.apiserver.fielderrors import go_quote, invalid_error, not_supported
 from nodeheal.sim.apiserver.messages import APF_TOO_MANY_REQUESTS
 from nodeheal.sim.apiserver.paging import list_body
+from nodeheal.sim.apiserver.request_faults import FaultInjector
 from nodeheal.sim.apiserver.resources import SERVED, ResourceType
 from nodeheal.sim.apiserver.selectors import parse_field_selector, parse_label_selector
 from nodeheal.sim.apiserver.status import (
@@ -285,13 +285,13 @@ class _Handler(BaseHTTPRequestHandler):
                 raise method_not_allowed()
             self._send_json(200, VERSION_INFO)
             return
-        review = access_review.REVIEWS.get(path)
+        review = review_answers.REVIEWS.get(path)
         if review is not None:
             # Create-only: the installer registers POST alone for the reviews.
             if method != "POST":
                 raise method_not_allowed()
             body = self._object_body(raw, review, self._field_validation(params, "CreateOptions"))
-            self._send_json(201, access_review.answer(review, body, self._user, self.server.authorizer))
+            self._send_json(201, review_answers.answer(review, body, self._user, self.server.authorizer))
             return
         if route is None:
             raise not_found_path()

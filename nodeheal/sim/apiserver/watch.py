@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nodeheal.sim.apiserver.faults import WatchControl
+from nodeheal.sim.apiserver.request_faults import WatchControl
 from nodeheal.sim.apiserver.resources import ResourceType
 from nodeheal.sim.apiserver.selectors import FieldSelector, LabelSelector
 from nodeheal.sim.apiserver.status import expired, too_large_resource_version

@@ -3,7 +3,7 @@
 The same schedules then run through the real conditional writes, key schema and index of the
 deployed table, not the in-memory contract: what the ledger contract test checks case by case, the
 sample checks under seeded interleavings. Every port operation is a scheduling point, as in
-:class:`~nodeheal.sim.seeded.ledger.MemoryLedger`; the ``observed_*`` reads are the invariants'.
+:class:`~nodeheal.sim.seeded.memory_ledger.MemoryLedger`; the ``observed_*`` reads are the invariants'.
 """
 
 from __future__ import annotations

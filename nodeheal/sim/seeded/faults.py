@@ -191,7 +191,7 @@ LESSER_REASON_BEFORE = {
 HELD_CHECKPOINT_APP = "checkpointer"
 
 #: The kernel line of each severity that NodeHeal's NPD config writes onto GPUProblem (its
-#: message; the rule's reason is in nodeheal.sim.seeded.inject). There is no ``none``: the Xids
+#: message; the rule's reason is in nodeheal.sim.seeded.fault_effects). There is no ``none``: the Xids
 #: NodeHeal decides none (13, for one) are temporary rules there, Node Events that never touch
 #: GPUProblem; the simulation's ``none`` fault is the node monitoring agent's Xid 63. Xid 154 moving
 #: to Drain P2P is a permanent rule (GPURecoveryActionPending) that NodeHeal decides ``alert``.

@@ -21,14 +21,8 @@ from nodeheal.events import NodeConditionEvent
 from nodeheal.kube_event_body import NOTE_MAX_BYTES, REPORTING_INSTANCE_PREFIX
 from nodeheal.kube_views import ANNOTATION_EXECUTION
 from nodeheal.sim.seeded.faults import FAULT_KINDS
-from nodeheal.sim.seeded.schedule import (
-    Invocation,
-    SimExecution,
-    Simulation,
-    classify,
-    confirm_seconds,
-    transition_key,
-)
+from nodeheal.sim.seeded.policy_oracle import classify, confirm_seconds, transition_key
+from nodeheal.sim.seeded.schedule import Invocation, SimExecution, Simulation
 from nodeheal.sim.seeded.world import Mutation
 from nodeheal.steps import ADMIT, DRAIN, FORCE_DRAIN, RECORD
 from nodeheal.timeutil import parse_timestamp

@@ -9,8 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeheal.sim.pipeline import FAST_CONTEXT, deep_merge
-from nodeheal.sim.seeded import inject
+from nodeheal.sim.seeded import fault_effects
 from nodeheal.sim.seeded.faults import (
     DROPPED_FAULT_CHANCE,
     FAULT_KINDS,
@@ -23,8 +22,9 @@ from nodeheal.sim.seeded.faults import (
 from nodeheal.sim.seeded.invariants import Invariants, InvariantViolated, Violation
 from nodeheal.sim.seeded.schedule import SimOptions, Simulation, prepare_handlers
 from nodeheal.sim.seeded.template import SimTemplate
+from nodeheal.sim.stack.context import FAST_CONTEXT, deep_merge
 
-#: The settings the schedules run with, over the test deployment's (nodeheal.sim.pipeline's
+#: The settings the schedules run with, over the test deployment's (nodeheal.sim.stack.context's
 #: FAST_CONTEXT, synthesized once per test process and shared with the workflow tests): the waits
 #: of the state machine read these from the execution's settings, so a drain, a reboot and a wait
 #: behind a lock take a realistic number of rounds instead of spinning.
@@ -55,7 +55,7 @@ class ScheduleResult:
 
 
 def load_template(context: dict[str, Any] | None = None) -> SimTemplate:
-    from nodeheal.sim.pipeline import TEMPLATES
+    from nodeheal.sim.stack.process_templates import TEMPLATES
 
     return SimTemplate.read(TEMPLATES.get(context or FAST_CONTEXT))
 
@@ -120,7 +120,7 @@ def _run(
         trace=trace,
         ledger_factory=ledger_factory,
         settings_overrides=lambda rng, raw: raw.update(deep_merge(raw, SIMULATION_SETTINGS)),
-        injector=inject,
+        injector=fault_effects,
         observer=Invariants,
     )
     violation: Violation | None = None

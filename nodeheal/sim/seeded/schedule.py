@@ -22,12 +22,10 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from nodeheal import timing
-from nodeheal.actions import Mode
-from nodeheal.conditions import Condition, is_bad_status
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import (
     DuplicateExecutionError,
@@ -38,7 +36,6 @@ from nodeheal.errors import (
 from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, cluster_source
 from nodeheal.exporter.transitions import TransitionTracker
 from nodeheal.patterns import match
-from nodeheal.policy.decide import NodeHistory, decide
 from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
 from nodeheal.sim.seeded import asl
 from nodeheal.sim.seeded.faults import (
@@ -47,9 +44,12 @@ from nodeheal.sim.seeded.faults import (
     LESSER_REASON_BEFORE,
     PlannedFault,
 )
-from nodeheal.sim.seeded.ledger import MemoryLedger
+from nodeheal.sim.seeded.memory_ledger import MemoryLedger
+from nodeheal.sim.seeded.policy_oracle import transition_key
 from nodeheal.sim.seeded.template import REGION, STATE_MACHINE_ARN, SimFunction, SimTemplate
 from nodeheal.sim.seeded.world import (
+    CLUSTER,
+    START,
     Budget,
     MemoryEvents,
     MemoryInstances,
@@ -63,8 +63,6 @@ from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow.finalizer import EndedExecution
 from nodeheal.workflow.ports import KubeAccess
 
-START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
-CLUSTER = "training-on-eks"
 #: The exporter re-sends every bad condition this often (its default ``resync_seconds``), which is
 #: what recovers an event EventBridge delivered too late for ingest.
 EXPORTER_RESYNC_SECONDS = 3600
@@ -298,7 +296,7 @@ class SimOptions:
 
 
 class FaultInjector(Protocol):
-    """How faults reach the world (:mod:`nodeheal.sim.seeded.inject`, handed in by the runner:
+    """How faults reach the world (:mod:`nodeheal.sim.seeded.fault_effects`, handed in by the runner:
     it reads the simulation, so it cannot be imported here)."""
 
     def inject(self, sim: Simulation, fault: PlannedFault) -> None: ...
@@ -954,70 +952,6 @@ def _quiet() -> Iterator[None]:
     """Handlers log and print metrics for CloudWatch; the simulation keeps them off the terminal."""
     with contextlib.redirect_stdout(io.StringIO()):
         yield
-
-
-_CLASSIFIED: dict[tuple[Any, ...], tuple[str, int]] = {}
-
-
-def classify(condition: dict[str, Any], settings: RemediationSettings, labels: Mapping[str, str]) -> str:
-    """The action the policy takes for this condition alone (no history): the oracle of I8."""
-    return _classified(condition, settings, labels)[0]
-
-
-def confirm_seconds(
-    condition: dict[str, Any], settings: RemediationSettings, labels: Mapping[str, str]
-) -> int:
-    return _classified(condition, settings, labels)[1]
-
-
-def _classified(
-    condition: dict[str, Any], settings: RemediationSettings, labels: Mapping[str, str]
-) -> tuple[str, int]:
-    pool = labels.get(settings.policy.node_pool_label, "")
-    key = (
-        condition["type"],
-        condition["status"],
-        condition.get("reason"),
-        condition.get("message"),
-        pool,
-        labels.get(settings.policy.opt_out_label),
-        id(settings),
-    )
-    found = _CLASSIFIED.get(key)
-    if found is None:
-        found = _decide(condition, settings, labels)
-        if len(_CLASSIFIED) > 50_000:
-            _CLASSIFIED.clear()
-        _CLASSIFIED[key] = found
-    return found
-
-
-def _decide(
-    condition: dict[str, Any], settings: RemediationSettings, labels: Mapping[str, str]
-) -> tuple[str, int]:
-    parsed = Condition.from_api(condition)
-    if not is_bad_status(parsed.type, parsed.status):
-        return "none", 0
-    decision = decide(
-        parsed, labels=labels, history=NodeHistory(0, None), policy=settings.policy, mode=Mode.FULL, now=START
-    )
-    return decision.action.value, decision.confirm_seconds
-
-
-def transition_key(detail: Mapping[str, Any]) -> tuple[str, ...]:
-    """D3's key of a transition: (cluster, node name, node UID, condition type, status, reason,
-    transition time). Written out here rather than taken from ingest: I5 checks ingest against it."""
-    event = NodeConditionEvent.from_detail(detail)
-    transition = event.condition.last_transition_time or event.observed_at
-    return (
-        event.cluster,
-        event.node.name,
-        event.node.uid,
-        event.condition.type,
-        event.condition.status,
-        event.condition.reason,
-        transition.strftime("%Y%m%dT%H%M%SZ"),
-    )
 
 
 def _export_shared_environment(template: SimTemplate) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeheal.sim.seeded.asl import StateMachine
-from nodeheal.sim.template import FunctionSpec, SynthesizedApp, TemplateError
+from nodeheal.sim.stack.synthesized_app import FunctionSpec, SynthesizedApp, TemplateError
 
 ACCOUNT = "123456789012"
 REGION = "us-west-2"

@@ -23,7 +23,7 @@ import itertools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from nodeheal.conditions import is_bad_status
@@ -57,6 +57,8 @@ from nodeheal.timeutil import format_timestamp
 
 JSON = dict[str, Any]
 CLUSTER = "training-on-eks"
+#: Where the virtual clock of every schedule starts.
+START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 KARPENTER_POOL_LABEL = "karpenter.sh/nodepool"
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 #: What EKS puts on a managed node group's nodes besides the group's name (EKS user guide, "Managed

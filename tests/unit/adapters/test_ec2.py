@@ -23,9 +23,9 @@ from nodeheal.errors import (
 )
 from nodeheal.instances import InstanceView, ownership_tags, verify_ownership
 from nodeheal.kube_views import LiveNode
+from tests.unit.workflow.fakes import CLUSTER
 
 REGION = "us-west-2"
-CLUSTER = "training-on-eks"
 MISSING_ID = "i-0123456789abcdef0"
 #: One of the AMIs moto ships (looking one up with DescribeImages costs seconds per test).
 MOTO_AMI = "ami-12c6146b"

@@ -14,8 +14,8 @@ from botocore.stub import Stubber
 
 from nodeheal.aws.eks_access import AccessEntry, BotoEksAccess, ClusterAccess, EksAccess
 from tests.deployment import MemoryEksAccess
+from tests.unit.workflow.fakes import CLUSTER
 
-CLUSTER = "training-on-eks"
 ROLE = "arn:aws:iam::123456789012:role/NodeHeal-WorkflowFunctionsadmitRole-1A2B3C"
 UNKNOWN_ROLE = "arn:aws:iam::123456789012:role/someone-else"
 USERNAME = "arn:aws:sts::123456789012:assumed-role/NodeHeal-WorkflowFunctionsadmitRole-1A2B3C/{{SessionName}}"

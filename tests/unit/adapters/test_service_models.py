@@ -28,10 +28,10 @@ from nodeheal.aws.service_models import (
 )
 from nodeheal.instances import ownership_tags
 from nodeheal.runtime import aws_client_factory
+from tests.unit.workflow.fakes import CLUSTER
 
 ROOT = Path(__file__).resolve().parents[3]
 REGION = "us-west-2"
-CLUSTER = "training-on-eks"
 MOTO_AMI = "ami-12c6146b"
 
 

@@ -1,5 +1,5 @@
 """SubjectAccessReview and SelfSubjectAccessReview, answered from the RBAC authorizer as kube-apiserver
-answers them (nodeheal/sim/apiserver/access_review.py has the sources)."""
+answers them (nodeheal/sim/apiserver/review_answers.py has the sources)."""
 
 from __future__ import annotations
 

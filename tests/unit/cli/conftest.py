@@ -19,11 +19,11 @@ from nodeheal.aws.ledger import Ledger
 from nodeheal.cli import main
 from nodeheal.workflow.records import Outcome, RemediationRecord
 from tests.aws_fixtures import create_ledger_table
+from tests.unit.workflow.fakes import CLUSTER
 
 REGION = "us-west-2"
 TABLE = "NodeHeal-LedgerTable1234"
 BUS = "nodeheal"
-CLUSTER = "training-on-eks"
 NODE = "ip-10-0-158-235.us-west-2.compute.internal"
 STATE_MACHINE_ARN = f"arn:aws:states:{REGION}:123456789012:stateMachine:NodeHeal-remediation"
 

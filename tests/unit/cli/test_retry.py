@@ -24,10 +24,10 @@ from nodeheal.workflow.ingest import execution_input, execution_name, reevaluati
 from nodeheal.workflow.locks import LockClaim
 from tests.aws_fixtures import create_ledger_table
 from tests.unit.cli.conftest import CLUSTER, REGION, STATE_MACHINE_ARN, TABLE, Result, create_stack
+from tests.unit.workflow.fakes import INSTANCE
 
 Cli = Callable[..., Result]
 
-INSTANCE = "i-0abc1234def567890"
 NODE = "ip-10-0-158-235.us-west-2.compute.internal"
 #: Seconds an execution of the short state machine may run: it times out while waiting.
 SHORT_TIMEOUT = 1

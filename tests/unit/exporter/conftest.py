@@ -14,8 +14,7 @@ from botocore.exceptions import ClientError
 from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.sim.apiserver import FakeKubeApiServer
-
-CLUSTER = "training-on-eks"
+from tests.unit.workflow.fakes import CLUSTER
 
 
 class RecordingEvents:

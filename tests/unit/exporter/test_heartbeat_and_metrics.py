@@ -84,7 +84,7 @@ def test_ingest_accepts_only_this_deployments_heartbeats() -> None:
     )
     assert heartbeat(beat_event(beat_detail(), source="someone.else"), SETTINGS) is None
     assert heartbeat(beat_event(beat_detail(sentAt="yesterday")), SETTINGS) is None
-    # An exporter not yet upgraded: contract "1" from the legacy source still counts (one release).
+    # An exporter not yet upgraded: contract "1" from the legacy source still counts (until 0.2.0).
     legacy = heartbeat(beat_event(beat_detail(schemaVersion="1"), source="nodeheal.exporter"), SETTINGS)
     assert legacy is not None and legacy.cluster == "training-on-eks"
     assert (

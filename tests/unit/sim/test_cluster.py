@@ -13,10 +13,10 @@ from kubernetes import client, watch
 from nodeheal.sim.apiserver import FakeKubeApiServer, make_pod
 from nodeheal.sim.apiserver.status import ApiError
 from nodeheal.sim.apiserver.store import ClusterStore
-from nodeheal.sim.cluster import XID_79, SimulatedCluster
-from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings
+from nodeheal.sim.cluster.layout import ClusterLayout, ClusterTimings
+from nodeheal.sim.cluster.simulated_cluster import XID_79, SimulatedCluster
+from nodeheal.sim.cluster.workload import JSON
 from nodeheal.sim.timeline import Timeline
-from nodeheal.sim.workload import JSON
 
 
 class _Ec2:

@@ -12,7 +12,7 @@ import pytest
 from nodeheal.actions import Mode
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.errors import ConfigurationError
-from nodeheal.sim.pipeline import CLUSTER, DEMO_SCALED_WAITS, demo_context
+from nodeheal.sim.stack.context import CLUSTER, DEMO_SCALED_WAITS, demo_context
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED: dict[str, Any] = json.loads((ROOT / "cdk.json").read_text())["context"]["nodeheal"]

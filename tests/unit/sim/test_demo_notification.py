@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from nodeheal.commands.demo import notification_section
-from nodeheal.sim.pipeline import ReceivedNotification
+from nodeheal.sim.local_pipeline.wiring import ReceivedNotification
 
 TOPIC_ARN = "arn:aws:sns:us-west-2:123456789012:NodeHeal-notifications"
 SUBJECT_NODE = "ip-10-0-136-45.us-west-2.compute.internal"

@@ -22,9 +22,9 @@ import pytest
 from nodeheal.config import RemediationSettings
 from nodeheal.sim import detectors
 from nodeheal.sim.apiserver.store import ClusterStore
-from nodeheal.sim.seeded import inject as seeded_inject
+from nodeheal.sim.seeded import fault_effects
 from nodeheal.sim.seeded.faults import XID_MESSAGES, PlannedFault
-from nodeheal.sim.seeded.schedule import classify
+from nodeheal.sim.seeded.policy_oracle import classify
 from nodeheal.sim.seeded.world import World
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -335,7 +335,7 @@ def _matching(line: str) -> list[tuple[str, str]]:
 
 
 def test_each_kernel_line_the_simulation_writes_matches_the_permanent_rule_of_its_reason() -> None:
-    for severity, reason in seeded_inject._NPD_REASONS.items():
+    for severity, reason in fault_effects._NPD_REASONS.items():
         assert _matching(XID_MESSAGES[severity]) == [("permanent", reason)], severity
 
 
@@ -352,7 +352,7 @@ def test_the_simulated_gpu_faults_are_decided_as_each_severity_says() -> None:
     for seed in range(300):
         world, _ = _world()
         sim = SimpleNamespace(invariants=SimpleNamespace(coverage=Counter()), world=world, armed={})
-        seeded_inject.inject(sim, PlannedFault("gpu-fault", 0, seed))  # type: ignore[arg-type]
+        fault_effects.inject(sim, PlannedFault("gpu-fault", 0, seed))  # type: ignore[arg-type]
         for cond in world.nodes["gpu-a"]["status"]["conditions"]:
             if cond["type"] in ("GPUProblem", "AcceleratedHardwareReady", "KernelDeadlock") and cond[
                 "reason"
@@ -383,12 +383,12 @@ def test_a_lesser_fault_is_written_as_its_detector_writes_it(
     for seed in range(40):
         world, clock = _world()
         world.report_condition(
-            "gpu-a", condition_type, status, *seeded_inject._fault(condition_type, first, random.Random(0))
+            "gpu-a", condition_type, status, *fault_effects._fault(condition_type, first, random.Random(0))
         )
         before = world.condition("gpu-a", condition_type) or {}
         clock["now"] += timedelta(minutes=1)
         sim = SimpleNamespace(invariants=SimpleNamespace(coverage=Counter()), world=world, armed={})
-        seeded_inject.inject(sim, PlannedFault("message-less-severe", 0, seed))  # type: ignore[arg-type]
+        fault_effects.inject(sim, PlannedFault("message-less-severe", 0, seed))  # type: ignore[arg-type]
         after = world.condition("gpu-a", condition_type) or {}
         seen.add(classify({**after, "message": after["message"].split("; ")[-1]}, settings, {}))
         if moves:  # NPD: another reason rewrites reason, message and transition time

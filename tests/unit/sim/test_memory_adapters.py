@@ -48,6 +48,7 @@ from nodeheal.sim.apiserver.status import ApiError
 from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.seeded.world import Budget, MemoryEvents, MemoryInstances, MemoryNodes, MemoryPods, World
 from nodeheal.workflow.ports import EventPort, InstancePort, NodePort, PodPort
+from tests.unit.workflow.fakes import CLUSTER
 
 JSON = dict[str, Any]
 
@@ -59,7 +60,6 @@ LONE_NODE = "ip-10-0-42-17.us-west-2.compute.internal"
 KARPENTER_POOL_LABEL = "karpenter.sh/nodepool"
 NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
 NAMESPACE = "training"
-CLUSTER = "training-on-eks"
 OWNED_TAG = f"kubernetes.io/cluster/{CLUSTER}"
 REGION = "us-west-2"
 #: Well formed, so EC2 (and moto) answer InvalidInstanceID.NotFound rather than Malformed.

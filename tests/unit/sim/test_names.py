@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from nodeheal.sim.names import (
+from nodeheal.sim.cluster.names import (
     SUFFIX_ALPHABET,
     DistinctNames,
     NameSpaceExhaustedError,

@@ -15,10 +15,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nodeheal.sim.seeded.world import World
+from tests.unit.workflow.fakes import CLUSTER
 
 START = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 NODE = "ip-10-0-1-13.us-west-2.compute.internal"
-CLUSTER = "training-on-eks"
 
 
 class Clock:

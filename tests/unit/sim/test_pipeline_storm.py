@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import pytest
 
 from benchmarks.pipeline_timing import storm_budget
-from nodeheal.sim.cluster import XID_79
-from nodeheal.sim.cluster_setup import ClusterLayout
-from nodeheal.sim.pipeline import LocalPipeline, synthesized
+from nodeheal.sim.cluster.layout import ClusterLayout
+from nodeheal.sim.cluster.simulated_cluster import XID_79
+from nodeheal.sim.local_pipeline.wiring import LocalPipeline
+from nodeheal.sim.stack.process_templates import synthesized
 from nodeheal.workflow.records import Outcome
 
 # a run of the full local pipeline: `make test` runs it, `make check` does not

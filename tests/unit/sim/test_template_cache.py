@@ -1,4 +1,4 @@
-"""Synthesized templates kept between runs (nodeheal.sim.template_cache): a hit only for the very
+"""Synthesized templates kept between runs (nodeheal.sim.stack.template_cache): a hit only for the very
 same inputs, and a cache that cannot work is passed over, never an error."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from nodeheal.sim import template_cache
-from nodeheal.sim.template_cache import CACHE_VARIABLE, cache_directory, cache_key, cached_template
+from nodeheal.sim.stack import template_cache
+from nodeheal.sim.stack.template_cache import CACHE_VARIABLE, cache_directory, cache_key, cached_template
 
 
 class CountingSynth:
@@ -52,7 +52,7 @@ def test_the_key_covers_the_source_the_libraries_and_the_cdks_own_context(
 
 
 def test_the_source_digest_follows_every_file_synthesis_reads() -> None:
-    root = Path(template_cache.__file__).resolve().parents[2]
+    root = Path(template_cache.__file__).resolve().parents[3]
     assert (root / "nodeheal" / "contracts").is_dir()  # the schemas the stack embeds are hashed too
     assert len(template_cache.source_digest()) == 64
 

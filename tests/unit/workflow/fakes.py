@@ -11,20 +11,20 @@ from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings
 from nodeheal.kube_views import UNHEALTHY_TAINT_KEY, LiveNode, PodView, Taint
 from nodeheal.sim.apiserver.objects import make_node
-from nodeheal.sim.seeded.ledger import MemoryLedger
+from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.state import WorkflowState
 
 NOW = datetime(2026, 11, 21, 10, 5, tzinfo=UTC)
 CLUSTER = "training-on-eks"
+#: The EC2 instance behind the Node :func:`live_node` builds, unless a test names another.
+INSTANCE = "i-0abc1234def567890"
 XID_79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
 
 
 def live_node(name: str = "gpu-a", *, condition: dict[str, Any] | None = None, **kwargs: Any) -> LiveNode:
     extra = [condition] if condition else None
-    raw = make_node(
-        name, instance_id=kwargs.pop("instance_id", "i-0abc1234def567890"), extra_conditions=extra, **kwargs
-    )
+    raw = make_node(name, instance_id=kwargs.pop("instance_id", INSTANCE), extra_conditions=extra, **kwargs)
     return LiveNode.from_api(raw)
 
 

@@ -12,6 +12,7 @@ from nodeheal.workflow.budget import BreakerState, ClusterAdmissionState
 from nodeheal.workflow.locks import LockClaim
 from tests.unit.workflow.fakes import (
     CLUSTER,
+    INSTANCE,
     NOW,
     FakeLedger,
     FakeNodes,
@@ -20,8 +21,6 @@ from tests.unit.workflow.fakes import (
     live_node,
     workflow_state,
 )
-
-INSTANCE = "i-0abc1234def567890"
 
 
 def setup(condition: dict | None = None, **node_kwargs: object) -> tuple[FakeNodes, FakeLedger]:

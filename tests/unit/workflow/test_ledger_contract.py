@@ -20,11 +20,10 @@ from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim
 from nodeheal.workflow.records import ExecutionEnd, Outcome, RecordWrite, RemediationRecord
 from tests.aws_fixtures import create_ledger_table
-from tests.unit.workflow.fakes import FakeLedger
+from tests.unit.workflow.fakes import INSTANCE, FakeLedger
 
 NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 TTL = timedelta(hours=1)
-INSTANCE = "i-0abc1234def567890"
 
 
 @dataclass

@@ -24,6 +24,7 @@ from nodeheal.workflow.locks import LockClaim
 from nodeheal.workflow.state import WorkflowState
 from tests.unit.workflow.fakes import (
     CLUSTER,
+    INSTANCE,
     NOW,
     XID_79,
     FakeLedger,
@@ -33,7 +34,6 @@ from tests.unit.workflow.fakes import (
     workflow_state,
 )
 
-INSTANCE = "i-0abc1234def567890"
 XID_154_REBOOT = "NVRM: Xid (PCI:0000:53:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
 XID_48 = "NVRM: Xid (PCI:0000:53:00): 48, pid=2411, name=python3, An uncorrectable double bit error"
 XID_13 = "NVRM: Xid (PCI:0000:53:00): 13, pid=2411, name=python3, Graphics SM Warp Exception"

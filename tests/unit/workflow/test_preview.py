@@ -24,6 +24,7 @@ from nodeheal.workflow.preview import NodePreview, preview
 from nodeheal.workflow.records import Outcome, RemediationRecord
 from tests.unit.workflow.fakes import (
     CLUSTER,
+    INSTANCE,
     NOW,
     FakeLedger,
     FakeNodes,
@@ -33,7 +34,6 @@ from tests.unit.workflow.fakes import (
     workflow_state,
 )
 
-INSTANCE = "i-0abc1234def567890"
 XID_48 = "NVRM: Xid (PCI:0000:53:00): 48, pid=2411, name=python3, DBE (double bit error)"
 NO_XID = "nvidia-smi failed: Unable to determine the device handle for GPU 0000:53:00.0: Unknown Error"
 #: What a preview may call on the ledger: Admit's reads, nothing that writes.

@@ -35,9 +35,16 @@ from nodeheal.workflow.recording import record
 from nodeheal.workflow.records import Outcome, RemediationRecord, node_history
 from nodeheal.workflow.state import WorkflowState
 from tests.aws_fixtures import create_ledger_table
-from tests.unit.workflow.fakes import CLUSTER, NOW, FakeLedger, gpu_problem, live_node, workflow_state
+from tests.unit.workflow.fakes import (
+    CLUSTER,
+    INSTANCE,
+    NOW,
+    FakeLedger,
+    gpu_problem,
+    live_node,
+    workflow_state,
+)
 
-INSTANCE = "i-0abc1234def567890"
 EXECUTION = "exec-1"
 ARN = f"arn:aws:states:us-west-2:1:execution:sm:{EXECUTION}"
 XID_48 = "NVRM: Xid (PCI:0000:53:00): 48, pid=2411, name=python3, An uncorrectable double bit error"

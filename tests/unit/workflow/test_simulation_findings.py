@@ -16,7 +16,7 @@ from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import NodeReplacedError
 from nodeheal.kube_views import LiveNode
-from nodeheal.sim.seeded.ledger import MemoryLedger
+from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.sim.seeded.world import MemoryInstances, MemoryNodes, MemoryPods, Mutation, World
 from nodeheal.timeutil import format_timestamp
 from nodeheal.workflow import actions
@@ -24,9 +24,9 @@ from nodeheal.workflow.admission import PROCEED, UNLABELLED_POOL, admit, budget_
 from nodeheal.workflow.episode import sighting_of
 from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.state import WorkflowState
+from tests.unit.workflow.fakes import CLUSTER
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
-CLUSTER = "training-on-eks"
 XID_48 = "NVRM: Xid (PCI:0000:97:00): 48, pid=2411, name=python3, An uncorrectable double bit error (DBE)"
 XID_79 = "NVRM: Xid (PCI:0000:53:00): 79, pid=2411, name=python3, GPU has fallen off the bus."
 

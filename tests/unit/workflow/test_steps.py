@@ -12,6 +12,7 @@ from nodeheal.workflow.recording import record, record_failure, stage_seconds, s
 from nodeheal.workflow.records import Outcome
 from tests.unit.workflow.fakes import (
     CLUSTER,
+    INSTANCE,
     NOW,
     FakeLedger,
     FakeNodes,
@@ -21,7 +22,6 @@ from tests.unit.workflow.fakes import (
     workflow_state,
 )
 
-INSTANCE = "i-0abc1234def567890"
 ADMITTED = {
     "verdict": "proceed",
     "decision": {

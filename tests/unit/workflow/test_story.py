@@ -26,6 +26,7 @@ from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.state import WorkflowState
 from tests.unit.workflow.fakes import (
     CLUSTER,
+    INSTANCE,
     NOW,
     FakeLedger,
     FakeNodes,
@@ -35,7 +36,6 @@ from tests.unit.workflow.fakes import (
     workflow_state,
 )
 
-INSTANCE = "i-0abc1234def567890"
 NO_XID = "nvidia-smi failed: Unable to determine the device handle for GPU 0000:53:00.0: Unknown Error"
 
 

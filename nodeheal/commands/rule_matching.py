@@ -230,7 +230,7 @@ def synthesize_template(nodeheal: Mapping[str, Any], config_path: str) -> Mappin
     cdk.json is: as for ``demo --config``, the file holds settings, not code.
     """
     from nodeheal.commands.demo import make_sources_importable
-    from nodeheal.sim.template import SynthesizedApp, quiet_jsii
+    from nodeheal.sim.stack.synthesized_app import SynthesizedApp, quiet_jsii
 
     quiet_jsii()
     try:

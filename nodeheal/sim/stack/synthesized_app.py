@@ -79,8 +79,8 @@ class SynthesizedApp:
     @classmethod
     def synthesize(cls, nodeheal_context: Mapping[str, Any]) -> SynthesizedApp:
         """NodeHeal's stack synthesized in-process (no asset bundling, no network, no Docker), or
-        the same template from an earlier synth (nodeheal.sim.template_cache)."""
-        from nodeheal.sim.template_cache import cached_template
+        the same template from an earlier synth (nodeheal.sim.stack.template_cache)."""
+        from nodeheal.sim.stack.template_cache import cached_template
 
         return cls(template=cached_template(nodeheal_context, _synthesize_template))
 

@@ -1,5 +1,5 @@
 """The controllers of the simulated cluster that NodeHeal relies on but does not own: Karpenter,
-the kubelet after a reboot, and the workload controllers with the scheduler (see cluster.py)."""
+the kubelet after a reboot, and the workload controllers with the scheduler (see simulated_cluster.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,8 @@ from nodeheal.sim.apiserver.objects import make_pod
 from nodeheal.sim.apiserver.pdb import controller_of
 from nodeheal.sim.apiserver.status import ApiError
 from nodeheal.sim.apiserver.store import ClusterStore
-from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings, SimClock
-from nodeheal.sim.local_aws import LocalAws
-from nodeheal.sim.timeline import Timeline, short_node
-from nodeheal.sim.workload import (
+from nodeheal.sim.cluster.layout import ClusterLayout, ClusterTimings, SimClock
+from nodeheal.sim.cluster.workload import (
     GPU,
     HEALTHY_CONDITIONS,
     JSON,
@@ -29,11 +27,13 @@ from nodeheal.sim.workload import (
     is_ready,
     is_running,
 )
+from nodeheal.sim.local_aws import LocalAws
+from nodeheal.sim.timeline import Timeline, short_node
 
 
 class ControlledCluster(Protocol):
     """What the controllers need of the cluster that starts them
-    (:class:`nodeheal.sim.cluster.SimulatedCluster`, which cannot be imported here)."""
+    (:class:`nodeheal.sim.cluster.simulated_cluster.SimulatedCluster`, which cannot be imported here)."""
 
     store: ClusterStore
     aws: LocalAws

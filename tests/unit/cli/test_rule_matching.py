@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodeheal.commands import test_pattern
+from nodeheal.commands import rule_matching
 from nodeheal.patterns import match
 from tests.deployment import eventbridge_stand_in
 from tests.unit.cli.conftest import BUS, Aws, Result
@@ -182,7 +182,7 @@ def test_deployed_rules_through_testeventpattern(
         eventbridge_stand_in(created.meta.events)
         return created
 
-    monkeypatch.setattr(test_pattern, "events_client", client)
+    monkeypatch.setattr(rule_matching, "events_client", client)
     result = cli("test-pattern", "--deployed", good, bad, "--json")
     assert result.code == 0, result.err
     verdicts = result.json()

@@ -1,6 +1,7 @@
 """What a simulated cluster is made of and runs on: its layout, the real-world durations of its
-controllers, and the clock that runs their delayed actions. Apart from :mod:`nodeheal.sim.cluster`
-so that the controllers it starts (:mod:`nodeheal.sim.controllers`) can name them too."""
+controllers, and the clock that runs their delayed actions. Apart from
+:mod:`nodeheal.sim.cluster.simulated_cluster` so that the controllers it starts
+(:mod:`nodeheal.sim.cluster.controllers`) can name them too."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def cache_directory(environ: Mapping[str, str] | None = None) -> Path | None:
 @functools.lru_cache(maxsize=1)
 def source_digest() -> str:
     """SHA-256 over every file of the source trees (path and content), computed once a process."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # the checkout: nodeheal/sim/stack/template_cache.py
     digest = hashlib.sha256()
     for tree in SOURCE_TREES:
         for path in sorted((root / tree).rglob("*")):

@@ -3,19 +3,19 @@
 A fault set on a simulated Node travels the real path: the real exporter watches the fake API
 server and calls ``events:PutEvents`` on the moto bus; the rule synthesized from the CDK stack
 matches it with its real pattern and hands it (through an SQS probe, see
-:class:`~nodeheal.sim.local_aws.RuleTargetPump`) to the real ingest handler, which starts the
+:class:`~nodeheal.sim.stack.rule_targets.RuleTargetPump`) to the real ingest handler, which starts the
 state machine moto executes with the real task handlers. The simulated cluster (Karpenter, the
 scheduler, the kubelet after a reboot) reacts to what the workflow does.
 
 Timings: the workflow's waits come from the cdk context the template was synthesized with
-(:data:`FAST_CONTEXT` for tests, cdk.json through :func:`demo_context` for the demo); the
+(:data:`~nodeheal.sim.stack.context.FAST_CONTEXT` for tests, cdk.json through
+:func:`~nodeheal.sim.stack.context.demo_context` for the demo); the
 cluster's own delays (pod shutdown, node boot, ...) are real-world durations divided by ``speed``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import threading
 import time
@@ -30,7 +30,6 @@ from nodeheal.aws.executions import deployed_settings
 from nodeheal.aws.ledger import Ledger
 from nodeheal.conditions import Condition, is_bad_status
 from nodeheal.config import RemediationSettings
-from nodeheal.deploy_config import FILE_CONTEXT_PATH, NodeHealConfig
 from nodeheal.errors import STOP_ERRORS
 from nodeheal.events import (
     DETAIL_TYPE_CONDITION_CHANGED,
@@ -50,38 +49,21 @@ from nodeheal.sim.apiserver.authorizer import (
 )
 from nodeheal.sim.apiserver.server import FakeKubeApiServer
 from nodeheal.sim.apiserver.store import ClusterStore
-from nodeheal.sim.cluster import SimulatedCluster
-from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings
+from nodeheal.sim.cluster.layout import ClusterLayout, ClusterTimings
+from nodeheal.sim.cluster.simulated_cluster import SimulatedCluster
 from nodeheal.sim.local_aws import Invocation, LocalAws
-from nodeheal.sim.rule_targets import Delivery, RuleTargetPump
-from nodeheal.sim.template import SynthesizedApp
+from nodeheal.sim.stack.context import CLUSTER
+from nodeheal.sim.stack.rule_targets import Delivery, RuleTargetPump
+from nodeheal.sim.stack.synthesized_app import SynthesizedApp
 from nodeheal.sim.timeline import Timeline, describe_task, short_node
 from nodeheal.steps import RECORD, RECORD_FAILURE, STEPS
 from nodeheal.timeutil import parse_timestamp, utc_now
 from nodeheal.workflow.records import DroppedEvent, RemediationRecord
 
-CLUSTER = "training-on-eks"
-
 _T = TypeVar("_T")
 
-#: Tiny waits so the real definition runs in seconds: moto sleeps for real in Wait states and
-#: Retry intervals. The workflow tests and the end-to-end scenarios share it (and so the template).
-#: The lock TTL and workflow timeout stay the deployed defaults: the worst case they must cover
-#: counts every Lambda attempt at its full timeout, which no speed-up shortens (nodeheal.timing).
 #: A task that raises one of these stopped on purpose (nodeheal.errors.STOP_ERRORS), not failed.
 STOP_ERROR_NAMES = frozenset(error.__name__ for error in STOP_ERRORS)
-
-FAST_CONTEXT: dict[str, Any] = {
-    "clusters": [CLUSTER],
-    # The tests exercise remediations: chosen here, never inherited from cdk.json (whose shipped
-    # mode is dry-run, for a first deployment) or from a default.
-    "mode": "full",
-    "drain": {"timeoutSeconds": 4, "pollSeconds": 1, "doNotDisruptWaitSeconds": 0, "forceGraceSeconds": 0},
-    "reboot": {"pollSeconds": 1, "recoveryTimeoutSeconds": 5},
-    "retry": {"intervalSeconds": 1, "maxAttempts": 2, "backoffRate": 1.0},
-    "lockWaitPollSeconds": 1,
-    "notifications": {"emails": ["oncall@example.com"]},
-}
 
 #: The simulated cluster's delays in tests: 300x real time (a 30 s pod shutdown takes 0.1 s).
 FAST_SPEED = 300.0
@@ -97,138 +79,6 @@ NOTIFICATION_INBOX = "nodeheal-notifications-inbox"
 #: Waits for ledger records re-read the ledger at least this often even when no record task
 #: was seen finishing (the tasks are what wakes them; this only bounds a missed wake-up).
 LEDGER_RECHECK_SECONDS = 30.0
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-#: The waits of cdk.json the demo divides by its speed, each with the least it may become: ASL
-#: waits are whole seconds, and the drain and the recovery need a few polls to show their shape.
-#: The lock TTL and the workflow timeout keep their values: they must cover Lambda timeouts and
-#: retries, which no speed-up shortens (nodeheal.timing).
-DEMO_SCALED_WAITS: tuple[tuple[str, int], ...] = (
-    ("drain.timeoutSeconds", 4),
-    ("drain.pollSeconds", 1),
-    ("drain.forceGraceSeconds", 0),
-    ("drain.doNotDisruptWaitSeconds", 0),
-    ("reboot.pollSeconds", 1),
-    ("reboot.recoveryTimeoutSeconds", 5),
-    ("retry.intervalSeconds", 1),
-    # An execution waiting behind another's lock (two detectors reporting one fault) re-reads the
-    # node this often.
-    ("lockWaitPollSeconds", 1),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Override:
-    """A setting the demo runs with that is not what cdk.json says (docs/architecture.md, D14), and why."""
-
-    path: str
-    #: What cdk.json says, or the default it leaves in place when it does not set the key.
-    configured: Any
-    used: Any
-    why: str
-
-
-def demo_context(
-    configured: Mapping[str, Any],
-    speed: float,
-    *,
-    scenario: str = "",
-    scenario_context: Mapping[str, Any] | None = None,
-) -> tuple[dict[str, Any], list[Override]]:
-    """cdk.json's ``nodeheal`` object as the demo runs it, and every setting it changed.
-
-    The demo remediates whatever mode cdk.json ships (``full``: it exists to show a node healing),
-    runs on the simulated cluster, divides cdk.json's waits by ``speed``, and applies what the
-    scenario needs. The overrides are computed by comparing the result with what cdk.json means
-    (its values, and the defaults for the keys it leaves out), so none goes unreported.
-    """
-    config = NodeHealConfig.from_cdk_context(configured, FILE_CONTEXT_PATH)
-    remediation = config.remediation.to_json()
-    remediation.pop("scope")  # spelled out once, under "rule"
-    meant = deep_merge({**remediation, "clusters": list(config.clusters)}, configured)
-    layers: list[tuple[dict[str, Any], str]] = [
-        (
-            {"mode": "full"},
-            "the demo shows a remediation; a deployment runs the mode cdk.json sets",
-        ),
-        ({"clusters": [CLUSTER]}, "the simulated cluster"),
-    ]
-    for path, least in DEMO_SCALED_WAITS:
-        seconds = _leaf(meant, path)
-        layers.append(
-            (_nested(path, max(least, round(seconds / speed))), f"cdk.json's wait / speed {speed:g}")
-        )
-    if scenario_context:
-        layers.append((dict(scenario_context), f"scenario {scenario}"))
-    context = deep_merge({}, configured)
-    why: dict[str, str] = {}
-    for layer, reason in layers:
-        context = deep_merge(context, layer)
-        why.update(dict.fromkeys(_leaf_paths(layer), reason))
-    overrides = [
-        Override(path, _leaf(meant, path), _leaf(context, path), why[path])
-        for path in why
-        if _leaf(context, path) != _leaf(meant, path)
-    ]
-    return context, overrides
-
-
-def _nested(path: str, value: Any) -> dict[str, Any]:
-    head, _, rest = path.partition(".")
-    return {head: _nested(rest, value) if rest else value}
-
-
-def _leaf(document: Mapping[str, Any], path: str) -> Any:
-    value: Any = document
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return value
-
-
-def _leaf_paths(document: Mapping[str, Any], prefix: str = "") -> list[str]:
-    paths = []
-    for key, value in document.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            paths.extend(_leaf_paths(value, f"{path}."))
-        else:
-            paths.append(path)
-    return paths
-
-
-class TemplateCache:
-    """Synthesize once per distinct cdk context (synthesis takes seconds); thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._templates: dict[str, SynthesizedApp] = {}
-
-    def get(self, context: Mapping[str, Any]) -> SynthesizedApp:
-        key = json.dumps(context, sort_keys=True)
-        with self._lock:
-            if key not in self._templates:
-                self._templates[key] = SynthesizedApp.synthesize(context)
-            return self._templates[key]
-
-
-TEMPLATES = TemplateCache()
-
-
-def synthesized(
-    overrides: Mapping[str, Any] | None = None, *, base: Mapping[str, Any] = FAST_CONTEXT
-) -> SynthesizedApp:
-    """The template for ``base`` with ``overrides`` merged in, from the process-wide cache."""
-    return TEMPLATES.get(deep_merge(base, overrides or {}))
 
 
 def _node_and_instance(detail: Any) -> tuple[str, str | None]:

@@ -32,12 +32,12 @@ from nodeheal.events import instance_id_from_provider_id
 from nodeheal.sim.apiserver.objects import make_node, make_nodeclaim, make_pdb, make_pod
 from nodeheal.sim.apiserver.status import ApiError
 from nodeheal.sim.apiserver.store import ClusterStore
-from nodeheal.sim.cluster_setup import ClusterLayout, ClusterTimings, SimClock
-from nodeheal.sim.controllers import KarpenterStandIn, NodeAgent, WorkloadControllers
+from nodeheal.sim.cluster.controllers import KarpenterStandIn, NodeAgent, WorkloadControllers
+from nodeheal.sim.cluster.layout import ClusterLayout, ClusterTimings, SimClock
+from nodeheal.sim.cluster.names import PrivateDnsNames, SuffixGenerator
+from nodeheal.sim.cluster.workload import HEALTHY_CONDITIONS, JSON, TRAINING_JOB, is_running
 from nodeheal.sim.local_aws import LocalAws
-from nodeheal.sim.names import PrivateDnsNames, SuffixGenerator
 from nodeheal.sim.timeline import Timeline, short_node
-from nodeheal.sim.workload import HEALTHY_CONDITIONS, JSON, TRAINING_JOB, is_running
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
-"""``nodeheal breaker status|reset`` and ``nodeheal pause|resume``: the person's levers on admission.
+"""``nodeheal breaker status|reset``: the circuit breaker of each cluster, shown and closed.
 
-Both live in each cluster's admission state in the ledger (the item Admit reads before every
-remediation). The breaker is opened by NodeHeal when too many nodes fail together and only a person
-closes it; pause is a person's "stop remediating": running ones stop before their next mutation.
-Every write is conditional on the version read, so a reset cannot silently undo an admission made meanwhile.
+The breaker lives in each cluster's admission state in the ledger (the item Admit reads before
+every remediation; :mod:`nodeheal.commands.admission_state` reads and writes it). NodeHeal opens it
+when too many nodes fail together and only a person closes it. Every write is conditional on the
+version read, so a reset cannot silently undo an admission made meanwhile.
 
 A reset also re-reads the live cluster and, once the person has seen the list and agreed, starts a
 ``-r<N>`` execution for each condition still bad (D13 in docs/architecture.md, and
@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from nodeheal.aws.ledger import Ledger
+from nodeheal.commands.admission_state import cluster_argument, mutate_clusters, state_json, update_state
 from nodeheal.commands.aws_access import (
     STATE_MACHINE_OUTPUT,
     add_aws_arguments,
@@ -33,7 +34,7 @@ from nodeheal.commands.history import open_ledger
 from nodeheal.commands.kube_access import add_kube_arguments, kube_transport
 from nodeheal.commands.output import confirm, print_json, print_table
 from nodeheal.config import RemediationSettings
-from nodeheal.errors import ConfigurationError, DuplicateExecutionError, LedgerContentionError, NodeHealError
+from nodeheal.errors import ConfigurationError, DuplicateExecutionError, NodeHealError
 from nodeheal.events import NodeConditionEvent
 from nodeheal.timeutil import format_timestamp, utc_now
 from nodeheal.workflow import budget
@@ -41,8 +42,6 @@ from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.ingest import execution_input, reevaluation_name
 from nodeheal.workflow.reevaluation import Candidate, Plan, plan, still_bad
 
-#: Attempts of a conditional write that lost a race with an admission (which takes milliseconds).
-WRITE_ATTEMPTS = 5
 EXIT_BREAKER_OPEN = 1
 
 
@@ -62,7 +61,7 @@ def register(subparsers: Any) -> None:
         help="breaker, pause and in-flight remediations per cluster (exit 1 when a breaker is open)",
         description="Breaker, pause and in-flight remediations per cluster. Exits 1 when a breaker is open.",
     )
-    _cluster_argument(status, required=False)
+    cluster_argument(status, required=False)
     add_aws_arguments(status)
     status.add_argument("--json", action="store_true", help="print the state as JSON")
     status.set_defaults(func=run_status)
@@ -79,7 +78,7 @@ def register(subparsers: Any) -> None:
             "re-evaluates again even when the breaker is already closed."
         ),
     )
-    _cluster_argument(reset, required=True)
+    cluster_argument(reset, required=True)
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     reset.add_argument(
         "--no-reevaluate",
@@ -99,68 +98,6 @@ def register(subparsers: Any) -> None:
         help="print the list and what was done as one JSON document (instead of the tables)",
     )
     reset.set_defaults(func=run_reset)
-
-    pause = subparsers.add_parser(
-        "pause",
-        help="stop remediating in a cluster (running ones stop before their next mutation)",
-        description=(
-            "Stop admitting new remediations in a cluster: Admit refuses every node with your reason "
-            "and records it. Running remediations stop before their next mutation, record `paused` and "
-            "leave the node cordoned. Undo with `nodeheal resume`."
-        ),
-    )
-    _cluster_argument(pause, required=True)
-    pause.add_argument("--reason", required=True, help="why (shown in every refusal and notification)")
-    pause.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    add_aws_arguments(pause)
-    pause.add_argument("--json", action="store_true", help="print each cluster's new state as JSON")
-    pause.set_defaults(func=run_pause)
-
-    resume = subparsers.add_parser(
-        "resume",
-        help="admit remediations again after `nodeheal pause`",
-        description="Admit remediations again in a cluster paused with `nodeheal pause`.",
-    )
-    _cluster_argument(resume, required=True)
-    resume.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    add_aws_arguments(resume)
-    resume.add_argument("--json", action="store_true", help="print each cluster's new state as JSON")
-    resume.set_defaults(func=run_resume)
-
-
-def _cluster_argument(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    parser.add_argument(
-        "--cluster",
-        action="append",
-        default=[],
-        required=required,
-        help="cluster name (repeatable)" + ("" if required else "; default: every cluster in the ledger"),
-    )
-
-
-def state_json(state: ClusterAdmissionState) -> dict[str, Any]:
-    return {
-        "cluster": state.cluster,
-        "version": state.version,
-        "breaker": {
-            "open": state.breaker.open,
-            "openedAt": format_timestamp(state.breaker.opened_at) if state.breaker.opened_at else None,
-            "reason": state.breaker.reason,
-        },
-        "paused": state.paused,
-        "pausedReason": state.paused_reason,
-        "inFlight": [
-            {
-                "node": node,
-                "execution": slot.execution,
-                "pool": slot.pool,
-                "startedAt": format_timestamp(slot.started_at),
-                "expiresAt": format_timestamp(slot.expires_at),
-            }
-            for node, slot in sorted(state.in_flight.items())
-        ],
-        "recentRefusals": len(state.recent_refusals),
-    }
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -208,64 +145,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Change:
-    """One cluster's admission state as a person's command found it and left it."""
-
-    before: ClusterAdmissionState
-    after: ClusterAdmissionState
-    #: False when the change was already in place (nothing was written).
-    written: bool
-
-
-def _update(
-    ledger: Ledger,
-    cluster: str,
-    change: Callable[[ClusterAdmissionState], ClusterAdmissionState | None],
-) -> _Change:
-    """Apply ``change`` to the cluster's state with optimistic concurrency."""
-    for _ in range(WRITE_ATTEMPTS):
-        current = ledger.read_admission_state(cluster)
-        updated = change(current)
-        if updated is None:
-            return _Change(current, current, written=False)
-        try:
-            return _Change(current, ledger.write_admission_state(updated), written=True)
-        except LedgerContentionError:
-            continue
-    raise LedgerContentionError(
-        f"the admission state of {cluster} kept changing under {WRITE_ATTEMPTS} attempts; try again"
-    )
-
-
-def _mutate_clusters(
-    args: argparse.Namespace,
-    *,
-    question: Callable[[Sequence[str]], str],
-    change: Callable[[ClusterAdmissionState], ClusterAdmissionState | None],
-    done: str,
-    unchanged: str,
-) -> list[_Change] | None:
-    """Confirm, then apply ``change`` to each cluster; None when the person said no."""
-    ledger, _, table = open_ledger(args)
-    clusters = list(dict.fromkeys(args.cluster))
-    if not confirm(question(clusters), assume_yes=args.yes):
-        print("cancelled; nothing changed", file=sys.stderr)
-        return None
-    changes = []
-    with aws_errors(f"update ledger table {table}"):
-        for cluster in clusters:
-            changes.append(_update(ledger, cluster, change))
-            if not args.json:
-                print(f"{cluster}: {done if changes[-1].written else unchanged}")
-    return changes
-
-
-def _changes_json(changes: Sequence[_Change]) -> list[dict[str, Any]]:
-    """``pause`` / ``resume --json``: per cluster, whether this command changed it and its state now."""
-    return [{"cluster": c.after.cluster, "changed": c.written, "state": state_json(c.after)} for c in changes]
-
-
-@dataclass(frozen=True, slots=True)
 class _Reevaluation:
     """What a reset will do in one cluster, read before the person is asked."""
 
@@ -285,7 +164,7 @@ class DeployedWorkflow:
 
 def run_reset(args: argparse.Namespace) -> int:
     if args.no_reevaluate:
-        changes = _mutate_clusters(
+        changes = mutate_clusters(
             args,
             question=lambda clusters: (
                 f"Close the circuit breaker of {', '.join(clusters)}? Remediations start again; the nodes "
@@ -338,7 +217,7 @@ def run_reset(args: argparse.Namespace) -> int:
     started: dict[str, list[Started]] = {}
     for view in views:
         with aws_errors(f"update ledger table {table}"):
-            written = _update(ledger, view.cluster, budget.closed_breaker).written
+            written = update_state(ledger, view.cluster, budget.closed_breaker).written
         if written:
             closed.add(view.cluster)
         if not args.json:
@@ -552,39 +431,3 @@ def _start(
     if view.plan.start:
         say(f"  follow them with: nodeheal history --cluster {view.cluster} --since 1h")
     return results
-
-
-def run_pause(args: argparse.Namespace) -> int:
-    reason = args.reason.strip()
-    if not reason:
-        raise ConfigurationError("--reason must say why")
-
-    changes = _mutate_clusters(
-        args,
-        question=lambda clusters: (
-            f"Pause NodeHeal in {', '.join(clusters)} ({reason})? No new remediation will start."
-        ),
-        change=lambda state: budget.paused(state, reason),
-        done=f"paused ({reason}); resume with `nodeheal resume`",
-        unchanged="already paused for this reason",
-    )
-    return _report_changes(args, changes)
-
-
-def run_resume(args: argparse.Namespace) -> int:
-    changes = _mutate_clusters(
-        args,
-        question=lambda clusters: f"Resume NodeHeal in {', '.join(clusters)}? Remediations start again.",
-        change=budget.resumed,
-        done="resumed; remediations are admitted again",
-        unchanged="was not paused",
-    )
-    return _report_changes(args, changes)
-
-
-def _report_changes(args: argparse.Namespace, changes: list[_Change] | None) -> int:
-    if changes is None:
-        return 1
-    if args.json:
-        print_json(_changes_json(changes))
-    return 0
