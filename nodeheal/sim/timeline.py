@@ -117,7 +117,7 @@ def short_node(name: str) -> str:
 
 
 #: Width of the printed node column: the simulated cluster's longest host name (its VPC is
-#: 10.0.0.0/16, see nodeheal.sim.names), an instance id (i- and 17 hex digits), a space between.
+#: 10.0.0.0/16, see nodeheal.sim.cluster.names), an instance id (i- and 17 hex digits), a space between.
 NODE_COLUMN = len("ip-10-0-255-255") + 1 + len("i-0123456789abcdef0")
 #: The node column of an event about an instance that has no Node yet (Karpenter's launch).
 NO_NODE_YET = "(no Node yet)"
