@@ -77,7 +77,10 @@ NOTIFYING_HANDLERS = frozenset(step.handler for step in STEPS if step.publishes_
 #: The SQS queue :class:`LocalPipeline` subscribes to the topic when asked to read notifications.
 NOTIFICATION_INBOX = "nodeheal-notifications-inbox"
 #: Waits for ledger records re-read the ledger at least this often even when no record task
-#: was seen finishing (the tasks are what wakes them; this only bounds a missed wake-up).
+#: was seen finishing (the tasks are what wakes them; this only bounds a missed wake-up). Each
+#: recheck that finds nothing doubles the next one: a read of the ledger holds every Lambda
+#: invocation off (moto's tables are not thread-safe) for as long as moto takes to answer it, and
+#: in a 1,000-node storm rechecks every 30 s read the growing ledger 16 times, 3 to 35 s each.
 LEDGER_RECHECK_SECONDS = 30.0
 
 
@@ -720,20 +723,23 @@ class LocalPipeline:
     ) -> _T:
         """Read the ledger (``complete``) each time the record tasks and ingest drops seen so far
         say it may hold what is waited for (``reported``), and at least every
-        :data:`LEDGER_RECHECK_SECONDS`; the ledger alone decides."""
+        :data:`LEDGER_RECHECK_SECONDS`, doubled after each recheck that was not woken; the
+        ledger alone decides."""
         deadline = time.monotonic() + timeout
         read_at = -1  # how many decisions had been reported when the ledger was last read
+        recheck = LEDGER_RECHECK_SECONDS
 
         def worth_reading() -> bool:
             return bool(self._stopped) or (self._decision_count() != read_at and reported())
 
         while True:
             with self._decisions:
-                self._decisions.wait_for(
+                woken = self._decisions.wait_for(
                     worth_reading,
-                    timeout=max(0.0, min(LEDGER_RECHECK_SECONDS, deadline - time.monotonic())),
+                    timeout=max(0.0, min(recheck, deadline - time.monotonic())),
                 )
                 read_at = self._decision_count()
+            recheck = LEDGER_RECHECK_SECONDS if woken else recheck * 2
             self._check_stopped()
             found = complete()
             if found is not None:
