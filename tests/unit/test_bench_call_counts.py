@@ -24,8 +24,12 @@ class _FakeAws:
             return self._handler(payload)
 
 
-@mock_aws
 def test_calls_go_to_the_invocation_that_made_them_and_nowhere_else() -> None:
+    with mock_aws():
+        _check_attribution()
+
+
+def _check_attribution() -> None:
     dynamodb = boto3.client("dynamodb", region_name="us-west-2")
 
     def outside_call() -> None:
