@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.call_counts import CallCounter, Calls
 from benchmarks.harness import production_context
 from nodeheal.sim.apiserver.objects import make_pdb, make_pod
 from nodeheal.sim.cluster.layout import ClusterLayout
@@ -136,7 +137,8 @@ def measure(speed: float = SPEED, timeout: float = TIMEOUT_SECONDS) -> dict[str,
     app = TEMPLATES.get(context)
     layout = ClusterLayout(gpu_nodes=len(PATHS), training_workers=0, notebook_gpus=0)
     started = time.monotonic()
-    with LocalPipeline(app, layout=layout, speed=speed) as pipeline:
+    counter = CallCounter()
+    with LocalPipeline(app, layout=layout, speed=speed) as pipeline, counter.counting(pipeline.aws):
         nodes = dict(zip((p.key for p in PATHS), pipeline.cluster.gpu_nodes, strict=True))
         _prepare(pipeline, nodes)
         align_to_second()
@@ -171,5 +173,7 @@ def measure(speed: float = SPEED, timeout: float = TIMEOUT_SECONDS) -> dict[str,
                 "execution": record.execution,
                 "outcome": record.outcome.value,
                 **_execution_figures(pipeline, arns[record.execution], memory),
+                **counter.by_execution.get(record.execution, Calls()).summary(),
+                "ingest": counter.ingest_by_node.get(nodes[path.key], Calls()).summary(),
             }
     return {"speed": speed, "wallSeconds": time.monotonic() - started, "paths": results}

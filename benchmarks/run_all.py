@@ -134,6 +134,8 @@ def cost_rows(cost: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         _row(
             f"cost: {path['title']}",
             f"{path['transitions']} transitions, {path['lambdaInvocations']} Lambda calls,"
+            f" {path.get('kubernetesRequests', '?')} Kubernetes requests,"
+            f" {path.get('dynamodbCalls', '?')} DynamoDB calls,"
             f" {path['lambdaGbSeconds']:.2f} GB-s = ${path['dollars']:.5f}",
             "< $0.01",
             path["dollars"] < 0.01,
@@ -318,6 +320,11 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(results, indent=2, default=str))
+    print(
+        "\ncost rows: transitions, Lambda calls, Kubernetes requests and DynamoDB calls are what NodeHeal"
+        "\nitself sends, the same against real AWS and a real API server; GB-s are timings and include"
+        "\nthe local harness."
+    )
     print(f"\nwritten: {path.relative_to(ROOT)}")
     return 0
 
