@@ -25,7 +25,6 @@ The retry's pauses are real wall-clock time by default, multiplied by the store'
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from nodeheal.sim.apiserver import messages
+from nodeheal.sim.apiserver.codec import copy_json
 from nodeheal.sim.apiserver.pdb import is_pod_ready
 from nodeheal.sim.apiserver.status import (
     ApiError,
@@ -99,7 +99,7 @@ def _resource_version_unset(options: JSON) -> bool:
 
 def _with_resource_version(options: JSON, resource_version: str) -> JSON:
     """eviction.go setPreconditionsResourceVersion, on a copy."""
-    out = copy.deepcopy(options)
+    out = copy_json(options)
     out["preconditions"] = {**(out.get("preconditions") or {}), "resourceVersion": resource_version}
     return out
 
@@ -158,7 +158,7 @@ class EvictionRest:
     def create(self, namespace: str, name: str, eviction: JSON) -> JSON:
         if (eviction.get("metadata") or {}).get("name") != name:
             raise bad_request(messages.EVICTION_NAME_MISMATCH)
-        options: JSON = copy.deepcopy(eviction.get("deleteOptions") or {})
+        options: JSON = copy_json(eviction.get("deleteOptions") or {})
         pod, deleted = self._delete_unless_budgeted(namespace, name, options)
         if not deleted:
             self._delete_within_budget(namespace, name, pod, options)

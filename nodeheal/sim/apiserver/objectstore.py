@@ -20,7 +20,6 @@ its final delete, which a dead kubelet never does), with wall-clock delays multi
 
 from __future__ import annotations
 
-import copy
 import heapq
 import itertools
 import json
@@ -36,6 +35,7 @@ from typing import Any, Literal, get_args
 
 from nodeheal.sim.apiserver import codec, messages, validation, views
 from nodeheal.sim.apiserver.clock import Clock, MonotonicClock
+from nodeheal.sim.apiserver.codec import copy_json
 from nodeheal.sim.apiserver.fielderrors import go_quote, invalid, invalid_error
 from nodeheal.sim.apiserver.messages import (
     ETCD_WATCH_TOO_OLD_RESOURCE_VERSION,
@@ -234,7 +234,7 @@ class ObjectStore:
             self.changed.notify_all()
 
     def _record(self, rtype: ResourceType, kind: str, obj: JSON, previous: JSON | None) -> None:
-        event = WatchEvent(self._rv, rtype.plural, kind, copy.deepcopy(obj), previous)
+        event = WatchEvent(self._rv, rtype.plural, kind, copy_json(obj), previous)
         self._revisions.append(event)
         cache = self._watch_caches.get(rtype.plural)
         if cache is not None:
@@ -256,7 +256,7 @@ class ObjectStore:
 
     def _fire(self, event: HookName, obj: JSON) -> None:
         for callback in self._hooks[event]:
-            self._pending_hooks.append((callback, copy.deepcopy(obj)))
+            self._pending_hooks.append((callback, copy_json(obj)))
 
     def _run_hooks(self) -> None:
         while True:
@@ -288,7 +288,7 @@ class ObjectStore:
     def _as_served(self, rtype: ResourceType, obj: JSON) -> JSON:
         """A copy of the stored object as its own resource serves it; ClusterStore adds the
         status controllers maintain."""
-        return copy.deepcopy(obj)
+        return copy_json(obj)
 
     def _stored(self, rtype: ResourceType, name: str, namespace: str | None) -> JSON:
         obj = self._objects[rtype.plural].get(self._key(rtype, namespace, name))
@@ -433,7 +433,7 @@ class ObjectStore:
         self, resource: str | ResourceType, obj: JSON, namespace: str | None = None, *, dry_run: bool = False
     ) -> JSON:
         rtype = self._rtype(resource)
-        new = views.to_storage(rtype, copy.deepcopy(obj))
+        new = views.to_storage(rtype, copy_json(obj))
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
@@ -494,7 +494,7 @@ class ObjectStore:
         for obj in objs:
             rtype = BY_KIND[obj["kind"]]
             with self._lock:
-                new = copy.deepcopy(obj)
+                new = copy_json(obj)
                 meta = new["metadata"]
                 key = self._key(rtype, meta.get("namespace"), meta["name"])
                 if key in self._objects[rtype.plural]:
@@ -582,15 +582,15 @@ class ObjectStore:
             # The strategies' PrepareForUpdate: the main resource keeps the old status, the
             # status subresource the old spec.
             if subresource == "status":
-                new["spec"] = copy.deepcopy(old.get("spec"))
+                new["spec"] = copy_json(old.get("spec"))
                 if rtype is PODS:
                     # pods/status may not rewrite owner references (old kubelets corrupted them).
                     if "ownerReferences" in old_meta:
-                        meta["ownerReferences"] = copy.deepcopy(old_meta["ownerReferences"])
+                        meta["ownerReferences"] = copy_json(old_meta["ownerReferences"])
                     else:
                         meta.pop("ownerReferences", None)
             else:
-                new["status"] = copy.deepcopy(old.get("status"))
+                new["status"] = copy_json(old.get("status"))
         new = codec.canonical(rtype.schema, new)
         validation.validate_update(request_rtype, new, old, subresource)
         if rtype is PDBS and new.get("spec") != old.get("spec"):
@@ -614,7 +614,7 @@ class ObjectStore:
             return new
         self._bump(new)
         self._objects[rtype.plural][key] = new
-        self._record(rtype, "MODIFIED", new, copy.deepcopy(old))
+        self._record(rtype, "MODIFIED", new, copy_json(old))
         return new
 
     def replace(
@@ -631,7 +631,7 @@ class ObjectStore:
         rtype = self._rtype(resource)
         try:
             with self._lock:
-                new = views.to_storage(rtype, copy.deepcopy(obj))
+                new = views.to_storage(rtype, copy_json(obj))
                 key = self._key(rtype, namespace, name)
                 old = self._objects[rtype.plural].get(key)
                 meta = new.get("metadata")
@@ -716,7 +716,7 @@ class ObjectStore:
         try:
             with self._lock:
                 old = self._stored(rtype, name, namespace)
-                new = copy.deepcopy(old)
+                new = copy_json(old)
                 change(new)
                 result = self._commit_update(rtype, self._key(rtype, namespace, name), old, new)
                 return self._present(rtype, result)
@@ -745,7 +745,7 @@ class ObjectStore:
                 stored = [(name, self._stored(rtype, name, namespace)) for name, _ in changes]
                 versions: list[int] = []
                 for (name, old), (_, change) in zip(stored, changes, strict=True):
-                    new = copy.deepcopy(old)
+                    new = copy_json(old)
                     change(new)
                     result = self._commit_update(rtype, self._key(rtype, namespace, name), old, new)
                     versions.append(int(result["metadata"]["resourceVersion"]))
@@ -773,7 +773,7 @@ class ObjectStore:
         rtype = self._rtype(resource)
         try:
             with self._lock:
-                obj = copy.deepcopy(self._stored(rtype, name, namespace))
+                obj = copy_json(self._stored(rtype, name, namespace))
                 self._remove(rtype, self._key(rtype, namespace, name), obj)
         finally:
             self._run_hooks()
@@ -833,7 +833,7 @@ class ObjectStore:
                 # The Conflict names the Kind of the internal object (objectMetaAndKind in
                 # rest.BeforeDelete): the stored resource's, whichever group the request used.
                 self._check_preconditions(rtype.stored, stored, opts)
-                obj = copy.deepcopy(stored)
+                obj = copy_json(stored)
                 meta = obj["metadata"]
                 grace = self._pod_grace(obj, opts) if rtype is PODS else 0
                 if dry_run:
@@ -857,7 +857,7 @@ class ObjectStore:
         return body
 
     def _begin_graceful(self, rtype: ResourceType, key: Key, stored: JSON, grace: int) -> JSON:
-        new = copy.deepcopy(stored)
+        new = copy_json(stored)
         meta = new["metadata"]
         now = datetime.now(UTC)
         if meta.get("deletionTimestamp"):
@@ -870,7 +870,7 @@ class ObjectStore:
         new = codec.canonical(rtype.schema, new)
         self._bump(new)
         self._objects[rtype.plural][key] = new
-        self._record(rtype, "MODIFIED", new, copy.deepcopy(stored))
+        self._record(rtype, "MODIFIED", new, copy_json(stored))
         if rtype is NODECLAIMS and not stored["metadata"].get("deletionTimestamp"):
             # What Karpenter's termination controller watches for (a simulated Karpenter acts on it).
             self._fire("nodeclaim_deleting", new)
@@ -911,13 +911,13 @@ class ObjectStore:
                         owed.append((ns, name, uid))
                         continue
                     # The kubelet's final delete: grace period 0 once the containers have stopped.
-                    new = copy.deepcopy(pod)
+                    new = copy_json(pod)
                     new["metadata"]["deletionGracePeriodSeconds"] = 0
                     if new["metadata"].get("finalizers"):
                         new = codec.canonical(PODS.schema, new)
                         self._bump(new)
                         self._objects["pods"][(ns, name)] = new
-                        self._record(PODS, "MODIFIED", new, copy.deepcopy(pod))
+                        self._record(PODS, "MODIFIED", new, copy_json(pod))
                     else:
                         self._remove(PODS, (ns, name), new)
             self._run_hooks()

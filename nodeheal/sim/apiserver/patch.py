@@ -8,9 +8,9 @@ node's taints (NodeSpec.Taints carries no strategy) while `status.conditions` me
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from nodeheal.sim.apiserver.codec import copy_json
 from nodeheal.sim.apiserver.status import bad_request, unprocessable_patch
 
 JSON = dict[str, Any]
@@ -64,8 +64,8 @@ _DIRECTIVE_PREFIXES = ("$setElementOrder/", "$deleteFromPrimitiveList/", "$retai
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return copy_json(patch)
+    result = copy_json(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
@@ -78,7 +78,7 @@ def strategic_merge_patch(kind: str, target: JSON, patch: Any) -> JSON:
     if not isinstance(patch, dict):
         raise bad_request("unable to find api field in struct for the patch: patch must be a JSON object")
     strategies = PATCH_STRATEGIES.get(kind, _METADATA)
-    merged = _merge_map(copy.deepcopy(target), patch, "", strategies)
+    merged = _merge_map(copy_json(target), patch, "", strategies)
     if merged is None:
         raise bad_request("a strategic merge patch cannot delete the whole object")
     return merged
@@ -95,7 +95,7 @@ def _merge_map(
     if directive == "delete":
         return None
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        return {k: copy_json(v) for k, v in patch.items() if k != "$patch"}
     if directive is not None:
         raise bad_request(f"Unknown patch type: {directive} in map: {patch}")
     retain = patch.get("$retainKeys")
@@ -132,7 +132,7 @@ def _merge_map(
                 current if isinstance(current, list) else [], value, child, strategies
             )
         else:
-            original[key] = copy.deepcopy(value)
+            original[key] = copy_json(value)
     return original
 
 
@@ -148,9 +148,9 @@ def _merge_list(
         result = list(original)
         for item in patch:
             if item not in result:
-                result.append(copy.deepcopy(item))
+                result.append(copy_json(item))
         return result
-    result = [copy.deepcopy(item) for item in original]
+    result = [copy_json(item) for item in original]
     item_path = f"{path}[]"
     for item in patch:
         if not isinstance(item, dict) or merge_key not in item:
@@ -254,27 +254,27 @@ def json_patch(target: JSON, operations: Any) -> JSON:
     """RFC 6902 JSON patch; a failed `test` or a missing path is a 422, like the real server."""
     if not isinstance(operations, list):
         raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-    doc: Any = copy.deepcopy(target)
+    doc: Any = copy_json(target)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise bad_request(f"invalid JSON patch operation: {op}")
         kind, path = op["op"], op["path"]
         if kind == "add":
-            _add(doc, path, copy.deepcopy(op.get("value")))
+            _add(doc, path, copy_json(op.get("value")))
         elif kind == "remove":
             _remove(doc, path)
         elif kind == "replace":
             _get(doc, path)
             if path == "":
-                doc = copy.deepcopy(op.get("value"))
+                doc = copy_json(op.get("value"))
             else:
                 _remove(doc, path)
-                _add(doc, path, copy.deepcopy(op.get("value")))
+                _add(doc, path, copy_json(op.get("value")))
         elif kind in ("move", "copy"):
             source = op.get("from")
             if not isinstance(source, str):
                 raise bad_request(f"{kind} operation requires 'from': {op}")
-            value = copy.deepcopy(_get(doc, source))
+            value = copy_json(_get(doc, source))
             if kind == "move":
                 _remove(doc, source)
             _add(doc, path, value)

@@ -9,7 +9,6 @@ simulation uses to play the kubelet, the detectors (``nodeheal.sim.detectors``) 
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from nodeheal.sim import detectors
 from nodeheal.sim.apiserver import codec, messages
 from nodeheal.sim.apiserver import pdb as pdbmath
 from nodeheal.sim.apiserver.clock import Clock
+from nodeheal.sim.apiserver.codec import copy_json
 from nodeheal.sim.apiserver.eviction import EVICTIONS_RETRY, Backoff, EvictionRest, still_being_processed
 from nodeheal.sim.apiserver.objects import new_uid, rfc3339
 from nodeheal.sim.apiserver.objectstore import (
@@ -113,7 +113,7 @@ class ClusterStore(ObjectStore):
     # ---- PodDisruptionBudget status, as the disruption controller keeps it -----------------
 
     def _as_served(self, rtype: ResourceType, obj: JSON) -> JSON:
-        out = copy.deepcopy(obj)
+        out = copy_json(obj)
         if rtype is PDBS:
             out["status"] = self._budget_status(obj)
             # The status is computed on read here, so it is written as the server writes it here.
@@ -143,13 +143,13 @@ class ClusterStore(ObjectStore):
     def _budget_status(self, pdb: JSON) -> JSON:
         uid = pdb["metadata"]["uid"]
         if not self._disruption_controller_running:
-            return copy.deepcopy(self._synced_budgets.get(uid) or pdbmath.unsynced_status())
+            return copy_json(self._synced_budgets.get(uid) or pdbmath.unsynced_status())
         disruptions = self._live_disruptions(pdb)
         status = pdbmath.compute_status(
             pdb, self._objects["pods"].values(), self._scales, {u for u, _, _ in disruptions.values()}
         )
         presented = pdbmath.with_status(
-            copy.deepcopy(pdb), status, rfc3339(), {name: at for name, (_, at, _) in disruptions.items()}
+            copy_json(pdb), status, rfc3339(), {name: at for name, (_, at, _) in disruptions.items()}
         )
         return dict(presented["status"])
 
@@ -251,7 +251,7 @@ class ClusterStore(ObjectStore):
                         precondition=version, record=meta["resourceVersion"]
                     )
                     raise conflict(PODS.kind, PODS.group, name, why)
-                new = copy.deepcopy(old)
+                new = copy_json(old)
                 _set_pod_condition(
                     new,
                     {
@@ -381,7 +381,7 @@ class ClusterStore(ObjectStore):
         handler = self._exec_handler
         if handler is None:
             return not_found_result(argv)
-        return handler(copy.deepcopy(pod), container, list(argv))
+        return handler(copy_json(pod), container, list(argv))
 
     def create(
         self, resource: str | ResourceType, obj: JSON, namespace: str | None = None, *, dry_run: bool = False
@@ -414,7 +414,7 @@ class ClusterStore(ObjectStore):
         started = rfc3339()
         if not self._pod_status(namespace, name, uid, _running(container, started)):
             return
-        code, message = run(copy.deepcopy(pod))
+        code, message = run(copy_json(pod))
         if pod["spec"].get("restartPolicy", "Always") == "Always":
             return
         self._pod_status(namespace, name, uid, _terminated(container, started, code, message))
