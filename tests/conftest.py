@@ -19,6 +19,9 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "NodeHeal")
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "nodeheal")
+# moto's EC2 backend would load its default AMIs (a snapshot and a volume each) for every test that
+# touches EC2; no test reads an image, and the instances name one moto does not validate.
+os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
 
 
 # -- the fake API server's conformance table (docs/fake-apiserver.md) --------------------------------

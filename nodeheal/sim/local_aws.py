@@ -34,6 +34,7 @@ from typing import Any
 from unittest import mock
 
 import boto3
+from botocore.loaders import create_loader
 
 from nodeheal.kube.client import KubeClientProvider
 from nodeheal.payload import STATE_LIMIT_BYTES
@@ -144,6 +145,11 @@ class LocalAws:
         from moto import mock_aws
         from moto.awslambda_simple.models import LambdaSimpleBackend
 
+        # moto builds each region's EC2 backend with its default AMIs, a snapshot and a volume each
+        # (moto 5.2.5, ``AmiBackend._load_amis``): most of a second of CPU per pipeline, for images
+        # nothing here reads. The instances name an image that is then not registered, which
+        # moto accepts unless MOTO_ENABLE_AMI_VALIDATION is set.
+        os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
         self._mock = mock_aws(config=MOTO_CONFIG)
         self._mock.start()
         local = self
@@ -158,6 +164,7 @@ class LocalAws:
         self._patch_ec2_notifications()
         self._patches.append(patch_terminal_data_limit())
         self._patch_context_start_time()
+        self._patch_model_loading()
         self._patch_definition_parsing()
         self._patch_sqs_message_scans()
         self._patch_dynamodb_partition_reads()
@@ -190,6 +197,27 @@ class LocalAws:
         patcher.start()
         self._patches.append(patcher)
 
+    def _patch_model_loading(self) -> None:
+        """Every botocore session loads the service models from botocore's JSON files again
+        (botocore 1.44: one ``Loader`` per session, caching what it loaded for that session
+        alone), and the harness makes many: moto 5.2.5 drops boto3's default session when a mock
+        starts, and each function's runtime builds its own, as a Lambda container does once. That
+        was a fifth of a pipeline's CPU, EC2's model alone being megabytes of JSON. The harness's
+        sessions share one loader per data path instead, which loads each model once per process;
+        botocore never changes a model it loaded (the sessions of one loader already share them)."""
+        import botocore.session
+
+        def shared_loader(search_path_string: str | None = None) -> Any:
+            with _SHARED_LOADERS_LOCK:
+                loader = _SHARED_LOADERS.get(search_path_string)
+                if loader is None:
+                    loader = _SHARED_LOADERS[search_path_string] = create_loader(search_path_string)
+                return loader
+
+        patcher = mock.patch.object(botocore.session, "create_loader", shared_loader)
+        patcher.start()
+        self._patches.append(patcher)
+
     def _patch_definition_parsing(self) -> None:
         """moto parses the state machine's ASL with its ANTLR grammar at the start of every
         execution (~40 ms of pure Python for NodeHeal's definition, so 40 s of CPU for a
@@ -204,6 +232,33 @@ class LocalAws:
             return Preprocessor().visit(tree)
 
         patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint)
+        patcher.start()
+        self._patches.append(patcher)
+        self._patch_definition_validation()
+
+    def _patch_definition_validation(self) -> None:
+        """CreateStateMachine and UpdateStateMachine validate the definition by parsing it with the
+        same grammar (moto 5.2.5, ``StepFunctionsParserBackend._validate_definition``): about a
+        second of CPU for every pipeline started, though most start with a definition already
+        parsed. The parse goes through the same cache; a definition that does not parse still
+        fails exactly as moto fails it (the cache keeps only trees, never errors)."""
+        from moto.stepfunctions.parser.asl.parse.asl_parser import ASLParserException
+        from moto.stepfunctions.parser.models import InvalidDefinition, StepFunctionsParserBackend
+
+        def validate(definition: str) -> None:
+            try:
+                _parse_tree(definition)
+            except ASLParserException as asl_parser_exception:
+                raise InvalidDefinition(message=repr(asl_parser_exception)) from None
+            except Exception as exception:
+                raise InvalidDefinition(
+                    message=f"Error={exception.__class__.__name__} Args={list(exception.args)} "
+                    f"in definition '{definition}'."
+                ) from None
+
+        patcher = mock.patch.object(
+            StepFunctionsParserBackend, "_validate_definition", staticmethod(validate)
+        )
         patcher.start()
         self._patches.append(patcher)
 
@@ -648,15 +703,32 @@ class LocalAws:
         return results
 
     def wait_for_execution(self, execution_arn: str, timeout: float = 60.0) -> dict[str, Any]:
+        from moto.stepfunctions.parser.api import ExecutionStatus
+
         sfn = self.client("stepfunctions")
         deadline = time.monotonic() + timeout
+        # The wait reads the status moto keeps on its execution object, and asks the API only once
+        # it changed: a DescribeExecution every 20 ms (a request's whole serialization and
+        # parsing each) was a fifth of a workflow test's CPU.
+        execution = self._moto_execution(execution_arn)
         while True:
-            description: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
-            if description["status"] != "RUNNING":
-                return description
+            if execution is None or execution.exec_status is not ExecutionStatus.RUNNING:
+                description: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
+                if description["status"] != "RUNNING":
+                    return description
             if time.monotonic() > deadline:
                 raise TimeoutError(f"execution {execution_arn} still running after {timeout}s")
             time.sleep(0.02)
+
+    def _moto_execution(self, execution_arn: str) -> Any:
+        """moto 5.2.5's object of a started execution (its ``exec_status`` is what DescribeExecution
+        answers), or None when there is none to watch."""
+        from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+        try:
+            return stepfunctions_parser_backends[ACCOUNT_ID][self.region].describe_execution(execution_arn)
+        except Exception:  # unknown here: the API answers the caller as it would
+            return None
 
     def executions(self) -> list[dict[str, Any]]:
         sfn = self.client("stepfunctions")
@@ -816,6 +888,10 @@ def patch_terminal_data_limit() -> Any:
     patcher.start()
     return patcher
 
+
+#: botocore model loaders by data path, shared by every session the harness makes in this process.
+_SHARED_LOADERS: dict[str | None, Any] = {}
+_SHARED_LOADERS_LOCK = threading.Lock()
 
 #: The services the local pipeline's requests reach moto for.
 MOTO_SERVICES = ("dynamodb", "ec2", "events", "lambda", "sns", "sqs", "stepfunctions")

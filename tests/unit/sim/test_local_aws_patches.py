@@ -222,3 +222,41 @@ def test_the_kept_parse_tree_gives_each_node_the_text_antlr_gives_and_the_same_p
         return re.sub(r"0x[0-9a-f]+", "", str(Preprocessor().visit(tree)))  # object addresses differ
 
     assert program(kept) == program(fresh)
+
+
+def test_create_state_machine_validates_through_the_kept_trees_and_still_refuses_a_bad_definition() -> None:
+    """The harness validates CreateStateMachine's definition through its parse cache: a definition
+    parsed once is not parsed again, and one that does not parse fails as unpatched moto fails it."""
+    import boto3
+    from botocore.exceptions import ClientError
+    from moto import mock_aws
+
+    from nodeheal.sim.local_aws import LocalAws, _parse_tree
+
+    role = "arn:aws:iam::123456789012:role/sfn"
+    broken = ASL_DEFINITION.replace('"StartAt": "Admit"', '"StartAt": 7')
+
+    def create(definition: str, name: str) -> str:
+        client = boto3.client("stepfunctions", region_name="us-west-2")
+        try:
+            client.create_state_machine(name=name, definition=definition, roleArn=role)
+        except ClientError as error:
+            return f"{error.response['Error']['Code']}: {error.response['Error']['Message']}"
+        return "created"
+
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        unpatched = create(broken, "broken")
+    assert "ASLParserException" in unpatched and "mismatched input '7'" in unpatched
+
+    _parse_tree.cache_clear()
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        harness = type("Harness", (), {"_patches": []})()
+        LocalAws._patch_definition_validation(harness)  # type: ignore[arg-type]
+        try:
+            assert create(broken, "broken") == unpatched
+            assert create(ASL_DEFINITION, "first") == "created"
+            assert create(ASL_DEFINITION, "second") == "created"
+        finally:
+            for patcher in harness._patches:
+                patcher.stop()
+    assert _parse_tree.cache_info().misses == 2 and _parse_tree.cache_info().hits == 1
