@@ -2,9 +2,9 @@
 
 Every path a fault can take runs at once in one local pipeline, one node each: replace (Xid 79),
 reboot that recovers (Xid 48), reboot then a second fault within 24 h escalated to replace, a
-drain a PodDisruptionBudget blocks until the drain timeout forces it, record-only (Xid 13) and
-alert (DCGMError). Each path's ledger outcome is checked, so a count always belongs to the path
-it is reported for.
+drain a PodDisruptionBudget blocks until the drain timeout forces it, record-only (Xid 13), alert
+(DCGMError), and a fault the budget refuses (maxPerHour spent by the paths before it). Each path's
+ledger outcome is checked, so a count always belongs to the path it is reported for.
 
 Waits are cdk.json's production values and the cluster's real-world delays, both divided by
 :data:`SPEED`. Loop counts (drain polls, recovery checks) are ratios of two durations, so they are
@@ -12,7 +12,8 @@ the production counts as long as no scaled wait falls below the one-second floor
 states: the 10 s drain poll is exactly 1 s at this speed. The drain's first waits (1, 2, 4, 8 s,
 adaptive polling) are 1 s here too, so a long drain counts about three rounds fewer than in
 production (see docs/deploy.md).
-Budgets are widened so the concurrent paths do not refuse each other; nothing else changes.
+Budgets are widened so the concurrent paths do not refuse each other, except maxPerHour, which is
+exactly the number of remediations the other paths start; nothing else changes.
 
 Transitions are counted from each execution's history (one per state entered, retries included,
 as Step Functions bills them); Lambda seconds from each task's scheduled -> finished events. The
@@ -23,7 +24,7 @@ waiting for another path's task: an upper bound on what Lambda would bill.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +70,28 @@ PATHS: tuple[CostPath, ...] = (
     ),
     CostPath("record", "Xid 13 -> recorded, nothing touched", XID_13, (Outcome.RECORDED,)),
     CostPath("alert", "DCGMError -> alert a person, nothing touched", DCGM_ERROR, (Outcome.ALERTED,)),
+    CostPath(
+        "refused",
+        "Xid 79 past maxPerHour -> refused by the budget, a person alerted",
+        XID_79,
+        (Outcome.REFUSED,),
+    ),
 )
+
+#: The path the budget refuses: its fault comes after every other path's remediations have
+#: started, and maxPerHour is exactly their number.
+REFUSED_PATH = "refused"
+
+
+def starts_before_refusal(paths: Sequence[CostPath]) -> int:
+    """Remediations the other paths start within the hour (a reboot and a replace take a slot each)."""
+    return sum(
+        1
+        for path in paths
+        if path.key != REFUSED_PATH
+        for outcome in path.outcomes
+        if outcome in (Outcome.REPLACED, Outcome.REBOOTED)
+    )
 
 
 class CostPathError(RuntimeError):
@@ -125,44 +147,72 @@ def _prepare(pipeline: LocalPipeline, nodes: Mapping[str, str]) -> None:
     pipeline.store.add(make_pdb("cost-pdb-forced", "training", {"app": "cost-pdb-forced"}, min_available=1))
 
 
-def measure(speed: float = SPEED, timeout: float = TIMEOUT_SECONDS) -> dict[str, Any]:
+def _escalate(pipeline: LocalPipeline, node: str, timeout: float) -> None:
+    """The second fault must come after the reboot recovered and released the node."""
+    pipeline.wait_for_records(1, node=node, timeout=timeout)
+    wait_until(
+        lambda: pipeline.ledger.lock_holder(pipeline.cluster_name, node) is None,
+        timeout=timeout,
+        what="the rebooted node's lock released",
+    )
+    align_to_second()
+    pipeline.cluster.inject(node, XID_48)
+
+
+def measure(
+    speed: float = SPEED, timeout: float = TIMEOUT_SECONDS, only: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Run every path (``only``: these paths alone) and return each one's counts."""
+    unknown = sorted(set(only) - {path.key for path in PATHS})
+    if unknown:
+        raise ValueError(f"no such cost path: {', '.join(unknown)}")
+    paths = tuple(path for path in PATHS if not only or path.key in only)
+    starts = starts_before_refusal(paths)
+    if any(path.key == REFUSED_PATH for path in paths) and starts == 0:
+        raise ValueError("the refused path needs a path that starts a remediation before it")
     demo, _ = demo_context(production_context(), speed)
     context = deep_merge(
         demo,
         {
             "clusters": [CLUSTER],
-            "budgets": {"maxInFlight": 10, "maxPerHour": 100, "maxUnhealthyPoolShare": 1.0},
+            "budgets": {
+                "maxInFlight": 10,
+                # Widened as the others when no path is to be refused.
+                "maxPerHour": starts if any(p.key == REFUSED_PATH for p in paths) else 100,
+                "maxUnhealthyPoolShare": 1.0,
+            },
         },
     )
     app = TEMPLATES.get(context)
-    layout = ClusterLayout(gpu_nodes=len(PATHS), training_workers=0, notebook_gpus=0)
+    layout = ClusterLayout(gpu_nodes=len(paths), training_workers=0, notebook_gpus=0)
     started = time.monotonic()
     counter = CallCounter()
     with LocalPipeline(app, layout=layout, speed=speed) as pipeline, counter.counting(pipeline.aws):
-        nodes = dict(zip((p.key for p in PATHS), pipeline.cluster.gpu_nodes, strict=True))
+        nodes = dict(zip((p.key for p in paths), pipeline.cluster.gpu_nodes, strict=True))
         _prepare(pipeline, nodes)
         align_to_second()
-        for path in PATHS:
-            pipeline.cluster.inject(nodes[path.key], path.fault)
-        escalation = nodes["escalation"]
-        # The second fault must come after the reboot recovered and released the node.
-        pipeline.wait_for_records(1, node=escalation, timeout=timeout)
-        wait_until(
-            lambda: pipeline.ledger.lock_holder(pipeline.cluster_name, escalation) is None,
-            timeout=timeout,
-            what="the rebooted node's lock released",
-        )
-        align_to_second()
-        pipeline.cluster.inject(escalation, XID_48)
+        for path in paths:
+            if path.key != REFUSED_PATH:
+                pipeline.cluster.inject(nodes[path.key], path.fault)
+        if "escalation" in nodes:
+            _escalate(pipeline, nodes["escalation"], timeout)
         records = {
             path.key: pipeline.wait_for_records(len(path.outcomes), node=nodes[path.key], timeout=timeout)
-            for path in PATHS
+            for path in paths
+            if path.key != REFUSED_PATH
         }
+        # Every other remediation has started (and ended) within the hour: maxPerHour is spent.
+        for refused in (path for path in paths if path.key == REFUSED_PATH):
+            align_to_second()
+            pipeline.cluster.inject(nodes[refused.key], refused.fault)
+            records[refused.key] = pipeline.wait_for_records(
+                len(refused.outcomes), node=nodes[refused.key], timeout=timeout
+            )
         pipeline.wait_settled(timeout=timeout)
         arns = {e["name"]: e["executionArn"] for e in pipeline.executions()}
         memory = _function_memory(pipeline)
         results: dict[str, Any] = {}
-        for path in PATHS:
+        for path in paths:
             got = [r.outcome.value for r in records[path.key]]
             expected = [o.value for o in path.outcomes]
             if got != expected:
