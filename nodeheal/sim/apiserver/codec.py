@@ -33,10 +33,12 @@ import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from nodeheal.sim.apiserver import gotime, messages
 from nodeheal.sim.apiserver.schema import NAMED, STRUCTS
+
+_Value = TypeVar("_Value")
 
 JSON = dict[str, Any]
 
@@ -205,14 +207,14 @@ def _kind(raw: Any) -> str:
     return "object"
 
 
-def copy_json(value: Any) -> Any:
+def copy_json(value: _Value) -> _Value:
     """A deep copy of a JSON value (objects, arrays and immutable scalars), three times faster
     than ``copy.deepcopy``, which the server would otherwise spend most of a list or a watch
     event on: the stored objects are JSON, so nothing but dicts and lists needs copying."""
     if isinstance(value, dict):
-        return {k: copy_json(v) for k, v in value.items()}
+        return cast(_Value, {k: copy_json(v) for k, v in value.items()})
     if isinstance(value, list):
-        return [copy_json(v) for v in value]
+        return cast(_Value, [copy_json(v) for v in value])
     return value
 
 
