@@ -12,7 +12,8 @@ Lambda through its simple backend, whose ``invoke`` is replaced by the in-proces
 handler's exception becomes an ``Unhandled`` function error whose ``errorType`` is the exception's
 class name, as in AWS, so Retry/Catch on domain error names behaves as deployed. A task result or
 a state over 256 KiB fails the execution with ``States.DataLimitExceeded``, which no Catch catches,
-as in AWS (:func:`patch_terminal_data_limit`).
+as in AWS (:func:`nodeheal.sim.moto_patches.patch_terminal_data_limit`). What else the harness
+changes in moto, and for which version, is in :mod:`nodeheal.sim.moto_patches`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import inspect
 import json
 import os
 import threading
@@ -34,11 +34,10 @@ from typing import Any
 from unittest import mock
 
 import boto3
-from botocore.loaders import create_loader
 
 from nodeheal.kube.client import KubeClientProvider
-from nodeheal.payload import STATE_LIMIT_BYTES
 from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
+from nodeheal.sim import moto_patches
 from nodeheal.sim.stack.rule_targets import RuleTargetPump
 from nodeheal.sim.stack.synthesized_app import (
     ACCOUNT_ID,
@@ -145,11 +144,7 @@ class LocalAws:
         from moto import mock_aws
         from moto.awslambda_simple.models import LambdaSimpleBackend
 
-        # moto builds each region's EC2 backend with its default AMIs, a snapshot and a volume each
-        # (moto 5.2.5, ``AmiBackend._load_amis``): most of a second of CPU per pipeline, for images
-        # nothing here reads. The instances name an image that is then not registered, which
-        # moto accepts unless MOTO_ENABLE_AMI_VALIDATION is set.
-        os.environ.setdefault("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+        moto_patches.skip_default_amis()
         self._mock = mock_aws(config=MOTO_CONFIG)
         self._mock.start()
         local = self
@@ -162,219 +157,13 @@ class LocalAws:
         self._invoke_patch = mock.patch.object(LambdaSimpleBackend, "invoke", invoke)
         self._invoke_patch.start()
         self._patch_ec2_notifications()
-        self._patches.append(patch_terminal_data_limit())
-        self._patch_context_start_time()
-        self._patch_model_loading()
-        self._patch_definition_parsing()
-        self._patch_sqs_message_scans()
-        self._patch_dynamodb_partition_reads()
-        self._patch_jsonpath_parsing()
-        self._patch_task_clients()
-        _warm_moto_routing()
+        self._patches += moto_patches.start()
         try:
             self._deploy()
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
-
-    def _patch_context_start_time(self) -> None:
-        """Step Functions gives ``$$.Execution.StartTime`` as an ISO 8601 string; moto hands the
-        workflow a datetime, which then breaks its own DescribeExecution. Serve the string, as AWS does."""
-        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
-
-        original = ExecutionWorker._get_evaluation_environment
-
-        def environment(worker: Any) -> Any:
-            env = original(worker)
-            execution = env.states.context_object.context_object_data["Execution"]
-            started = execution.get("StartTime")
-            if isinstance(started, datetime):
-                execution["StartTime"] = format_timestamp(started, millis=True)
-            return env
-
-        patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_environment", environment)
-        patcher.start()
-        self._patches.append(patcher)
-
-    def _patch_model_loading(self) -> None:
-        """Every botocore session loads the service models from botocore's JSON files again
-        (botocore 1.44: one ``Loader`` per session, caching what it loaded for that session
-        alone), and the harness makes many: moto 5.2.5 drops boto3's default session when a mock
-        starts, and each function's runtime builds its own, as a Lambda container does once. That
-        was a fifth of a pipeline's CPU, EC2's model alone being megabytes of JSON. The harness's
-        sessions share one loader per data path instead, which loads each model once per process;
-        botocore never changes a model it loaded (the sessions of one loader already share them)."""
-        import botocore.session
-
-        def shared_loader(search_path_string: str | None = None) -> Any:
-            with _SHARED_LOADERS_LOCK:
-                loader = _SHARED_LOADERS.get(search_path_string)
-                if loader is None:
-                    loader = _SHARED_LOADERS[search_path_string] = create_loader(search_path_string)
-                return loader
-
-        patcher = mock.patch.object(botocore.session, "create_loader", shared_loader)
-        patcher.start()
-        self._patches.append(patcher)
-
-    def _patch_definition_parsing(self) -> None:
-        """moto parses the state machine's ASL with its ANTLR grammar at the start of every
-        execution (~40 ms of pure Python for NodeHeal's definition, so 40 s of CPU for a
-        1,000-execution storm). The parse tree depends on the definition text alone and is only
-        read afterwards, so it is parsed once per definition; each execution still builds its own
-        evaluation program from it, exactly as moto does."""
-        from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
-        from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
-
-        def entrypoint(worker: Any) -> Any:
-            tree = _parse_tree(worker._evaluation_details.state_machine_details.definition)
-            return Preprocessor().visit(tree)
-
-        patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint)
-        patcher.start()
-        self._patches.append(patcher)
-        self._patch_definition_validation()
-
-    def _patch_definition_validation(self) -> None:
-        """CreateStateMachine and UpdateStateMachine validate the definition by parsing it with the
-        same grammar (moto 5.2.5, ``StepFunctionsParserBackend._validate_definition``): about a
-        second of CPU for every pipeline started, though most start with a definition already
-        parsed. The parse goes through the same cache; a definition that does not parse still
-        fails exactly as moto fails it (the cache keeps only trees, never errors)."""
-        from moto.stepfunctions.parser.asl.parse.asl_parser import ASLParserException
-        from moto.stepfunctions.parser.models import InvalidDefinition, StepFunctionsParserBackend
-
-        def validate(definition: str) -> None:
-            try:
-                _parse_tree(definition)
-            except ASLParserException as asl_parser_exception:
-                raise InvalidDefinition(message=repr(asl_parser_exception)) from None
-            except Exception as exception:
-                raise InvalidDefinition(
-                    message=f"Error={exception.__class__.__name__} Args={list(exception.args)} "
-                    f"in definition '{definition}'."
-                ) from None
-
-        patcher = mock.patch.object(
-            StepFunctionsParserBackend, "_validate_definition", staticmethod(validate)
-        )
-        patcher.start()
-        self._patches.append(patcher)
-
-    def _patch_task_clients(self) -> None:
-        """moto's Lambda task integration creates a new boto3 client for every invocation (a few
-        milliseconds of model loading each, and creating clients is not thread-safe); the same
-        client, built the same way, serves every invocation of a region instead."""
-        from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
-        from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
-
-        clients: dict[tuple[str, str], Any] = {}
-        lock = threading.Lock()
-
-        def shared_client(region: str, service: str, state_credentials: Any = None) -> Any:
-            with lock:
-                client = clients.get((region, service))
-                if client is None:
-                    client = clients[(region, service)] = boto_client_for(
-                        region=region, service=service, state_credentials=state_credentials
-                    )
-                return client
-
-        patcher = mock.patch.object(lambda_eval_utils, "boto_client_for", shared_client)
-        patcher.start()
-        self._patches.append(patcher)
-
-    def _patch_jsonpath_parsing(self) -> None:
-        """moto evaluates every JSONPath of the state machine (each ``.$`` parameter, Choice
-        variable and ResultPath) and of each rule target by parsing it anew, and jsonpath_ng builds
-        its yacc parser for every parse: a few milliseconds each time, for a handful of distinct
-        paths. Parsed paths are immutable, so each is parsed once."""
-        import jsonpath_ng
-        import jsonpath_ng.ext
-        from moto.stepfunctions.parser.asl.component.common.path import result_path
-        from moto.stepfunctions.parser.asl.utils import json_path
-
-        for owner, name, replacement in (
-            (jsonpath_ng.ext, "parse", _parse_extended_jsonpath),  # imported per call by moto.events
-            (json_path, "parse", _parse_extended_jsonpath),
-            (result_path, "parse", _parse_jsonpath),
-        ):
-            patcher = mock.patch.object(owner, name, replacement)
-            patcher.start()
-            self._patches.append(patcher)
-
-    def _patch_sqs_message_scans(self) -> None:
-        """moto answers "is this message visible / delayed" by reading the clock once per message,
-        computes every attribute of a queue (three such scans) on each SendMessage, and again for
-        every message ReceiveMessage considers (to read its retention period): quadratic in the
-        queue's depth. A storm leaves a thousand messages in the rule's probe queue and in the
-        notification probe, and those scans cost more CPU than the remediations. The same answers
-        come from one clock reading per scan and the queue's retention period read directly."""
-        from moto.core.utils import unix_time, unix_time_millis
-        from moto.sqs.models import Queue, SQSBackend
-
-        def visible_now(queue: Any) -> list[Any]:
-            now = unix_time_millis()
-            return [m for m in queue._messages if now > m.visible_at and not now < m.delayed_until]
-
-        def not_visible(queue: Any) -> int:
-            now = unix_time_millis()
-            return sum(1 for m in queue._messages if not now > m.visible_at)
-
-        def delayed(queue: Any) -> int:
-            now = unix_time_millis()
-            return sum(1 for m in queue._messages if now < m.delayed_until)
-
-        def within_retention(backend: Any, queue_name: str, message: Any) -> bool:
-            retention: Any = backend.get_queue(queue_name).message_retention_period
-            return bool(retention + message.sent_timestamp / 1000 > unix_time())
-
-        for owner, name, replacement in (
-            (Queue, "messages", property(visible_now)),
-            (Queue, "approximate_number_of_messages", property(lambda queue: len(visible_now(queue)))),
-            (Queue, "approximate_number_of_messages_not_visible", property(not_visible)),
-            (Queue, "approximate_number_of_messages_delayed", property(delayed)),
-            (SQSBackend, "is_message_valid_based_on_retention_period", within_retention),
-        ):
-            patcher = mock.patch.object(owner, name, replacement)
-            patcher.start()
-            self._patches.append(patcher)
-
-    def _patch_dynamodb_partition_reads(self) -> None:
-        """moto answers a Query on the table's own key by walking every item of the table and
-        keeping those of the partition asked for. Admit reads an instance's history and sightings
-        that way, so each admission cost grows with everything the storm wrote before it:
-        quadratic in the storm, where DynamoDB reads the one partition. The same items come from
-        the partition alone; index queries keep moto's walk (every item may carry the index key)."""
-        from moto.dynamodb.models.table import Table
-
-        original_query = Table.query
-        original_all_items = Table.all_items
-        signature = inspect.signature(original_query)
-        partition = threading.local()
-
-        def query(table: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
-            index_name = signature.bind(table, hash_key, *args, **kwargs).arguments.get("index_name")
-            if index_name or not table.range_key_attr or hash_key is None:
-                return original_query(table, hash_key, *args, **kwargs)
-            partition.key = hash_key
-            try:
-                return original_query(table, hash_key, *args, **kwargs)
-            finally:
-                partition.key = None
-
-        def all_items(table: Any) -> list[Any]:
-            key = getattr(partition, "key", None)
-            if key is None:
-                items: list[Any] = original_all_items(table)
-                return items
-            return list(table.items.get(key, {}).values())
-
-        for name, replacement in (("query", query), ("all_items", all_items)):
-            patcher = mock.patch.object(Table, name, replacement)
-            patcher.start()
-            self._patches.append(patcher)
 
     def _patch_ec2_notifications(self) -> None:
         from moto.ec2.models.instances import InstanceBackend
@@ -843,123 +632,6 @@ class LocalAws:
             "resources": [],
             "detail": dict(detail),
         }
-
-
-def patch_terminal_data_limit() -> Any:
-    """Correctness (written for moto 5.2.5): ``States.DataLimitExceeded`` is terminal.
-
-    In AWS a task result, a state's input after ``Parameters`` or a state's output over 256 KiB
-    fails the execution with ``States.DataLimitExceeded``, an error ``States.ALL`` does not match
-    ("Error handling in Step Functions"): no Catch runs, so nothing is recorded. moto raises the
-    error where AWS does (``moto.stepfunctions.parser.quotas``) but lets ``States.ALL`` match it
-    like any other, so the workflow's catch-all would record a failure AWS never records. With this
-    patch only a clause naming ``States.DataLimitExceeded`` itself matches it, in Retry and Catch
-    alike. Returns the started patcher; ``tests/unit/sim/test_local_aws_patches.py`` fails when
-    the internals it relies on change.
-    """
-    from moto.stepfunctions.parser import quotas
-    from moto.stepfunctions.parser.asl.component.common.error_name.error_equals_decl import (
-        ErrorEqualsDecl,
-    )
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import (
-        StatesErrorName,
-    )
-    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
-        StatesErrorNameType,
-    )
-
-    if quotas.MAX_STATE_SIZE_UTF8_BYTES != STATE_LIMIT_BYTES:
-        raise RuntimeError(
-            "moto's Step Functions payload quota is no longer 256 KiB "
-            f"({quotas.MAX_STATE_SIZE_UTF8_BYTES}); revisit patch_terminal_data_limit"
-        )
-    data_limit = StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded)
-    original = ErrorEqualsDecl._eval_body
-
-    def eval_body(decl: Any, env: Any) -> None:
-        # moto pushes the error's name; the declaration pops it and pushes whether it matched.
-        if env.stack and env.stack[-1] == data_limit and data_limit not in decl.error_names:
-            env.stack.pop()
-            env.stack.append(False)
-            return
-        original(decl, env)
-
-    patcher = mock.patch.object(ErrorEqualsDecl, "_eval_body", eval_body)
-    patcher.start()
-    return patcher
-
-
-#: botocore model loaders by data path, shared by every session the harness makes in this process.
-_SHARED_LOADERS: dict[str | None, Any] = {}
-_SHARED_LOADERS_LOCK = threading.Lock()
-
-#: The services the local pipeline's requests reach moto for.
-MOTO_SERVICES = ("dynamodb", "ec2", "events", "lambda", "sns", "sqs", "stepfunctions")
-
-
-def _warm_moto_routing() -> None:
-    """Load the service models, their operation models and the request routers of every service
-    NodeHeal calls now, on this one thread.
-
-    moto builds them on first use behind ``functools.cache``, which does not hold other threads
-    back while it computes: the first Lambda invocations of a thousand executions starting at
-    once would each load the Lambda service model (~50 ms apiece) instead of the first alone.
-    The operation models are a race, not only a cost: moto's ``ServiceModel.operation_model``
-    and botocore's, which it calls, cache under the same key of the same instance cache, so a
-    thread asking for an operation while another is making it can get botocore's model, which
-    lacks moto's ``http_trait`` ("'OperationModel' object has no attribute 'http_trait'", seen in
-    a storm of simultaneous executions). Made here first, every later ask is a cache hit.
-    """
-    from moto.core.routing import get_service_router
-    from moto.core.utils import get_service_model
-
-    for service in MOTO_SERVICES:
-        model = get_service_model(service)
-        for operation in model.operation_names:
-            model.operation_model(operation)
-        get_service_router(service)
-
-
-@functools.lru_cache(maxsize=1024)
-def _parse_extended_jsonpath(path: str) -> Any:
-    import jsonpath_ng.ext
-
-    return jsonpath_ng.ext.parser.parse(path)
-
-
-@functools.lru_cache(maxsize=1024)
-def _parse_jsonpath(path: str) -> Any:
-    import jsonpath_ng
-
-    return jsonpath_ng.parser.parse(path)
-
-
-@functools.lru_cache(maxsize=16)
-def _parse_tree(definition: str) -> Any:
-    """moto's ANTLR parse tree of an ASL definition (syntax errors raise as in moto).
-
-    moto's preprocessor, which builds each execution's program from the tree, reads the text of a
-    subtree (``getText``) again at every level above it: half of its 50 ms per execution. The tree
-    is never changed after parsing, so each node's text is read once and kept on the node."""
-    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
-
-    tree = AmazonStateLanguageParser.parse(definition)[1]
-    _keep_texts(tree)
-    return tree
-
-
-def _keep_texts(tree: Any) -> None:
-    """Give every rule node of ``tree`` its text, computed once bottom-up (antlr4 4.13's
-    ``RuleContext.getText`` concatenates its children's texts on every call)."""
-
-    def text_of(node: Any) -> str:
-        if hasattr(node, "symbol"):  # a terminal node: its token's text
-            return str(node.getText())
-        text = "".join(text_of(child) for child in node.getChildren())
-        node.getText = functools.partial(str, text)  # an instance attribute: this node only
-        return text
-
-    text_of(tree)
 
 
 def iter_task_results(history: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:

@@ -19,7 +19,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_la
 from moto.stepfunctions.parser.asl.component.state.state import CommonStateField
 
 from nodeheal.payload import STATE_LIMIT_BYTES
-from nodeheal.sim.local_aws import patch_terminal_data_limit
+from nodeheal.sim.moto_patches import MOTO_VERSION, patch_terminal_data_limit
 
 ALL = StatesErrorName(typ=StatesErrorNameType.StatesALL)
 DATA_LIMIT = StatesErrorName(typ=StatesErrorNameType.StatesStatesDataLimitExceeded)
@@ -82,9 +82,9 @@ def test_every_operation_model_moto_routes_by_is_motos_own_before_any_request() 
     from moto.core.model import OperationModel
     from moto.core.utils import get_service_model
 
-    from nodeheal.sim.local_aws import MOTO_SERVICES, _warm_moto_routing
+    from nodeheal.sim.moto_patches import MOTO_SERVICES, warm_moto_routing
 
-    _warm_moto_routing()
+    warm_moto_routing()
     for service in MOTO_SERVICES:
         model = get_service_model(service)
         for operation in model.operation_names:
@@ -154,13 +154,12 @@ def test_a_query_on_the_table_key_reads_its_partition_alone_with_motos_answers()
     from moto import mock_aws
     from moto.dynamodb.models.table import Table
 
-    from nodeheal.sim.local_aws import LocalAws
+    from nodeheal.sim.moto_patches import read_one_partition_per_query
 
     with mock_aws():
         client = _ledger_like_table()
         unpatched = _reads(client)
-        harness = type("Harness", (), {"_patches": []})()
-        LocalAws._patch_dynamodb_partition_reads(harness)  # type: ignore[arg-type]
+        patchers = read_one_partition_per_query()
         try:
             walked: list[int] = []
             partition_items = Table.all_items
@@ -177,7 +176,7 @@ def test_a_query_on_the_table_key_reads_its_partition_alone_with_motos_answers()
             assert len(unpatched[0]) == 4 and len(unpatched[1]) == 2 and unpatched[2] == []
             assert len(unpatched[3]) == 40
         finally:
-            for patcher in harness._patches:
+            for patcher in patchers:
                 patcher.stop()
 
 
@@ -205,10 +204,10 @@ def test_the_kept_parse_tree_gives_each_node_the_text_antlr_gives_and_the_same_p
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
     from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 
-    from nodeheal.sim.local_aws import _parse_tree
+    from nodeheal.sim.moto_patches import parse_tree
 
     fresh = AmazonStateLanguageParser.parse(ASL_DEFINITION)[1]
-    kept = _parse_tree(ASL_DEFINITION)
+    kept = parse_tree(ASL_DEFINITION)
 
     def texts(node: Any) -> list[str]:
         if hasattr(node, "symbol"):  # a terminal node
@@ -231,7 +230,7 @@ def test_create_state_machine_validates_through_the_kept_trees_and_still_refuses
     from botocore.exceptions import ClientError
     from moto import mock_aws
 
-    from nodeheal.sim.local_aws import LocalAws, _parse_tree
+    from nodeheal.sim.moto_patches import parse_tree, validate_definitions_through_the_cache
 
     role = "arn:aws:iam::123456789012:role/sfn"
     broken = ASL_DEFINITION.replace('"StartAt": "Admit"', '"StartAt": 7')
@@ -248,15 +247,23 @@ def test_create_state_machine_validates_through_the_kept_trees_and_still_refuses
         unpatched = create(broken, "broken")
     assert "ASLParserException" in unpatched and "mismatched input '7'" in unpatched
 
-    _parse_tree.cache_clear()
+    parse_tree.cache_clear()
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        harness = type("Harness", (), {"_patches": []})()
-        LocalAws._patch_definition_validation(harness)  # type: ignore[arg-type]
+        patchers = validate_definitions_through_the_cache()
         try:
             assert create(broken, "broken") == unpatched
             assert create(ASL_DEFINITION, "first") == "created"
             assert create(ASL_DEFINITION, "second") == "created"
         finally:
-            for patcher in harness._patches:
+            for patcher in patchers:
                 patcher.stop()
-    assert _parse_tree.cache_info().misses == 2 and _parse_tree.cache_info().hits == 1
+    assert parse_tree.cache_info().misses == 2 and parse_tree.cache_info().hits == 1
+
+
+def test_the_installed_moto_is_the_release_the_patches_were_written_for() -> None:
+    import moto
+
+    assert moto.__version__ == MOTO_VERSION, (
+        f"moto is {moto.__version__}; nodeheal/sim/moto_patches.py was written for {MOTO_VERSION}: "
+        "check each patch against the new release's internals, then move MOTO_VERSION"
+    )
