@@ -356,14 +356,15 @@ class WorkloadControllers:
     def schedule_pending(self) -> None:
         """Bind each Pending pod to a Ready, schedulable, untainted node with room (best fit).
 
-        Runs on every clock tick, so the common case is cheap: nothing changed in the store since
-        the last pass (the outcome depends on the store alone), or no pod waits for a node (found
-        without copying every pod of a thousand-node cluster twenty times a second).
+        Runs on every clock tick, so the common case is cheap: no pod and no node changed since
+        the last pass (the outcome depends on them alone; the Events and Leases a storm writes do
+        not count), or no pod waits for a node (found without copying every pod of a thousand-node
+        cluster twenty times a second).
         """
         if self.stopping:
             return
         cluster = self._cluster
-        version = cluster.store.resource_version
+        version = cluster.store.changed_at("pods", "nodes")
         if version == self._scheduled_version:
             return
         if not cluster.store.select("pods", _waits_for_node):
