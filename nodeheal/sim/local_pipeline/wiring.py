@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nodeheal.aws.executions import deployed_settings
-from nodeheal.aws.ledger import Ledger
+from nodeheal.aws.ledger import BY_CLUSTER_INDEX, Ledger
 from nodeheal.conditions import Condition, is_bad_status
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS
@@ -629,6 +629,26 @@ class LocalPipeline:
                 records = self.ledger.cluster_records(self.cluster_name, since=since)
         return sorted(records, key=lambda r: (r.started_at, r.execution))
 
+    def _ledger_decisions_at_most(self) -> int:
+        """An upper bound on the cluster's records plus dropped events, counted without reading
+        them: DynamoDB's ``Select=COUNT`` over the partitions :meth:`records` and
+        :meth:`dropped_events` read (dropped events of every cluster are counted). A 1,000-node
+        storm's records are megabytes that moto serializes item by item, while every Lambda
+        invocation waits; a count is cheap, so a wait reads them only once they can be complete."""
+        dynamodb = self.aws.client("dynamodb")
+        total = 0
+        with self.aws.between_invocations():
+            for partition in (f"CLUSTER#{self.cluster_name}", "DROPPED"):
+                pages = dynamodb.get_paginator("query").paginate(
+                    TableName=self.aws.table_name,
+                    IndexName=BY_CLUSTER_INDEX,
+                    KeyConditionExpression="gsi1pk = :pk",
+                    ExpressionAttributeValues={":pk": {"S": partition}},
+                    Select="COUNT",
+                )
+                total += sum(int(page["Count"]) for page in pages)
+        return total
+
     def dropped_events(self) -> list[DroppedEvent]:
         with self.aws.between_invocations():
             return self.ledger.dropped_events(since=datetime(2000, 1, 1, tzinfo=UTC))
@@ -708,6 +728,8 @@ class LocalPipeline:
             return all(self._recorded[n] or self._dropped[n] for n in wanted)
 
         def complete() -> tuple[list[RemediationRecord], list[DroppedEvent]] | None:
+            if self._ledger_decisions_at_most() < len(wanted):
+                return None  # fewer decisions than nodes: some node has none yet
             records, dropped = self.records(), self.dropped_events()
             decided = {r.node for r in records} | {d.node for d in dropped}
             return (records, dropped) if wanted <= decided else None
