@@ -267,3 +267,82 @@ def test_the_installed_moto_is_the_release_the_patches_were_written_for() -> Non
         f"moto is {moto.__version__}; nodeheal/sim/moto_patches.py was written for {MOTO_VERSION}: "
         "check each patch against the new release's internals, then move MOTO_VERSION"
     )
+
+
+def _item_answers(client: Any) -> list[Any]:
+    """Every kind of item answer NodeHeal reads, with each attribute type it writes."""
+    item = {
+        "pk": {"S": "LOCK#c1#i-1"},
+        "sk": {"S": "LOCK"},
+        "cluster": {"S": "c1"},
+        "version": {"N": "3"},
+        "held": {"BOOL": True},
+        "nothing": {"NULL": True},
+        "detail": {"M": {"reasons": {"L": [{"S": "XID_79"}, {"N": "79"}]}, "nodes": {"SS": ["a", "b"]}}},
+    }
+    answers: list[Any] = [
+        client.put_item(TableName="t", Item=item, ReturnValues="ALL_OLD"),
+        client.put_item(TableName="t", Item=item, ReturnValues="ALL_OLD"),
+        client.get_item(TableName="t", Key={"pk": item["pk"], "sk": item["sk"]}, ConsistentRead=True),
+        client.get_item(TableName="t", Key={"pk": {"S": "none"}, "sk": {"S": "none"}}),
+        client.update_item(
+            TableName="t",
+            Key={"pk": item["pk"], "sk": item["sk"]},
+            UpdateExpression="SET version = version + :one",
+            ConditionExpression="version = :three",
+            ExpressionAttributeValues={":one": {"N": "1"}, ":three": {"N": "3"}},
+            ReturnValues="ALL_NEW",
+        ),
+        client.query(
+            TableName="t",
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": "P#3"}},
+            Limit=2,
+        ),
+        client.query(
+            TableName="t",
+            IndexName="byCluster",
+            KeyConditionExpression="#c = :c",
+            ExpressionAttributeNames={"#c": "cluster"},
+            ExpressionAttributeValues={":c": {"S": "c1"}},
+            Select="COUNT",
+        ),
+        client.scan(TableName="t", Limit=5),
+        client.delete_item(TableName="t", Key={"pk": item["pk"], "sk": item["sk"]}, ReturnValues="ALL_OLD"),
+    ]
+    for answer in answers:
+        answer.pop("ResponseMetadata")
+    return answers
+
+
+def test_dynamodb_item_answers_written_as_json_parse_as_motos_serializer_writes_them() -> None:
+    from botocore.exceptions import ClientError
+    from moto import mock_aws
+
+    from nodeheal.sim.moto_patches import write_dynamodb_items_as_json
+
+    def refusal(client: Any) -> dict[str, Any]:
+        try:
+            client.put_item(
+                TableName="t",
+                Item={"pk": {"S": "P#1"}, "sk": {"S": "REM#1"}},
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as error:
+            return dict(error.response["Error"])
+        raise AssertionError("the condition should have failed")
+
+    with mock_aws():
+        client = _ledger_like_table()
+        expected = _item_answers(client), refusal(client)
+    with mock_aws():
+        patchers = write_dynamodb_items_as_json()
+        try:
+            client = _ledger_like_table()
+            # The first answer of each operation is moto's own (it gives the content type); the
+            # second round is written as JSON throughout.
+            assert (_item_answers(client), refusal(client)) == expected
+            assert _item_answers(client) == expected[0]
+        finally:
+            for patcher in patchers:
+                patcher.stop()
