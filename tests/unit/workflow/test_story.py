@@ -20,7 +20,7 @@ from nodeheal.config import RemediationSettings
 from nodeheal.errors import RemediationPausedError
 from nodeheal.kube_event_body import EventType, ObjectEvent, event_body
 from nodeheal.kube_views import PodView
-from nodeheal.workflow import actions, story
+from nodeheal.workflow import mutations, story
 from nodeheal.workflow.admission import admit
 from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.state import WorkflowState
@@ -184,7 +184,7 @@ def test_cordon_tells_what_comes_next() -> None:
     nodes, ledger, events = setup()
     state = admitted_state(nodes, ledger)
 
-    actions.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
+    mutations.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
 
     (cordoned,) = events.told
     assert (cordoned.reason, cordoned.function) == ("Cordoned", "cordon")
@@ -196,7 +196,7 @@ def test_a_stop_is_told_on_the_node_then_reaches_the_state_machine() -> None:
     state = admitted_state(nodes, ledger)
 
     with pytest.raises(RemediationPausedError):
-        actions.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.DRY_RUN)
+        mutations.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.DRY_RUN)
 
     (stopped,) = events.told
     assert (stopped.reason, stopped.type, stopped.function) == (
@@ -220,7 +220,7 @@ def test_a_broken_story_never_fails_the_step() -> None:
         raise KeyError("admission")
 
     # The undecorated step (functools.wraps keeps it), told by a story that raises.
-    cordon = story.told("cordon", broken)(actions.cordon.__wrapped__)  # type: ignore[attr-defined]
+    cordon = story.told("cordon", broken)(mutations.cordon.__wrapped__)  # type: ignore[attr-defined]
     result = cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
 
     assert result["performed"] is True and nodes.nodes["gpu-a"].unschedulable
@@ -236,7 +236,7 @@ def test_a_port_that_raises_never_fails_the_step() -> None:
     events = Raising()
     state = admitted_state(nodes, ledger)
 
-    result = actions.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
+    result = mutations.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
 
     assert result["performed"] is True and events.lost_why == ["OSError: socket closed"]
 
