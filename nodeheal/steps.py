@@ -10,7 +10,7 @@ NodeHeal needs to know about it, and the rest derives from the entry:
 * ``nodeheal.timing`` counts the step's Lambda timeout, from its longest sequence of calls, in the
   worst case of an execution (docs/architecture.md, D5);
 * ``nodeheal.rbac`` renders its Kubernetes rules into its ClusterRole (``deploy/rbac``, D8);
-* ``nodeheal.workflow.story`` writes the step's Kubernetes Events under its name, with the
+* ``nodeheal.workflow.step_events`` writes the step's Kubernetes Events under its name, with the
   reasons the entry declares;
 * the local pipeline's timeline (``nodeheal.sim.timeline``) describes its result in the entry's
   words.
@@ -105,7 +105,7 @@ def _joined(grants: tuple[LedgerGrant, ...]) -> tuple[LedgerGrant, ...]:
 
 
 #: The reason of the Event every told step writes when it stops (condition cleared, node replaced
-#: or gone, paused, superseded): ``nodeheal.workflow.story.stopped``.
+#: or gone, paused, superseded): ``nodeheal.workflow.step_events.stopped``.
 STOPPED_REASON = "RemediationSkipped"
 
 
@@ -144,7 +144,7 @@ class Step:
     ec2_describe: bool = False
     memory_mb: int = 256
     publishes_notifications: bool = False
-    #: The reasons of the Kubernetes Events it writes (``nodeheal.workflow.story``), its stop's
+    #: The reasons of the Kubernetes Events it writes (``nodeheal.workflow.step_events``), its stop's
     #: included.
     event_reasons: tuple[str, ...] = ()
     #: How the local timeline describes its result; None: it adds no line.

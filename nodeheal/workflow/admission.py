@@ -27,7 +27,7 @@ from nodeheal.kube_views import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timeutil import parse_timestamp
 from nodeheal.timing import contention_seconds
-from nodeheal.workflow import budget, story
+from nodeheal.workflow import budget, step_events
 from nodeheal.workflow.episode import (
     Sighting,
     episode_ended_at,
@@ -50,9 +50,9 @@ def admit(
 ) -> Admission:
     """Admit the event's node, or say why not. ``mode`` is the live mode (the function's
     environment, D4); None falls back to the mode the execution started with. The verdict is
-    told on the Node as an Event (nodeheal.workflow.story)."""
+    told on the Node as an Event (nodeheal.workflow.step_events)."""
     admission = _admit(state, kube, ledger, now, mode=mode)
-    story.tell(kube, lambda: story.admitted(state, admission))
+    step_events.tell(kube, lambda: step_events.admitted(state, admission))
     return admission
 
 

@@ -3,7 +3,7 @@
 The derived forms are held equal to the registry elsewhere too: the template's functions and task
 states (tests/infrastructure/test_resources.py, test_lambda_timeouts.py), the RBAC manifest
 (tests/infrastructure/test_rbac.py) and the worst case (tests/unit/test_timing.py). Here: the
-entries themselves, the Events the story writes under each step's name, and the timeline's words.
+entries themselves, the Events step_events writes under each step's name, and the timeline's words.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.sim.timeline import describe_task
 from nodeheal.steps import STEPS, Step
 from nodeheal.timing import TASK_TIMEOUT_SECONDS
-from nodeheal.workflow import story
+from nodeheal.workflow import step_events
 
-#: A row of the reasons table in nodeheal.workflow.story's docstring: reason, type, written by.
+#: A row of the reasons table in nodeheal.workflow.step_events's docstring: reason, type, written by.
 TABLE_ROW = re.compile(r"^(?P<reason>[A-Z][A-Za-z]+)\s+(?:Normal|Warning)\s+(?P<by>[a-z-]+)", re.MULTILINE)
 
 
 def told_by_table() -> dict[str, set[str]]:
-    """Step name -> the reasons story's table says it writes (the first word that names a step)."""
+    """Step name -> the reasons step_events's table says it writes (the first word that names a step)."""
     names = {step.name for step in STEPS}
     told: dict[str, set[str]] = {}
-    for row in TABLE_ROW.finditer(story.__doc__ or ""):
+    for row in TABLE_ROW.finditer(step_events.__doc__ or ""):
         if row["by"] in names:
             told.setdefault(row["by"], set()).add(row["reason"])
     return told
@@ -66,7 +66,7 @@ def test_every_step_with_kubernetes_rules_may_write_events(step: Step) -> None:
 
 
 @pytest.mark.parametrize("step", STEPS, ids=lambda step: step.name)
-def test_the_story_table_and_the_entry_name_the_same_event_reasons(step: Step) -> None:
+def test_the_step_events_table_and_the_entry_name_the_same_event_reasons(step: Step) -> None:
     """Every reason the table gives the step is declared, and every reason declared is in the
     table under the step (but the stop's, which the table gives every step at once)."""
     tabled = told_by_table().get(step.name, set())

@@ -153,7 +153,7 @@ class World:
         self.events: dict[tuple[str, str], JSON] = {}
         #: Each Event stored, with the invocation that told it (the observer's caller), in order.
         self.told: list[tuple[Any, JSON]] = []
-        #: Why Events could not even be built (a bug in nodeheal.workflow.story).
+        #: Why Events could not even be built (a bug in nodeheal.workflow.step_events).
         self.untold: list[str] = []
         self.observer: Observer = _Quiet()
         #: Called after every change of a Node object (the exporter's watch).

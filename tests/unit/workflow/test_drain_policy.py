@@ -20,7 +20,7 @@ from nodeheal.kube_views import PodView
 from nodeheal.payload import state_bytes
 from nodeheal.settings_reader import SettingsReader
 from nodeheal.sim.apiserver.objects import make_pod
-from nodeheal.workflow import mutations, story
+from nodeheal.workflow import mutations, step_events
 from nodeheal.workflow.drain_policy import (
     MAX_PODS_NAMED_PER_CLASS,
     SKIP_DRAIN_ANNOTATION,
@@ -462,7 +462,7 @@ def test_a_refusal_is_told_on_the_node_as_a_warning() -> None:
         "summary": "drain of gpu-a refused: 1 pod(s) ...: training/cache-0 (drain.emptyDir is refuse)",
     }
 
-    (told,) = story.drain_refused(admitted_state(node), result, NOW)
+    (told,) = step_events.drain_refused(admitted_state(node), result, NOW)
 
     assert (told.reason, told.type, told.action) == ("DrainRefused", EventType.WARNING, "Drain")
     assert told.regarding.name == "gpu-a"
