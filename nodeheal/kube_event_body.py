@@ -22,7 +22,7 @@ Karpenter's and the scheduler's events come from), so they read like every other
 The limits are the API server's (``ReportingInstanceLengthLimit``, ``ActionLengthLimit``,
 ``ReasonLengthLimit``, ``NoteLengthLimit`` in
 https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/core/validation/events.go, which
-counts bytes). This module is pure: the API adapter (:mod:`nodeheal.kube.events`) and the
+counts bytes). This module is pure: the API adapter (:mod:`nodeheal.kube.event_writer`) and the
 simulation's in-memory one both send :func:`event_body`.
 """
 

@@ -787,7 +787,7 @@ class MemoryPods:
 
 
 class MemoryEvents:
-    """EventPort over the world, with nodeheal.kube.events.EventOperations' semantics: the same
+    """EventPort over the world, with nodeheal.kube.event_writer.EventOperations' semantics: the same
     body is stored (``World.events``) and a second write of the same name is already there.
 
     The one adapter that calls no ``observer.point``: an Event changes nothing a step or an
