@@ -11,7 +11,7 @@ from nodeheal.events import cluster_source
 from nodeheal.sim.cluster.simulated_cluster import (
     XID_79,
 )
-from nodeheal.sim.local_pipeline.scenarios.runner import (
+from nodeheal.sim.local_pipeline.scenarios.play import (
     Scenario,
     ScenarioRun,
 )
