@@ -39,7 +39,7 @@ from typing import Any
 
 from nodeheal.kube_views import ANNOTATION_EXECUTION, PodView
 from nodeheal.payload import cut_text
-from nodeheal.timeutil import format_micro_time
+from nodeheal.timestamps import format_micro_time
 
 #: ``reportingController`` of every Event NodeHeal's remediation writes: a qualified name, as the
 #: API server requires. The exporter drops Events of this controller (docs/architecture.md, D10).

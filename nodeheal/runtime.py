@@ -27,7 +27,7 @@ from nodeheal.deadline import current as current_deadline
 from nodeheal.errors import ConfigurationError, DeadlineExceededError, DuplicateExecutionError
 from nodeheal.events import DEFAULT_SOURCE
 from nodeheal.kube_event_body import EventTally
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 from nodeheal.workflow.ports import KubeAccess
 
 if TYPE_CHECKING:

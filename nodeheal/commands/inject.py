@@ -44,7 +44,7 @@ from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
 from nodeheal.kube import fault_injection as kube_injection
 from nodeheal.policy.catalog import lookup
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 
 GPU_CONDITION = "GPUProblem"
 #: Xid -> the reason NPD's GPU monitor sets on GPUProblem (its "permanent" rules, in file order).

@@ -32,7 +32,7 @@ from nodeheal.exporter.metrics import Metrics
 from nodeheal.exporter.publisher import fit_detail
 from nodeheal.exporter.queue import QueuedEvent
 from nodeheal.kube_event_body import is_nodeheal_event
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 
 NODE_EVENTS_PATH = "/api/v1/events"
 NODE_EVENTS_FIELD_SELECTOR = "involvedObject.kind=Node"

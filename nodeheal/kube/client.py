@@ -29,7 +29,7 @@ from nodeheal.kube.api_errors import (
 )
 from nodeheal.kube.eks_auth import Clock, ClusterDirectory, CredentialSource, EksTokenSource
 from nodeheal.kube.transport import JSON, HttpTransport, KubeTransport, RequestTimeout
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 
 logger = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from nodeheal.kube_views import (
     UNHEALTHY_TAINT_KEY,
     LiveNode,
 )
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
 from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, REBOOT, TERMINATE, UNCORDON
-from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.timestamps import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard, step_events
 from nodeheal.workflow.drain_policy import (
     STILL_TO_GO,
@@ -182,7 +182,7 @@ def drain_round(
     if to_delete:
         # A second wave in the same round: the deadline stops it from starting when the evictions
         # took the round's time, and the pods it did not reach are planned for deletion again next
-        # round, so the step's timeout (one wave, nodeheal.timing) still holds.
+        # round, so the step's timeout (one wave, nodeheal.worst_case) still holds.
         deletion = kube.pods.delete(
             to_delete,
             grace_seconds=drain_settings.force_grace_seconds,

@@ -2,7 +2,7 @@
 
 The derived forms are held equal to the registry elsewhere too: the template's functions and task
 states (tests/infrastructure/test_resources.py, test_lambda_timeouts.py), the RBAC manifest
-(tests/infrastructure/test_rbac.py) and the worst case (tests/unit/test_timing.py). Here: the
+(tests/infrastructure/test_rbac.py) and the worst case (tests/unit/test_worst_case.py). Here: the
 entries themselves, the Events step_events writes under each step's name, and the timeline's words.
 """
 
@@ -18,8 +18,8 @@ from nodeheal.cdk.workflow_tasks import WORKFLOW_TASKS, TaskSpec
 from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.sim.timeline import describe_task
 from nodeheal.steps import STEPS, Step
-from nodeheal.timing import TASK_TIMEOUT_SECONDS
 from nodeheal.workflow import step_events
+from nodeheal.worst_case import TASK_TIMEOUT_SECONDS
 
 #: A row of the reasons table in nodeheal.workflow.step_events's docstring: reason, type, written by.
 TABLE_ROW = re.compile(r"^(?P<reason>[A-Z][A-Za-z]+)\s+(?:Normal|Warning)\s+(?P<by>[a-z-]+)", re.MULTILINE)
@@ -165,11 +165,11 @@ def test_a_step_the_worst_case_does_not_name_counts_as_often_as_the_longest_path
 ) -> None:
     """A new step lengthens the lock's worst case by its own, with no term written for it; one on a
     branch the longest path never takes lengthens nothing."""
-    from nodeheal import timing
+    from nodeheal import worst_case
     from nodeheal.config import RemediationSettings
 
     settings = RemediationSettings.from_json({})
-    before = timing.holding_worst_case(settings)
+    before = worst_case.holding_worst_case(settings)
     extra = Step(
         "extra",
         "Extra",
@@ -179,10 +179,10 @@ def test_a_step_the_worst_case_does_not_name_counts_as_often_as_the_longest_path
         result_key="extra",
         runs_on_the_longest_path=runs,
     )
-    monkeypatch.setattr(timing, "STEPS", (*STEPS, extra))
-    timeouts = {**timing.TASK_TIMEOUT_SECONDS, extra.name: extra.timeout_seconds}
-    after = timing.holding_worst_case(settings, timeouts)
-    clauses = timing.task_retry_clauses(settings.retry)
-    added = runs * timing.task_worst_case_seconds(extra.timeout_seconds, clauses)
+    monkeypatch.setattr(worst_case, "STEPS", (*STEPS, extra))
+    timeouts = {**worst_case.TASK_TIMEOUT_SECONDS, extra.name: extra.timeout_seconds}
+    after = worst_case.holding_worst_case(settings, timeouts)
+    clauses = worst_case.task_retry_clauses(settings.retry)
+    added = runs * worst_case.task_worst_case_seconds(extra.timeout_seconds, clauses)
     assert after.total_seconds - before.total_seconds == added
     assert [term.name for term in after.terms].count("extra") == (1 if runs else 0)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from nodeheal import timing
+from nodeheal import worst_case
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import (
     DuplicateExecutionError,
@@ -59,7 +59,7 @@ from nodeheal.sim.seeded.world import (
     World,
 )
 from nodeheal.steps import ADMIT, CORDON, DRAIN, REBOOT, RECORD, TERMINATE
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 from nodeheal.workflow.finalizer import EndedExecution
 from nodeheal.workflow.ports import KubeAccess
 
@@ -416,7 +416,7 @@ class Simulation:
         self._draw_drain_policy(raw["drain"])
         if any(fault.kind == "refuse-beside-held" for fault in self.plan):
             self._refuse_some_class(raw["drain"])
-        return timing.checked_settings(raw)
+        return worst_case.checked_settings(raw)
 
     def _refuse_some_class(self, drain: dict[str, Any]) -> None:
         """A schedule that plans refuse-beside-held refuses at least one class of pod, and holds the

@@ -53,7 +53,7 @@ from nodeheal.kube_views import (
 )
 from nodeheal.sim import detectors
 from nodeheal.sim.apiserver.objects import make_node
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 
 JSON = dict[str, Any]
 CLUSTER = "training-on-eks"

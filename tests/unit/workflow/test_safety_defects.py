@@ -536,8 +536,8 @@ def test_defect_11_the_same_instance_still_escalates() -> None:
 def test_defect_3_a_claimed_mutation_outlasts_every_mutating_task() -> None:
     """A preempting execution waits MUTATION_BUSY after the holder's last claim, which must cover
     the longest a mutating step can still be running (its Lambda timeout)."""
-    from nodeheal.timing import TASK_TIMEOUT_SECONDS
     from nodeheal.workflow.guard import MUTATION_BUSY
+    from nodeheal.worst_case import TASK_TIMEOUT_SECONDS
 
     mutating = ("cordon", "drain", "force-drain", "terminate", "reboot", "uncordon")
     assert max(TASK_TIMEOUT_SECONDS[name] for name in mutating) < MUTATION_BUSY.total_seconds()

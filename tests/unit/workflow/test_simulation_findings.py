@@ -18,7 +18,7 @@ from nodeheal.errors import NodeReplacedError
 from nodeheal.kube_views import LiveNode
 from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.sim.seeded.world import MemoryInstances, MemoryNodes, MemoryPods, Mutation, World
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 from nodeheal.workflow import mutations
 from nodeheal.workflow.admission import PROCEED, UNLABELLED_POOL, admit, budget_pool
 from nodeheal.workflow.episode import sighting_of

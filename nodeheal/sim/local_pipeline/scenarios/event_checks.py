@@ -19,7 +19,7 @@ from nodeheal.sim.local_pipeline.wiring import (
     wait_until,
 )
 from nodeheal.sim.timeline import short_node
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 from nodeheal.workflow.records import Outcome
 
 
