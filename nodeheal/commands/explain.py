@@ -360,9 +360,9 @@ def next_steps(action: Action, planned: Action, mode: Mode, settings: Remediatio
         ),
         Action.REBOOT: (
             f"cordon the node, {evict}; reboot the EC2 instance and wait up to "
-            f"{worst_case.format_duration(reboot.recovery_timeout_seconds)} (reboot.recoveryTimeoutSeconds) for "
-            "a new boot, Ready and a healthy condition, then uncordon (not recovered: terminate it, so a "
-            "new node replaces it)"
+            f"{worst_case.format_duration(reboot.recovery_timeout_seconds)} "
+            "(reboot.recoveryTimeoutSeconds) for a new boot, Ready and a healthy condition, then uncordon "
+            "(not recovered: terminate it, so a new node replaces it)"
         ),
         Action.REPLACE: (
             f"cordon the node, {evict}; terminate the EC2 instance, and Karpenter (or the node group) "

@@ -16,8 +16,8 @@ shipping them (history is not news); on later relists (after 410 Gone) the ones 
 shipped.
 
 NodeHeal's own Events (``reportingComponent`` ``nodeheal.io/remediation``, what
-:mod:`nodeheal.workflow.step_events` writes) are never shipped back (docs/architecture.md, D10): the story of a
-remediation is not a signal that the node degraded. They are counted as ``outcome="nodeheal"``.
+:mod:`nodeheal.workflow.step_events` writes) are never shipped back (docs/architecture.md, D10): the
+story of a remediation is not a signal that the node degraded. They are counted as ``outcome="nodeheal"``.
 """
 
 from __future__ import annotations
