@@ -40,7 +40,7 @@ from nodeheal.cdk.bytecode import identify
 from nodeheal.cdk.lambda_asset import build as build_asset
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.sim.stack.context import deep_merge
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 
 CHILD = Path(__file__).with_name("cold_child.py")
 BARE_HANDLER = "benchmarks.bare_boto3_handler.handler"

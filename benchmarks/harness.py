@@ -29,7 +29,7 @@ from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.local_aws import LocalAws
 from nodeheal.sim.stack.context import CLUSTER
 from nodeheal.sim.stack.synthesized_app import SynthesizedApp
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 
 # Set before any handler module is imported (Powertools reads them then): what the stack and the
 # test suite give every function: fake credentials

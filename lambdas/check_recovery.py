@@ -2,7 +2,7 @@
 
 from nodeheal.lambda_support import workflow_handler
 from nodeheal.steps import CHECK_RECOVERY
-from nodeheal.workflow.actions import check_recovery
+from nodeheal.workflow.mutations import check_recovery
 
 handler = workflow_handler(
     CHECK_RECOVERY.name,

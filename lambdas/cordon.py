@@ -2,7 +2,7 @@
 
 from nodeheal.lambda_support import workflow_handler
 from nodeheal.steps import CORDON
-from nodeheal.workflow.actions import cordon
+from nodeheal.workflow.mutations import cordon
 
 handler = workflow_handler(
     CORDON.name,

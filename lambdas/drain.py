@@ -2,7 +2,7 @@
 
 from nodeheal.lambda_support import workflow_handler
 from nodeheal.steps import DRAIN
-from nodeheal.workflow.actions import drain_round
+from nodeheal.workflow.mutations import drain_round
 
 handler = workflow_handler(
     DRAIN.name,

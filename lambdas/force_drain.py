@@ -2,7 +2,7 @@
 
 from nodeheal.lambda_support import workflow_handler
 from nodeheal.steps import FORCE_DRAIN
-from nodeheal.workflow.actions import force_drain
+from nodeheal.workflow.mutations import force_drain
 
 handler = workflow_handler(
     FORCE_DRAIN.name,

@@ -2,7 +2,7 @@
 
 from nodeheal.lambda_support import workflow_handler
 from nodeheal.steps import REBOOT
-from nodeheal.workflow.actions import reboot
+from nodeheal.workflow.mutations import reboot
 
 handler = workflow_handler(
     REBOOT.name,

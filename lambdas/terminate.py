@@ -2,7 +2,7 @@
 
 from nodeheal.lambda_support import workflow_handler
 from nodeheal.steps import TERMINATE
-from nodeheal.workflow.actions import terminate
+from nodeheal.workflow.mutations import terminate
 
 handler = workflow_handler(
     TERMINATE.name,

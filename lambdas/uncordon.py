@@ -2,7 +2,7 @@
 
 from nodeheal.lambda_support import workflow_handler
 from nodeheal.steps import UNCORDON
-from nodeheal.workflow.actions import uncordon
+from nodeheal.workflow.mutations import uncordon
 
 handler = workflow_handler(
     UNCORDON.name,

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from nodeheal.errors import InvalidEventError
-from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.timestamps import format_timestamp, parse_timestamp
 
 #: Conditions the kubelet sets from resource pressure. They are the scheduler's business (the
 #: kubelet evicts pods itself), never a reason to replace hardware, so the exporter skips them.

@@ -505,7 +505,7 @@ class RetrySettings:
 
     Rendered into the state machine's Retry clauses (ASL cannot read them from the input), so they
     are deploy-time values; bounded so a dead API server fails the remediation in minutes, not hours:
-    the backoff of one task's retries adds up to at most ``nodeheal.timing.MAX_RETRY_WAIT_SECONDS``.
+    the backoff of one task's retries adds up to at most ``nodeheal.worst_case.MAX_RETRY_WAIT_SECONDS``.
     """
 
     interval_seconds: int = 2
@@ -543,7 +543,7 @@ class RemediationSettings:
     retry: RetrySettings = field(default_factory=RetrySettings)
     #: A per-node lock expires after this many seconds, so a crashed execution cannot wedge a node.
     #: It is never renewed, so it must exceed the worst case of one execution holding it by a
-    #: margin (``nodeheal.timing``); 9 h covers the defaults' 7 h 47 min with room to tune. It is a
+    #: margin (``nodeheal.worst_case``); 9 h covers the defaults' 7 h 47 min with room to tune. It is a
     #: backstop only: the finalizer releases the lock of every execution that ends (docs/architecture.md, D6).
     lock_ttl_seconds: int = 32_400
     #: Seconds between two looks at the lock of an execution that waits behind the node's lock
@@ -575,7 +575,7 @@ class RemediationSettings:
     @classmethod
     def from_json(cls, raw: Any, path: str = "settings") -> RemediationSettings:
         """Every problem of ``raw`` in one ConfigurationError. What the durations break together
-        (D5) is :func:`nodeheal.timing.checked_settings`'s to check: the settings an execution carries
+        (D5) is :func:`nodeheal.worst_case.checked_settings`'s to check: the settings an execution carries
         were checked when they were deployed, and the run must finish under newer code."""
         with all_problems():
             reader = SettingsReader(raw, path)
@@ -587,7 +587,7 @@ class RemediationSettings:
     @classmethod
     def read(cls, reader: SettingsReader) -> RemediationSettings:
         """Read the remediation keys from ``reader``; the caller calls ``finish`` (it may own more keys)
-        and, for settings about to be deployed, :func:`nodeheal.timing.report_timing`."""
+        and, for settings about to be deployed, :func:`nodeheal.worst_case.report_timing`."""
         mode_value = reader.choice("mode", tuple(m.value for m in Mode), DEFAULT_MODE.value)
         settings = cls(
             mode=Mode(mode_value),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from nodeheal import timing
+from nodeheal import worst_case
 from nodeheal.config import (
     DEFAULT_SCOPE_CONDITIONS,
     RemediationSettings,
@@ -165,7 +165,7 @@ class NodeHealConfig:
     heartbeat_missing_minutes: int
     lambda_network: LambdaNetwork | None
     #: Overall timeout of one execution: longer, by a margin, than the worst case of waiting behind
-    #: the node's lock holder and then remediating (``nodeheal.timing.execution_worst_case``).
+    #: the node's lock holder and then remediating (``nodeheal.worst_case.execution_worst_case``).
     workflow_timeout_minutes: int
     #: Each Kubernetes-facing function's EKS access entry names the group ``<prefix>-<function>``,
     #: which deploy/rbac/remediator.yaml (rendered for this prefix) binds to its own ClusterRole.
@@ -272,7 +272,7 @@ class NodeHealConfig:
         )
         exporter.finish()
         reader.finish()
-        timing.report_timing(remediation, reader)
+        worst_case.report_timing(remediation, reader)
         _check_workflow_timeout(timeout_minutes, remediation, workflow.where("timeoutMinutes"))
         return config
 
@@ -352,15 +352,15 @@ def load_cdk_json(path: str | Path) -> NodeHealConfig:
 
 def _check_workflow_timeout(timeout_minutes: int, remediation: RemediationSettings, where: str) -> None:
     """Refuse a workflow timeout that could stop a healthy execution before it releases its lock."""
-    execution = timing.execution_worst_case(remediation)
-    required = timing.required_workflow_timeout_minutes(remediation)
+    execution = worst_case.execution_worst_case(remediation)
+    required = worst_case.required_workflow_timeout_minutes(remediation)
     if timeout_minutes < required:
-        margin = timing.margin_seconds(execution.total_seconds)
+        margin = worst_case.margin_seconds(execution.total_seconds)
         problem(
             f"{where} ({timeout_minutes}) must be at least {required}: one execution can run "
-            f"{execution.total_seconds} s ({timing.format_duration(execution.total_seconds)}), waiting "
+            f"{execution.total_seconds} s ({worst_case.format_duration(execution.total_seconds)}), waiting "
             f"behind the node's lock holder and then remediating, and needs a margin of {margin} s "
-            f"({timing.MARGIN_SHARE:.0%}, at least {timing.MIN_MARGIN_SECONDS} s). "
+            f"({worst_case.MARGIN_SHARE:.0%}, at least {worst_case.MIN_MARGIN_SECONDS} s). "
             f"Worst case: {execution.describe()}"
         )
 

@@ -63,7 +63,7 @@ from nodeheal.kube.access_review import AccessAnswer
 from nodeheal.kube_views import LiveNode
 from nodeheal.patterns import match
 from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 from nodeheal.workflow.admission import PoolNodes
 from nodeheal.workflow.preview import LedgerReader, NodePreview, preview
 

@@ -62,7 +62,7 @@ class SupersededError(RemediationStoppedError):
 
 class ContendedError(SupersededError):
     """A more severe execution waits to take this node over (its contender mark is on the lock),
-    but has not taken it yet. The step is retried (``nodeheal.timing.contended_retry_clause``):
+    but has not taken it yet. The step is retried (``nodeheal.worst_case.contended_retry_clause``):
     the contender preempts the lock, and the retry stops as superseded, or its mark lapses because
     it ended first, and the retry goes on with this fault instead of dropping it (D2). Once the
     retries run out it is a stop like ``SupersededError``: the contender is alive and renewing."""

@@ -23,7 +23,7 @@ from typing import Any
 from nodeheal.conditions import Condition
 from nodeheal.errors import InvalidEventError
 from nodeheal.payload import MAX_REASON_BYTES, bounded_condition, cut_text, json_bytes, state_bytes
-from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.timestamps import format_timestamp, parse_timestamp
 
 SCHEMA_VERSION = "1.1"
 #: Accepted at ingest until 0.2.0 removes it, with a warning: exporters not yet upgraded send it.

@@ -22,7 +22,7 @@ Karpenter's and the scheduler's events come from), so they read like every other
 The limits are the API server's (``ReportingInstanceLengthLimit``, ``ActionLengthLimit``,
 ``ReasonLengthLimit``, ``NoteLengthLimit`` in
 https://github.com/kubernetes/kubernetes/blob/v1.33.1/pkg/apis/core/validation/events.go, which
-counts bytes). This module is pure: the API adapter (:mod:`nodeheal.kube.events`) and the
+counts bytes). This module is pure: the API adapter (:mod:`nodeheal.kube.event_writer`) and the
 simulation's in-memory one both send :func:`event_body`.
 """
 
@@ -39,7 +39,7 @@ from typing import Any
 
 from nodeheal.kube_views import ANNOTATION_EXECUTION, PodView
 from nodeheal.payload import cut_text
-from nodeheal.timeutil import format_micro_time
+from nodeheal.timestamps import format_micro_time
 
 #: ``reportingController`` of every Event NodeHeal's remediation writes: a qualified name, as the
 #: API server requires. The exporter drops Events of this controller (docs/architecture.md, D10).

@@ -15,7 +15,7 @@ from typing import Any
 from nodeheal.conditions import Condition
 from nodeheal.events import instance_id_from_provider_id
 from nodeheal.payload import bounded_condition
-from nodeheal.timeutil import parse_timestamp
+from nodeheal.timestamps import parse_timestamp
 
 #: Taint NodeHeal puts on a node it cordons; its presence is how NodeHeal recognises its own work.
 UNHEALTHY_TAINT_KEY = "nodeheal.io/unhealthy"

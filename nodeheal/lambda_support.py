@@ -32,7 +32,7 @@ WorkflowStep = Callable[[WorkflowState, Runtime, Deadline], dict[str, Any]]
 
 
 def _count_events(rt: Runtime) -> None:
-    """The Kubernetes Events this invocation could not write (nodeheal.kube.events): a step
+    """The Kubernetes Events this invocation could not write (nodeheal.kube.event_writer): a step
     never fails for them, so these metrics are where a broken Events path shows."""
     tally = rt.event_tally.take()
     if tally.failed:

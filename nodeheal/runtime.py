@@ -27,7 +27,7 @@ from nodeheal.deadline import current as current_deadline
 from nodeheal.errors import ConfigurationError, DeadlineExceededError, DuplicateExecutionError
 from nodeheal.events import DEFAULT_SOURCE
 from nodeheal.kube_event_body import EventTally
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 from nodeheal.workflow.ports import KubeAccess
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ class Runtime:
         """Kubernetes adapters for one invocation: the container's connection pool to ``cluster``
         (kept across invocations), every request bounded by this invocation's ``deadline``. Events
         go over the same pool, so the function that acted is the identity that tells it (D8)."""
-        from nodeheal.kube.events import EventOperations
+        from nodeheal.kube.event_writer import EventOperations
         from nodeheal.kube.nodeclaims import NodeClaimOperations
         from nodeheal.kube.nodes import NodeOperations
         from nodeheal.kube.pods import PodOperations

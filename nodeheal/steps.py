@@ -7,10 +7,10 @@ NodeHeal needs to know about it, and the rest derives from the entry:
   description, memory, Lambda timeout, ledger, EC2 and notification grants, and the state machine
   (``nodeheal/cdk/workflow_definition.py``) names its task state and retries it by what the entry
   says (idempotent, mutating);
-* ``nodeheal.timing`` counts the step's Lambda timeout, from its longest sequence of calls, in the
+* ``nodeheal.worst_case`` counts the step's Lambda timeout, from its longest sequence of calls, in the
   worst case of an execution (docs/architecture.md, D5);
 * ``nodeheal.rbac`` renders its Kubernetes rules into its ClusterRole (``deploy/rbac``, D8);
-* ``nodeheal.workflow.story`` writes the step's Kubernetes Events under its name, with the
+* ``nodeheal.workflow.step_events`` writes the step's Kubernetes Events under its name, with the
   reasons the entry declares;
 * the local pipeline's timeline (``nodeheal.sim.timeline``) describes its result in the entry's
   words.
@@ -105,7 +105,7 @@ def _joined(grants: tuple[LedgerGrant, ...]) -> tuple[LedgerGrant, ...]:
 
 
 #: The reason of the Event every told step writes when it stops (condition cleared, node replaced
-#: or gone, paused, superseded): ``nodeheal.workflow.story.stopped``.
+#: or gone, paused, superseded): ``nodeheal.workflow.step_events.stopped``.
 STOPPED_REASON = "RemediationSkipped"
 
 
@@ -144,20 +144,20 @@ class Step:
     ec2_describe: bool = False
     memory_mb: int = 256
     publishes_notifications: bool = False
-    #: The reasons of the Kubernetes Events it writes (``nodeheal.workflow.story``), its stop's
+    #: The reasons of the Kubernetes Events it writes (``nodeheal.workflow.step_events``), its stop's
     #: included.
     event_reasons: tuple[str, ...] = ()
     #: How the local timeline describes its result; None: it adds no line.
     timeline: TimelineWording | None = None
     #: How many times the longest path of an execution runs it, for a step the worst case
-    #: (``nodeheal.timing.holding_worst_case``) does not model by name: 0 for a step on a branch
+    #: (``nodeheal.worst_case.holding_worst_case``) does not model by name: 0 for a step on a branch
     #: the longest path (drain, reboot, escalation to a replacement) never takes, such as the end
     #: of a cordon-only remediation. The steps the worst case names are counted there.
     runs_on_the_longest_path: int = 1
 
     @property
     def timeout_seconds(self) -> int:
-        """Its Lambda timeout, which the worst case (``nodeheal.timing``) counts."""
+        """Its Lambda timeout, which the worst case (``nodeheal.worst_case``) counts."""
         return self.calls.timeout_seconds
 
     @property

@@ -36,7 +36,7 @@ from botocore.exceptions import ClientError
 from nodeheal.actions import Action
 from nodeheal.aws.attribute_values import deserialize_item, serialize_item
 from nodeheal.errors import ContendedError, LedgerContentionError, LockNotHeldError, SupersededError
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView

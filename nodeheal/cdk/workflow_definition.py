@@ -21,7 +21,8 @@ Shape (state names are what a person reads in the console)::
 Every Lambda task receives the whole state and writes its result under its own key (``ResultPath``),
 so the execution history shows each step's input and output in full. Each task is short and
 idempotent; Retry clauses name domain errors by class name (``nodeheal.errors``) and come from
-``nodeheal.timing``, which computes from the same clauses how long a run can take (docs/architecture.md, D5).
+``nodeheal.worst_case``, which computes from the same clauses how long a run can take
+(docs/architecture.md, D5).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from nodeheal.steps import (
     UNCORDON,
     Step,
 )
-from nodeheal.timing import RetryClause, contended_retry_clause, task_retry_clauses
+from nodeheal.worst_case import RetryClause, contended_retry_clause, task_retry_clauses
 
 # Each task writes its result under its step's result key (``nodeheal.steps``), where the steps
 # after it read it. A caught failure goes here:

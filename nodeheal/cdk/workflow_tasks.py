@@ -31,7 +31,7 @@ class TaskSpec:
     ec2_describe: bool = False
     publishes_notifications: bool = False
     #: Seconds; every task is short by design (the state machine owns the waiting). A step's
-    #: derives from its longest sequence of calls, which the worst case (nodeheal.timing) counts.
+    #: derives from its longest sequence of calls, which the worst case (nodeheal.worst_case) counts.
     timeout_seconds: int = 30
     memory_mb: int = 256
     #: Running the task again after an invocation that may have done part of its work (a Lambda

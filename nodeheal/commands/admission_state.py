@@ -16,7 +16,7 @@ from nodeheal.commands.aws_access import aws_errors
 from nodeheal.commands.history import open_ledger
 from nodeheal.commands.output import confirm, print_json
 from nodeheal.errors import LedgerContentionError
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 from nodeheal.workflow.budget import ClusterAdmissionState
 
 #: Attempts of a conditional write that lost a race with an admission (which takes milliseconds).

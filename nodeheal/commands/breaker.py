@@ -36,7 +36,7 @@ from nodeheal.commands.output import confirm, print_json, print_table
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError, DuplicateExecutionError, NodeHealError
 from nodeheal.events import NodeConditionEvent
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 from nodeheal.workflow import budget
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.ingest import execution_input, reevaluation_name

@@ -94,7 +94,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     require_extra("demo", "demo")
-    from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
+    from nodeheal.sim.local_pipeline.scenarios.scenario_index import SCENARIOS
 
     # With --json the story a person watches goes to stderr, so stdout carries one JSON document.
     out: TextIO = sys.stderr if args.json else sys.stdout
@@ -218,7 +218,7 @@ def _play(
     *,
     document_out: TextIO | None = None,
 ) -> int:
-    from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
+    from nodeheal.sim.local_pipeline.scenarios.scenario_index import SCENARIOS
     from nodeheal.sim.local_pipeline.wiring import LocalPipeline
     from nodeheal.sim.stack.context import demo_context
     from nodeheal.sim.stack.process_templates import TEMPLATES
@@ -272,7 +272,7 @@ def _play(
 class CliOperator:
     """A person at a terminal during a scenario: runs the real ``nodeheal`` commands against the
     local pipeline, through a kubeconfig of the fake API server's administrator, and reads their
-    JSON (:class:`nodeheal.sim.local_pipeline.scenarios.runner.Operator`). The simulation does not
+    JSON (:class:`nodeheal.sim.local_pipeline.scenarios.play.Operator`). The simulation does not
     import the CLI, so the demo and the tests hand it one."""
 
     def __init__(self, pipeline: Any, directory: Path) -> None:
@@ -326,7 +326,7 @@ def demo_document(
 ) -> dict[str, Any]:
     """What ``--json`` prints: the run as data, with the same facts the human summary gives."""
     from nodeheal.commands.history import record_json
-    from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
+    from nodeheal.sim.local_pipeline.scenarios.scenario_index import SCENARIOS
 
     region = pipeline.aws.region
     timeline = pipeline.timeline
@@ -438,7 +438,7 @@ def _about(records: list[Any], subject: str) -> list[Any]:
 
 
 def _summary(pipeline: Any, subject: str, records: list[Any], wall_seconds: float) -> str:
-    from nodeheal.sim.local_pipeline.scenarios.runner import describe
+    from nodeheal.sim.local_pipeline.scenarios.play import describe
     from nodeheal.sim.timeline import short_node
 
     parts = [f"summary: {describe(records)} in {len(pipeline.executions())} execution(s)"]

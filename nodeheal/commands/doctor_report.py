@@ -17,7 +17,7 @@ from nodeheal.commands.kube_access import add_kube_arguments, kube_transport
 from nodeheal.commands.output import print_json
 from nodeheal.doctor import Inputs, KubeSide, Report, examine
 from nodeheal.errors import ConfigurationError
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 from nodeheal.workflow.preview import LedgerReader
 
 EXIT_FAILED = 1

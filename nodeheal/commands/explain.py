@@ -10,7 +10,7 @@ The decision is the real policy (:func:`nodeheal.policy.decide`) with an empty h
 answers "what does this signal mean under this policy", not "what will happen to this node now"
 (that also depends on the ledger: past reboots, attempts, budgets, the breaker).
 
-Without EVENT, explain prints the configuration's timing (:mod:`nodeheal.timing`): the worst case
+Without EVENT, explain prints the configuration's timing (:mod:`nodeheal.worst_case`): the worst case
 of one execution holding a node's lock and the lock TTL it needs, the worst case of a whole
 execution and the workflow timeout it needs, and the bound of invariant I2, each term by term.
 
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nodeheal import contracts, timing
+from nodeheal import contracts, worst_case
 from nodeheal.actions import Action, Mode
 from nodeheal.commands.output import print_fields, print_json, print_table
 from nodeheal.conditions import Condition
@@ -45,7 +45,7 @@ from nodeheal.events import (
 )
 from nodeheal.kube_views import LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 
 
 def register(subparsers: Any) -> None:
@@ -141,28 +141,28 @@ def settings_of(source: ConfigSource) -> RemediationSettings:
 
 def explain_timing(settings: RemediationSettings) -> dict[str, Any]:
     """The worst cases of D5 and the I2 bound, each with its terms, and what they require."""
-    holding = timing.holding_worst_case(settings)
-    execution = timing.execution_worst_case(settings)
+    holding = worst_case.holding_worst_case(settings)
+    execution = worst_case.execution_worst_case(settings)
     return {
         "holding": {
             "what": "longest one execution holds a node's lock, from the Admit that takes it to the record",
             **holding.to_json(),
-            "marginSeconds": timing.margin_seconds(holding.total_seconds),
+            "marginSeconds": worst_case.margin_seconds(holding.total_seconds),
             "lockTtlSeconds": settings.lock_ttl_seconds,
-            "lockTtlMinimumSeconds": timing.required_lock_ttl_seconds(settings),
+            "lockTtlMinimumSeconds": worst_case.required_lock_ttl_seconds(settings),
         },
         "execution": {
             "what": "longest one execution runs: waiting behind the node's lock holder, then holding it",
             **execution.to_json(),
-            "marginSeconds": timing.margin_seconds(execution.total_seconds),
-            "workflowTimeoutMinimumMinutes": timing.required_workflow_timeout_minutes(settings),
+            "marginSeconds": worst_case.margin_seconds(execution.total_seconds),
+            "workflowTimeoutMinimumMinutes": worst_case.required_workflow_timeout_minutes(settings),
         },
         "i2Bound": {
             "what": (
                 "longest a bad condition waits to be acted on while another execution holds its node: "
                 "confirmation + the holder's worst case + finalizer latency"
             ),
-            **timing.remediation_bound(settings).to_json(),
+            **worst_case.remediation_bound(settings).to_json(),
         },
     }
 
@@ -294,7 +294,7 @@ def print_node_view(explained: list[dict[str, Any]], settings: RemediationSettin
 
 def _confirm_column(item: Mapping[str, Any]) -> str:
     seconds = int(item["confirmSeconds"])
-    return timing.format_duration(seconds) if seconds and item["action"] != Action.NONE.value else "-"
+    return worst_case.format_duration(seconds) if seconds and item["action"] != Action.NONE.value else "-"
 
 
 def _decision_fields(explained: Mapping[str, Any], settings: RemediationSettings) -> list[tuple[str, Any]]:
@@ -326,13 +326,13 @@ def _timing_text(action: Action, confirm_seconds: int, settings: RemediationSett
         return "nothing to wait for"
     if confirm_seconds:
         text = (
-            f"waits until the condition has been bad for {timing.format_duration(confirm_seconds)} "
+            f"waits until the condition has been bad for {worst_case.format_duration(confirm_seconds)} "
             f"(confirmSeconds {confirm_seconds}, from its lastTransitionTime), then acts only if it still is"
         )
     else:
         text = "acts at once (this signal has no confirmation time)"
     if action.mutates_cluster:
-        holding = timing.holding_worst_case(settings)
+        holding = worst_case.holding_worst_case(settings)
         text += (
             f"; no remediation holds a node longer than {holding.to_json()['total']} in the worst case "
             "(`nodeheal explain` without EVENT shows the terms)"
@@ -349,7 +349,7 @@ def next_steps(action: Action, planned: Action, mode: Mode, settings: Remediatio
         leftover = "then stop there, cordoned and tainted, and alert (drain.onTimeout abort)"
     evict = (
         "evict its pods through the Eviction API, respecting PodDisruptionBudgets, for up to "
-        f"{timing.format_duration(drain.timeout_seconds)} (drain.timeoutSeconds), {leftover}"
+        f"{worst_case.format_duration(drain.timeout_seconds)} (drain.timeoutSeconds), {leftover}"
     )
     steps = {
         Action.NONE: "touch nothing: the decision is recorded in the ledger, nobody is notified",
@@ -360,9 +360,9 @@ def next_steps(action: Action, planned: Action, mode: Mode, settings: Remediatio
         ),
         Action.REBOOT: (
             f"cordon the node, {evict}; reboot the EC2 instance and wait up to "
-            f"{timing.format_duration(reboot.recovery_timeout_seconds)} (reboot.recoveryTimeoutSeconds) for "
-            "a new boot, Ready and a healthy condition, then uncordon (not recovered: terminate it, so a "
-            "new node replaces it)"
+            f"{worst_case.format_duration(reboot.recovery_timeout_seconds)} "
+            "(reboot.recoveryTimeoutSeconds) for a new boot, Ready and a healthy condition, then uncordon "
+            "(not recovered: terminate it, so a new node replaces it)"
         ),
         Action.REPLACE: (
             f"cordon the node, {evict}; terminate the EC2 instance, and Karpenter (or the node group) "

@@ -16,7 +16,7 @@ from nodeheal.aws.ledger import RECORD_RETENTION, Ledger
 from nodeheal.commands.aws_access import add_aws_arguments, aws_errors, ledger_table, session
 from nodeheal.commands.output import print_fields, print_json, print_table
 from nodeheal.errors import InvalidEventError, NodeHealError
-from nodeheal.timeutil import format_timestamp, parse_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, parse_timestamp, utc_now
 from nodeheal.workflow.recording import console_url
 from nodeheal.workflow.records import Outcome, RemediationRecord
 

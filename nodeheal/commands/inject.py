@@ -1,6 +1,7 @@
-"""``nodeheal inject``: simulate a GPU fault at the Node condition or at the detector, to test end to end.
+"""Fault injection's command: injected_faults has the payload, kube.fault_injection sends the requests.
 
-Three ways in (``--via``; :mod:`nodeheal.injection` has the details and the sources):
+``nodeheal inject`` simulates a GPU fault at the Node condition or at the detector, to test end to
+end. Three ways in (``--via``; :mod:`nodeheal.injected_faults` has the details and the sources):
 
 * ``condition`` (default): patch the condition as NPD would (below). Warned: NPD re-sends its own
   view every heartbeat and reverts it;
@@ -34,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeheal import injection as detector
+from nodeheal import injected_faults as detector
 from nodeheal.commands.aws_access import DEFAULT_STACK, REGION_HELP, STATE_MACHINE_OUTPUT
 from nodeheal.commands.kube_access import add_kube_arguments, kube_transport
 from nodeheal.commands.output import confirm, print_json
@@ -43,7 +44,7 @@ from nodeheal.config import RemediationSettings
 from nodeheal.errors import ConfigurationError, InvalidEventError, NodeHealError
 from nodeheal.kube import fault_injection as kube_injection
 from nodeheal.policy.catalog import lookup
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 
 GPU_CONDITION = "GPUProblem"
 #: Xid -> the reason NPD's GPU monitor sets on GPUProblem (its "permanent" rules, in file order).

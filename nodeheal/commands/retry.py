@@ -43,7 +43,7 @@ from nodeheal.commands.history import open_ledger
 from nodeheal.commands.output import confirm, print_fields, print_json
 from nodeheal.errors import ConfigurationError, InvalidEventError
 from nodeheal.events import NodeConditionEvent
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 from nodeheal.workflow.budget import BreakerState
 from nodeheal.workflow.finalizer import UNCAUGHT_END_STATUSES, EndedExecution
 from nodeheal.workflow.ingest import execution_name

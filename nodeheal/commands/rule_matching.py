@@ -33,7 +33,7 @@ from nodeheal.deploy_config import FILE_CONTEXT_PATH, NodeHealConfig, config_sou
 from nodeheal.errors import ConfigurationError, InvalidEventError
 from nodeheal.events import DEFAULT_SOURCE, DETAIL_TYPE_CONDITION_CHANGED
 from nodeheal.patterns import match, validate_pattern
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 
 #: Envelope fields TestEventPattern requires; filled in when an event leaves them out.
 _PLACEHOLDER_ENVELOPE = {

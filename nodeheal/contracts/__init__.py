@@ -33,7 +33,7 @@ CONDITION_CHANGED_SCHEMAS = {
     LEGACY_SCHEMA_VERSION: "node-condition-changed-1.json",
 }
 HEARTBEAT_SCHEMA = "exporter-heartbeat.json"
-#: The schemas' timestamps: RFC 3339 with a zone, as :func:`nodeheal.timeutil.parse_timestamp`
+#: The schemas' timestamps: RFC 3339 with a zone, as :func:`nodeheal.timestamps.parse_timestamp`
 #: accepts them (a naive time is ambiguous and refused).
 TIMESTAMP_PATTERN = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"

@@ -30,7 +30,7 @@ from nodeheal.exporter.queue import EventQueue, QueuedEvent
 from nodeheal.exporter.settings import ExporterSettings
 from nodeheal.exporter.transitions import TransitionTracker
 from nodeheal.exporter.watcher import ListWatcher, WatchConfig
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ shipping them (history is not news); on later relists (after 410 Gone) the ones 
 shipped.
 
 NodeHeal's own Events (``reportingComponent`` ``nodeheal.io/remediation``, what
-:mod:`nodeheal.workflow.story` writes) are never shipped back (docs/architecture.md, D10): the story of a
-remediation is not a signal that the node degraded. They are counted as ``outcome="nodeheal"``.
+:mod:`nodeheal.workflow.step_events` writes) are never shipped back (docs/architecture.md, D10): the
+story of a remediation is not a signal that the node degraded. They are counted as ``outcome="nodeheal"``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from nodeheal.exporter.metrics import Metrics
 from nodeheal.exporter.publisher import fit_detail
 from nodeheal.exporter.queue import QueuedEvent
 from nodeheal.kube_event_body import is_nodeheal_event
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 
 NODE_EVENTS_PATH = "/api/v1/events"
 NODE_EVENTS_FIELD_SELECTOR = "involvedObject.kind=Node"

@@ -37,7 +37,7 @@ from nodeheal.events import (
     node_identity,
 )
 from nodeheal.payload import bounded_condition
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 
 _StatusReason = tuple[str, str]
 

@@ -20,16 +20,16 @@ from typing import Any, Protocol
 
 from nodeheal.deadline import UNBOUNDED, Deadline
 from nodeheal.errors import ConfigurationError, KubernetesApiError
-from nodeheal.kube.eks_auth import Clock, ClusterDirectory, CredentialSource, EksTokenSource
-from nodeheal.kube.errors import (
+from nodeheal.kube.api_errors import (
     TRANSPORT_ERRORS,
     ApiStatus,
     error_for_exception,
     error_for_status,
     status_from_body,
 )
+from nodeheal.kube.eks_auth import Clock, ClusterDirectory, CredentialSource, EksTokenSource
 from nodeheal.kube.transport import JSON, HttpTransport, KubeTransport, RequestTimeout
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 
 logger = logging.getLogger(__name__)
 

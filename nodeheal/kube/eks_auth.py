@@ -28,7 +28,7 @@ from botocore.model import ServiceId
 from botocore.signers import RequestSigner
 
 from nodeheal.errors import ConfigurationError, KubernetesApiUnavailableError
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"

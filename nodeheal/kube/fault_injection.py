@@ -1,7 +1,8 @@
-"""Fault injection's Kubernetes side, for ``nodeheal inject`` (nodeheal.commands.inject).
+"""Fault injection's Kubernetes side: the requests; injected_faults has the payload, commands.inject asks.
 
-Three ways to make a detector see a GPU fault (:mod:`nodeheal.injection` has the manifests, the
-DCGM fields and their sources):
+The requests of ``nodeheal inject`` (:mod:`nodeheal.commands.inject`). Three ways to make a detector
+see a GPU fault (:mod:`nodeheal.injected_faults` has the manifests, the DCGM fields and their
+sources):
 
 * :func:`set_condition`: the strategic merge patch of ``/status`` that node-problem-detector's
   condition manager sends;
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from nodeheal import injection as detector
+from nodeheal import injected_faults as detector
 from nodeheal.errors import ConfigurationError, NodeHealError
 
 if TYPE_CHECKING:

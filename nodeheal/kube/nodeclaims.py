@@ -23,8 +23,8 @@ from typing import Any
 from urllib.parse import quote
 
 from nodeheal.errors import OwnershipVerificationError
+from nodeheal.kube.api_errors import error_for_status
 from nodeheal.kube.client import ApiOperations
-from nodeheal.kube.errors import error_for_status
 
 NODECLAIMS_PATH = "/apis/karpenter.sh/v1/nodeclaims"
 

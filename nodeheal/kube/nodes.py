@@ -28,12 +28,12 @@ from typing import Any
 from urllib.parse import quote
 
 from nodeheal.errors import KubernetesApiError, NodeGoneError
+from nodeheal.kube.api_errors import error_for_status
 from nodeheal.kube.client import (
     MERGE_PATCH,
     ApiOperations,
     expect_success,
 )
-from nodeheal.kube.errors import error_for_status
 from nodeheal.kube_views import (
     ANNOTATION_CORDONED_AT,
     ANNOTATION_CORDONED_BY_NODEHEAL,
@@ -42,7 +42,7 @@ from nodeheal.kube_views import (
     UNHEALTHY_TAINT_KEY,
     LiveNode,
 )
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 
 logger = logging.getLogger(__name__)
 

@@ -32,12 +32,12 @@ from urllib.parse import quote
 
 from nodeheal.deadline import MIN_CALL_SECONDS, Deadline
 from nodeheal.errors import DeadlineExceededError, KubernetesApiError, KubernetesApiUnavailableError
+from nodeheal.kube.api_errors import ApiStatus, is_retryable_status
 from nodeheal.kube.client import (
     ApiOperations,
     JsonResponse,
     expect_success,
 )
-from nodeheal.kube.errors import ApiStatus, is_retryable_status
 from nodeheal.kube_views import PodView
 
 #: policyv1.DisruptionBudgetCause: the cause the eviction subresource gives a PDB's 429.

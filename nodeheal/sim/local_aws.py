@@ -46,7 +46,7 @@ from nodeheal.sim.stack.synthesized_app import (
     SynthesizedApp,
     TemplateError,
 )
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 
 MOTO_CONFIG: Any = {
     "stepfunctions": {"execute_state_machine": True},

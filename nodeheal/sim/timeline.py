@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from nodeheal.steps import step_of_handler
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 from nodeheal.workflow.records import RemediationRecord
 
 

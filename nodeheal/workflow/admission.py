@@ -25,9 +25,8 @@ from nodeheal.conditions import Condition
 from nodeheal.config import RemediationSettings
 from nodeheal.kube_views import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
-from nodeheal.timeutil import parse_timestamp
-from nodeheal.timing import contention_seconds
-from nodeheal.workflow import budget, story
+from nodeheal.timestamps import parse_timestamp
+from nodeheal.workflow import budget, step_events
 from nodeheal.workflow.episode import (
     Sighting,
     episode_ended_at,
@@ -43,6 +42,7 @@ from nodeheal.workflow.records import Outcome, RemediationRecord, identity_key, 
 from nodeheal.workflow.scope import out_of_scope
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
 from nodeheal.workflow.verdicts import CONFIRM, PROCEED, STOP, WAIT, Admission
+from nodeheal.worst_case import contention_seconds
 
 
 def admit(
@@ -50,9 +50,9 @@ def admit(
 ) -> Admission:
     """Admit the event's node, or say why not. ``mode`` is the live mode (the function's
     environment, D4); None falls back to the mode the execution started with. The verdict is
-    told on the Node as an Event (nodeheal.workflow.story)."""
+    told on the Node as an Event (nodeheal.workflow.step_events)."""
     admission = _admit(state, kube, ledger, now, mode=mode)
-    story.tell(kube, lambda: story.admitted(state, admission))
+    step_events.tell(kube, lambda: step_events.admitted(state, admission))
     return admission
 
 
@@ -744,7 +744,7 @@ def _contend(
     now: datetime,
 ) -> bool:
     """Mark the busy holder's lock; this execution's next admit (one lock poll later) renews the
-    mark or preempts, so the mark lapses if this execution ends first (nodeheal.timing)."""
+    mark or preempts, so the mark lapses if this execution ends first (nodeheal.worst_case)."""
     until = now + timedelta(seconds=contention_seconds(state.settings))
     return ledger.contend(
         state.cluster, node.subject, state.execution.name, claim, holder=holder, until=until

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodeheal.config import BudgetSettings
-from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.timestamps import format_timestamp, parse_timestamp
 
 HOUR = timedelta(hours=1)
 

@@ -60,7 +60,7 @@ from nodeheal.config import PolicySettings
 from nodeheal.kube_views import LiveNode
 from nodeheal.policy.classify import classify
 from nodeheal.policy.decide import Decision
-from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.timestamps import format_timestamp, parse_timestamp
 
 
 @dataclass(frozen=True, slots=True)

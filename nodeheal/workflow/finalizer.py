@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from nodeheal.errors import InvalidEventError
 from nodeheal.steps import RECORD, RECORD_FAILURE
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 from nodeheal.workflow.ports import LedgerPort, NotifierPort
 from nodeheal.workflow.recording import record_failure
 from nodeheal.workflow.state import WorkflowState

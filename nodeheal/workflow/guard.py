@@ -32,13 +32,13 @@ from nodeheal.errors import (
     RemediationPausedError,
 )
 from nodeheal.kube_views import LiveNode
-from nodeheal.timing import MUTATION_BUSY_SECONDS
 from nodeheal.workflow.episode import sightings_on, worse_than
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.scope import out_of_scope
 from nodeheal.workflow.state import AdmittedNode, WorkflowState
+from nodeheal.worst_case import MUTATION_BUSY_SECONDS
 
-#: How long a claimed mutation may still be running (``nodeheal.timing.MUTATION_BUSY_SECONDS``).
+#: How long a claimed mutation may still be running (``nodeheal.worst_case.MUTATION_BUSY_SECONDS``).
 MUTATION_BUSY = timedelta(seconds=MUTATION_BUSY_SECONDS)
 
 

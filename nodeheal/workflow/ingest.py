@@ -33,7 +33,7 @@ from nodeheal.events import (
     NodeConditionEvent,
     cluster_source,
 )
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 from nodeheal.workflow.ports import ExecutionStarter, LedgerPort
 from nodeheal.workflow.records import DroppedEvent
 

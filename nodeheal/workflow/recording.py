@@ -20,7 +20,7 @@ from nodeheal.errors import (
 )
 from nodeheal.payload import bound_message
 from nodeheal.policy.catalog import lookup
-from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.timestamps import format_timestamp, parse_timestamp
 from nodeheal.workflow import budget
 from nodeheal.workflow.ports import LedgerPort, Notification, NotifierPort
 from nodeheal.workflow.records import FINALIZERS, RECORD_STEP, Outcome, RemediationRecord, replaces_end

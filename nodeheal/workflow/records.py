@@ -11,7 +11,7 @@ from typing import Any
 from nodeheal.actions import Action
 from nodeheal.config import PolicySettings
 from nodeheal.policy.decide import NodeHistory
-from nodeheal.timeutil import format_timestamp, parse_timestamp
+from nodeheal.timestamps import format_timestamp, parse_timestamp
 
 
 class Outcome(StrEnum):

@@ -17,7 +17,7 @@ from typing import Any
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import InvalidEventError
 from nodeheal.events import NodeConditionEvent
-from nodeheal.timeutil import parse_timestamp
+from nodeheal.timestamps import parse_timestamp
 from nodeheal.workflow.records import identity_key
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from nodeheal.conditions import Condition
 from nodeheal.policy.decide import Decision
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 from nodeheal.workflow.state import AdmittedNode
 
 # Verdicts the state machine branches on ("Admitted?").

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
-from nodeheal.sim.local_pipeline.scenarios.runner import ScenarioRun
+from nodeheal.sim.local_pipeline.scenarios.play import ScenarioRun
+from nodeheal.sim.local_pipeline.scenarios.scenario_index import SCENARIOS
 from nodeheal.sim.local_pipeline.wiring import LocalPipeline
 from nodeheal.sim.stack.process_templates import synthesized
 

@@ -8,7 +8,7 @@ leader-election Role, and every permission those grant is used.
 from __future__ import annotations
 
 from nodeheal.rbac import EXPORTER_NAMESPACE, EXPORTER_ROLES
-from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
+from nodeheal.sim.local_pipeline.scenarios.scenario_index import SCENARIOS
 from nodeheal.sim.local_pipeline.wiring import LocalPipeline, wait_until
 from nodeheal.sim.stack.process_templates import synthesized
 

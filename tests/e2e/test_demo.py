@@ -15,7 +15,7 @@ import pytest
 
 from nodeheal.cli import main
 from nodeheal.commands import demo, rule_matching
-from nodeheal.sim.local_pipeline.scenarios import catalog, runner
+from nodeheal.sim.local_pipeline.scenarios import play, scenario_index
 from nodeheal.sim.timeline import NODE_COLUMN
 from nodeheal.workflow.records import Outcome
 
@@ -39,7 +39,7 @@ def restore_environment() -> Iterator[None]:
 def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--list"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert listed == list(catalog.SCENARIOS)
+    assert listed == list(scenario_index.SCENARIOS)
     assert demo.DEFAULT_SCENARIO in listed
 
 
@@ -138,11 +138,11 @@ def assert_every_line_names_its_node_and_instance(out: str) -> None:
 def xid63_expecting_a_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scenario xid63 with a check it cannot pass: Xid 63 is recorded, never replaced."""
 
-    def expect_replaced(run: runner.ScenarioRun) -> None:
+    def expect_replaced(run: play.ScenarioRun) -> None:
         run.expect_outcome(run.only_record(run.subject), Outcome.REPLACED)
 
-    wrong = dataclasses.replace(catalog.SCENARIOS["xid63"], check=expect_replaced)
-    monkeypatch.setitem(catalog.SCENARIOS, "xid63", wrong)
+    wrong = dataclasses.replace(scenario_index.SCENARIOS["xid63"], check=expect_replaced)
+    monkeypatch.setitem(scenario_index.SCENARIOS, "xid63", wrong)
 
 
 @pytest.mark.usefixtures("xid63_expecting_a_replacement")
@@ -181,7 +181,7 @@ def test_json_prints_one_document_on_stdout_and_the_story_on_stderr(
 def test_json_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [entry["name"] for entry in listed] == list(catalog.SCENARIOS)
+    assert [entry["name"] for entry in listed] == list(scenario_index.SCENARIOS)
     assert all(entry["title"] for entry in listed)
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from nodeheal.commands.demo import CliOperator
 from nodeheal.kube_views import ANNOTATION_EXECUTION
-from nodeheal.sim.local_pipeline.scenarios.catalog import SCENARIOS
-from nodeheal.sim.local_pipeline.scenarios.runner import ScenarioRun, task_outputs
+from nodeheal.sim.local_pipeline.scenarios.play import ScenarioRun, task_outputs
+from nodeheal.sim.local_pipeline.scenarios.scenario_index import SCENARIOS
 from nodeheal.sim.local_pipeline.wiring import LocalPipeline
 from nodeheal.sim.stack.process_templates import synthesized
 from nodeheal.sim.timeline import short_node

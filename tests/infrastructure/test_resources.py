@@ -13,7 +13,7 @@ from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TA
 from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.stack_outputs import required_outputs
 from nodeheal.steps import MUTATION_GUARD
-from nodeheal.timing import (
+from nodeheal.worst_case import (
     MUTATING_TASKS,
     NOT_IDEMPOTENT_TASKS,
     TASK_TIMEOUT_SECONDS,
@@ -139,7 +139,7 @@ def test_state_machine_invokes_every_workflow_function(default_stack: Synthesize
 
 def test_defect_6_the_worst_case_counts_every_retry_the_state_machine_has(default_stack: Synthesized) -> None:
     """The lock TTL and workflow timeout checks are only as good as their model of the ASL: each task
-    state's Retry clauses and its function's timeout must give the worst case nodeheal.timing uses."""
+    state's Retry clauses and its function's timeout must give the worst case nodeheal.worst_case uses."""
     _, machine = only(default_stack.resources("AWS::StepFunctions::StateMachine"))
     parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
     # Each Lambda task's Resource is its function's ARN: keep the function's logical id in its place.

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nodeheal.cli import main as cli_main
-from nodeheal.timeutil import format_timestamp, utc_now
+from nodeheal.timestamps import format_timestamp, utc_now
 from nodeheal.workflow.ingest import IngestSettings, ingest
 from nodeheal.workflow.records import DroppedEvent
 

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from nodeheal.actions import Action
 from nodeheal.sim.apiserver.request_faults import Decision, injected_error
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 from nodeheal.workflow.locks import LockClaim
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import CLUSTER, XID_48, XID_79, Pipeline, wait_until

@@ -234,9 +234,7 @@ REVERTS: dict[str, tuple[Patch, ...]] = {
     ),
     "a contender that ends first": (Patch(MemoryLedger, "claim_mutation", _claim_stops_at_any_mark),),
     "refuse before the holds": (Patch(drain_policy, "plan_pod", _holds_before_refuse),),
-    "the worst line survives the cut": (
-        Patch(payload, "bound_message", _bound_message_in_order),
-    ),
+    "the worst line survives the cut": (Patch(payload, "bound_message", _bound_message_in_order),),
     "Record outcome stands over the finalizer": (
         Patch(MemoryLedger, "put_record", _put_record_last_writer_wins),
         Patch(MemoryLedger, "mark_execution_ended", _mark_ended_first_writer_wins),

@@ -21,7 +21,7 @@ from nodeheal.actions import Mode
 from nodeheal.errors import NodeGoneError, NodeReplacedError
 from nodeheal.kube_views import LiveNode
 from nodeheal.sim.seeded.memory_ledger import MemoryLedger
-from nodeheal.workflow import actions, admission, budget, finalizer, guard
+from nodeheal.workflow import admission, budget, finalizer, guard, mutations
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.state import WorkflowState
@@ -181,7 +181,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         5,
         "the EC2 ownership-tag check",
-        (Patch(actions, "verify_ownership", _owns_everything),),
+        (Patch(mutations, "verify_ownership", _owns_everything),),
         invariants=("I1 only the admitted node",),
     ),
     Mutant(

@@ -18,7 +18,7 @@ import pytest
 from nodeheal.sim.seeded.faults import PlannedFault
 from nodeheal.sim.seeded.runner import ScheduleResult, plan_for, run_schedule, shrink
 from nodeheal.sim.seeded.template import SimTemplate
-from nodeheal.workflow import actions, admission, ingest
+from nodeheal.workflow import admission, ingest, mutations
 from tests.simulation.before_the_fixes import BEHIND, REVERTS, Patch
 
 #: Seeds searched per defect (each is found within the first 100 today but the contender mark,
@@ -43,14 +43,14 @@ def _old_budget_pool(labels: Any, pool_label: str) -> tuple[str, str]:
 #: The ledger's episode memory (nodeheal.workflow.episode): admission's and the reboot step's.
 EPISODE_MEMORY = (
     Patch(admission, "remembered_worst", lambda sightings, node, now: None),
-    Patch(actions, "_remembered_replacement", lambda state, ledger, node, now: ""),
+    Patch(mutations, "_remembered_replacement", lambda state, ledger, node, now: ""),
 )
 #: The reboot step's re-read of the live node for a fault that now calls for replacement.
-REBOOT_ESCALATION = (Patch(actions, "_worsened_to_replacement", lambda state, node, now: ""),)
+REBOOT_ESCALATION = (Patch(mutations, "_worsened_to_replacement", lambda state, node, now: ""),)
 
 #: Each fix: what takes it out, and the layers behind it that are taken out with it.
 FIXES: dict[str, tuple[tuple[Patch, ...], tuple[Patch, ...]]] = {
-    "drain relist": ((Patch(actions, "_listed_on_admitted_node", _old_drain_list),), ()),
+    "drain relist": ((Patch(mutations, "_listed_on_admitted_node", _old_drain_list),), ()),
     "reboot escalation": (REBOOT_ESCALATION, EPISODE_MEMORY),
     "future-dated drop": ((Patch(ingest, "FUTURE_TOLERANCE", ingest.timedelta(days=3650)),), ()),
     "pool of every node": ((Patch(admission, "budget_pool", _old_budget_pool),), ()),

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from nodeheal import timing
+from nodeheal import worst_case
 from nodeheal.cli import main
 from nodeheal.config import ConditionRule, RemediationSettings
 from nodeheal.deploy_config import NodeHealConfig
@@ -129,7 +129,7 @@ def test_a_problem_does_not_bring_others_that_follow_from_it(
 
 def test_execution_settings_report_every_problem_too() -> None:
     with pytest.raises(ConfigurationError) as caught:
-        timing.checked_settings(
+        worst_case.checked_settings(
             {
                 **RemediationSettings().to_json(),
                 "budgets": {"maxInFlight": 0},

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +43,11 @@ from nodeheal.kube_views import LiveNode
 from nodeheal.patterns import match
 from nodeheal.rbac import KUBERNETES_RULES, NODE_DELETE, NODECLAIM_DELETE
 from nodeheal.workflow.preview import LedgerReader
+from tests.clock import NOW
 from tests.deployment import MemoryEksAccess
 from tests.unit.workflow.fakes import CLUSTER
 
 ROOT = Path(__file__).resolve().parents[2]
-NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 TOPIC = "arn:aws:sns:us-west-2:123456789012:NodeHeal-topic"
 STATE_MACHINE = "arn:aws:states:us-west-2:123456789012:stateMachine:NodeHeal-remediation"
 PATTERN = {

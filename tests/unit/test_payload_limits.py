@@ -28,8 +28,8 @@ from nodeheal.payload import (
     state_bytes,
 )
 from nodeheal.policy.classify import classify
-from nodeheal.workflow.actions import MAX_POD_LINE_BYTES, drain_round
 from nodeheal.workflow.admission import PROCEED, admit
+from nodeheal.workflow.mutations import MAX_POD_LINE_BYTES, drain_round
 from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.recording import record
 from tests.unit.exporter.helpers import node, with_condition
@@ -307,7 +307,7 @@ def test_defect_4_drain_results_cap_each_pods_message() -> None:
 
 
 def test_defect_4_a_permanent_refusal_names_pods_with_bounded_messages() -> None:
-    from nodeheal.workflow.actions import _fail_on_permanent_errors
+    from nodeheal.workflow.mutations import _fail_on_permanent_errors
 
     failed = [PodResult(f"ns/pod-{i}", "u", PodOutcome.FAILED, 400, "denied " * 10_000) for i in range(8)]
     with pytest.raises(KubernetesApiError) as refused:

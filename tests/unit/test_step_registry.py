@@ -2,8 +2,8 @@
 
 The derived forms are held equal to the registry elsewhere too: the template's functions and task
 states (tests/infrastructure/test_resources.py, test_lambda_timeouts.py), the RBAC manifest
-(tests/infrastructure/test_rbac.py) and the worst case (tests/unit/test_timing.py). Here: the
-entries themselves, the Events the story writes under each step's name, and the timeline's words.
+(tests/infrastructure/test_rbac.py) and the worst case (tests/unit/test_worst_case.py). Here: the
+entries themselves, the Events step_events writes under each step's name, and the timeline's words.
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ from nodeheal.cdk.workflow_tasks import WORKFLOW_TASKS, TaskSpec
 from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.sim.timeline import describe_task
 from nodeheal.steps import STEPS, Step
-from nodeheal.timing import TASK_TIMEOUT_SECONDS
-from nodeheal.workflow import story
+from nodeheal.workflow import step_events
+from nodeheal.worst_case import TASK_TIMEOUT_SECONDS
 
-#: A row of the reasons table in nodeheal.workflow.story's docstring: reason, type, written by.
+#: A row of the reasons table in nodeheal.workflow.step_events's docstring: reason, type, written by.
 TABLE_ROW = re.compile(r"^(?P<reason>[A-Z][A-Za-z]+)\s+(?:Normal|Warning)\s+(?P<by>[a-z-]+)", re.MULTILINE)
 
 
 def told_by_table() -> dict[str, set[str]]:
-    """Step name -> the reasons story's table says it writes (the first word that names a step)."""
+    """Step name -> the reasons step_events's table says it writes (the first word that names a step)."""
     names = {step.name for step in STEPS}
     told: dict[str, set[str]] = {}
-    for row in TABLE_ROW.finditer(story.__doc__ or ""):
+    for row in TABLE_ROW.finditer(step_events.__doc__ or ""):
         if row["by"] in names:
             told.setdefault(row["by"], set()).add(row["reason"])
     return told
@@ -66,7 +66,7 @@ def test_every_step_with_kubernetes_rules_may_write_events(step: Step) -> None:
 
 
 @pytest.mark.parametrize("step", STEPS, ids=lambda step: step.name)
-def test_the_story_table_and_the_entry_name_the_same_event_reasons(step: Step) -> None:
+def test_the_step_events_table_and_the_entry_name_the_same_event_reasons(step: Step) -> None:
     """Every reason the table gives the step is declared, and every reason declared is in the
     table under the step (but the stop's, which the table gives every step at once)."""
     tabled = told_by_table().get(step.name, set())
@@ -165,11 +165,11 @@ def test_a_step_the_worst_case_does_not_name_counts_as_often_as_the_longest_path
 ) -> None:
     """A new step lengthens the lock's worst case by its own, with no term written for it; one on a
     branch the longest path never takes lengthens nothing."""
-    from nodeheal import timing
+    from nodeheal import worst_case
     from nodeheal.config import RemediationSettings
 
     settings = RemediationSettings.from_json({})
-    before = timing.holding_worst_case(settings)
+    before = worst_case.holding_worst_case(settings)
     extra = Step(
         "extra",
         "Extra",
@@ -179,10 +179,10 @@ def test_a_step_the_worst_case_does_not_name_counts_as_often_as_the_longest_path
         result_key="extra",
         runs_on_the_longest_path=runs,
     )
-    monkeypatch.setattr(timing, "STEPS", (*STEPS, extra))
-    timeouts = {**timing.TASK_TIMEOUT_SECONDS, extra.name: extra.timeout_seconds}
-    after = timing.holding_worst_case(settings, timeouts)
-    clauses = timing.task_retry_clauses(settings.retry)
-    added = runs * timing.task_worst_case_seconds(extra.timeout_seconds, clauses)
+    monkeypatch.setattr(worst_case, "STEPS", (*STEPS, extra))
+    timeouts = {**worst_case.TASK_TIMEOUT_SECONDS, extra.name: extra.timeout_seconds}
+    after = worst_case.holding_worst_case(settings, timeouts)
+    clauses = worst_case.task_retry_clauses(settings.retry)
+    added = runs * worst_case.task_worst_case_seconds(extra.timeout_seconds, clauses)
     assert after.total_seconds - before.total_seconds == added
     assert [term.name for term in after.terms].count("extra") == (1 if runs else 0)

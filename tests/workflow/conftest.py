@@ -22,7 +22,7 @@ from nodeheal.sim.local_pipeline.wiring import wait_until
 # Tiny waits (FAST_CONTEXT) and the template cache are shared with the end-to-end scenarios.
 from nodeheal.sim.stack.context import CLUSTER
 from nodeheal.sim.stack.process_templates import synthesized
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 from nodeheal.workflow.records import RemediationRecord
 
 __all__ = ["CLUSTER", "XID_13", "XID_48", "XID_79", "Pipeline", "wait_until"]

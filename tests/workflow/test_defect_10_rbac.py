@@ -22,7 +22,7 @@ from tests.workflow.test_remediation_workflow import _heal_on_reboot
 from tests.workflow.test_replace_by_nodeclaim import add_karpenter_node
 
 #: D8 lets every function create Events in both groups; NodeHeal writes them through
-#: events.k8s.io/v1 (nodeheal.kube.events), so the core group's grant goes unused. Every other
+#: events.k8s.io/v1 (nodeheal.kube.event_writer), so the core group's grant goes unused. Every other
 #: grant, events.k8s.io's included, must be needed by some scenario.
 EVENT_GRANTS = frozenset({Permission("create", "", "events")})
 

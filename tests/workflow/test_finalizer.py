@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import CLUSTER, XID_79, Pipeline
 

@@ -57,7 +57,7 @@ from nodeheal.sim.stack.rule_targets import Delivery, RuleTargetPump
 from nodeheal.sim.stack.synthesized_app import SynthesizedApp
 from nodeheal.sim.timeline import Timeline, describe_task, short_node
 from nodeheal.steps import RECORD, RECORD_FAILURE, STEPS
-from nodeheal.timeutil import parse_timestamp, utc_now
+from nodeheal.timestamps import parse_timestamp, utc_now
 from nodeheal.workflow.records import DroppedEvent, RemediationRecord
 
 _T = TypeVar("_T")

@@ -5,11 +5,12 @@ nodes, pods under a PodDisruptionBudget), a few variations of the deployed setti
 faults, and every choice the scheduler makes. The workflow runs as deployed: the state machine is
 read from the synthesized template (:mod:`.asl` walks it one state at a time, with its Choice
 rules, Retry and Catch clauses and timeout) and every Task runs the real Lambda handler over
-in-memory adapters (:mod:`.world`, :mod:`.ledger`) that pass the same contract tests as the real
-ones (docs/architecture.md, D7). :mod:`.schedule` interleaves executions, the cluster and the faults; inside a
-handler, each adapter call is a point where other work or a fault may come first. A violation
-stops the schedule; :func:`.runner.shrink` cuts its plan to the fewest faults that still break the
-same invariant (delta debugging), and ``make simulate SEED=n`` replays it with the trace.
+in-memory adapters (:mod:`.world`, :mod:`.memory_ledger`) that pass the same contract tests as the
+real ones (docs/architecture.md, D7), inside a fake Lambda runtime (:mod:`.aws_fakes`).
+:mod:`.schedule` interleaves executions, the cluster and the faults; inside a handler, each adapter
+call is a point where other work or a fault may come first. A violation stops the schedule;
+:func:`.runner.shrink` cuts its plan to the fewest faults that still break the same invariant
+(delta debugging), and ``make simulate SEED=n`` replays it with the trace.
 
 The invariants (:mod:`.invariants`), and the safety invariants of docs/architecture.md each one enforces:
 

@@ -25,10 +25,10 @@ from nodeheal.sim.seeded.policy_oracle import classify, confirm_seconds, transit
 from nodeheal.sim.seeded.schedule import Invocation, SimExecution, Simulation
 from nodeheal.sim.seeded.world import Mutation
 from nodeheal.steps import ADMIT, DRAIN, FORCE_DRAIN, RECORD
-from nodeheal.timeutil import parse_timestamp
-from nodeheal.timing import NOT_IDEMPOTENT_TASKS, holding_worst_case, remediation_bound
+from nodeheal.timestamps import parse_timestamp
 from nodeheal.workflow.budget import PoolHealth, pool_allowance
 from nodeheal.workflow.records import Outcome
+from nodeheal.worst_case import NOT_IDEMPOTENT_TASKS, holding_worst_case, remediation_bound
 
 #: D17: the whole state stays under this.
 STATE_BOUND_BYTES = 64 * 1024
@@ -346,7 +346,7 @@ class Invariants:
 
     def _not_retried_by_design(self, execution: SimExecution, error: str) -> bool:
         """A reboot is not retried after a Lambda timeout: the lost answer may hide a reboot that
-        happened, and a second one is not harmless (nodeheal.timing.NOT_IDEMPOTENT_TASKS). The
+        happened, and a second one is not harmless (nodeheal.worst_case.NOT_IDEMPOTENT_TASKS). The
         remediation ends failed, cordoned, with a person told: that is its designed answer."""
         state = self.sim.machine.states.get(execution.last_error_state, {})
         function = self.sim.template.functions.get(str(state.get("Resource", "")))

@@ -22,7 +22,7 @@ from typing import Any
 
 from nodeheal.actions import Action
 from nodeheal.errors import ContendedError, LedgerContentionError, LockNotHeldError, SupersededError
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView

@@ -19,8 +19,9 @@ from nodeheal.sim.seeded.faults import (
     draw_dropped_fault_plan,
     draw_plan,
 )
+from nodeheal.sim.seeded.handler_env import prepare_handlers
 from nodeheal.sim.seeded.invariants import Invariants, InvariantViolated, Violation
-from nodeheal.sim.seeded.schedule import SimOptions, Simulation, prepare_handlers
+from nodeheal.sim.seeded.schedule import SimOptions, Simulation
 from nodeheal.sim.seeded.template import SimTemplate
 from nodeheal.sim.stack.context import FAST_CONTEXT, deep_merge
 

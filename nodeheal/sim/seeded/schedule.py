@@ -9,23 +9,24 @@ adapter call is a scheduling point too: there the scheduler may first run anothe
 (nested, to a bounded depth) or inject a fault, which is how a schedule asks "what if the node,
 the condition, the lock, the clock or AWS changed between my read and my write?". The invariants
 (:mod:`nodeheal.sim.seeded.invariants`) are checked after every step.
+
+The fakes a handler runs against (the Lambda runtime and context, Step Functions, SNS) are in
+:mod:`nodeheal.sim.seeded.aws_fakes`; the process they share is prepared by
+:mod:`nodeheal.sim.seeded.handler_env`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
 import json
-import logging
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from nodeheal import timing
+from nodeheal import worst_case
 from nodeheal.config import RemediationSettings
 from nodeheal.errors import (
     DuplicateExecutionError,
@@ -36,14 +37,16 @@ from nodeheal.errors import (
 from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, NodeConditionEvent, cluster_source
 from nodeheal.exporter.transitions import TransitionTracker
 from nodeheal.patterns import match
-from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
+from nodeheal.runtime import using_runtime
 from nodeheal.sim.seeded import asl
+from nodeheal.sim.seeded.aws_fakes import SimContext, SimExecutions, SimNotifier, SimRuntime, SimStarter
 from nodeheal.sim.seeded.faults import (
     HELD_CHECKPOINT_APP,
     IDENTITY_BEFORE,
     LESSER_REASON_BEFORE,
     PlannedFault,
 )
+from nodeheal.sim.seeded.handler_env import quiet
 from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.sim.seeded.policy_oracle import transition_key
 from nodeheal.sim.seeded.template import REGION, STATE_MACHINE_ARN, SimFunction, SimTemplate
@@ -51,17 +54,11 @@ from nodeheal.sim.seeded.world import (
     CLUSTER,
     START,
     Budget,
-    MemoryEvents,
-    MemoryInstances,
-    MemoryNodes,
-    MemoryPods,
     Mutation,
     World,
 )
 from nodeheal.steps import ADMIT, CORDON, DRAIN, REBOOT, RECORD, TERMINATE
-from nodeheal.timeutil import format_timestamp
-from nodeheal.workflow.finalizer import EndedExecution
-from nodeheal.workflow.ports import KubeAccess
+from nodeheal.timestamps import format_timestamp
 
 #: The exporter re-sends every bad condition this often (its default ``resync_seconds``), which is
 #: what recovers an event EventBridge delivered too late for ingest.
@@ -168,111 +165,6 @@ def admission_trace(execution: str, result: Any) -> str:
         head = ADMISSION_TRACE_CHARS // 3
         said = f"{said[:head]} ... {said[head + 5 - ADMISSION_TRACE_CHARS :]}"
     return f"  admit {execution}: {said}"
-
-
-class _SimContext:
-    """What Powertools and the handlers read from the Lambda context object."""
-
-    def __init__(self, function: SimFunction, invocation: Invocation, clock: Callable[[], datetime]) -> None:
-        self.function_name = function.spec.logical_id
-        self.memory_limit_in_mb = 256
-        self.invoked_function_arn = (
-            f"arn:aws:lambda:{REGION}:123456789012:function:{function.spec.logical_id}"
-        )
-        self.aws_request_id = f"req-{invocation.number}"
-        self.log_group_name = ""
-        self.log_stream_name = ""
-        self._invocation = invocation
-        self._clock = clock
-
-    def get_remaining_time_in_millis(self) -> int:
-        used = (self._clock() - self._invocation.started_at).total_seconds()
-        return max(0, int((self._invocation.timeout_seconds - used) * 1000))
-
-
-class SimRuntime(Runtime):
-    """A Lambda container's runtime whose adapters are the simulation's in-memory ones."""
-
-    def __init__(self, sim: Simulation, function: SimFunction) -> None:
-        environment = dict(function.environment)
-        if "NODEHEAL_MODE" in environment and sim.deployed_mode:
-            environment["NODEHEAL_MODE"] = sim.deployed_mode
-        super().__init__(
-            LambdaEnvironment.from_environ(environment),
-            client_factory=_no_clients,
-            clock=sim.now,
-        )
-        self._sim = sim
-        # Runtime builds its adapters lazily (cached properties); these are the built ones.
-        self.__dict__.update(
-            ledger=sim.ledger,
-            notifier=sim.notifier,
-            instances=MemoryInstances(sim.world, reboot_heals=lambda: sim.rng.random() < 0.6),
-            executions=sim.executions_port,
-            starter=sim.starter,
-        )
-
-    def kube(self, cluster: str, deadline: Any = None) -> KubeAccess:
-        world = self._sim.world
-        return KubeAccess(nodes=MemoryNodes(world), pods=MemoryPods(world), events=MemoryEvents(world))
-
-
-def _no_clients(service: str) -> Any:
-    raise AssertionError(f"the simulation has no {service} client: every adapter is in memory")
-
-
-class SimNotifier:
-    def __init__(self) -> None:
-        self.sent: list[Any] = []
-
-    def publish(self, notification: Any) -> str:
-        self.sent.append(notification)
-        return f"msg-{len(self.sent)}"
-
-
-class SimStarter:
-    def __init__(self, sim: Simulation) -> None:
-        self._sim = sim
-
-    def start(self, name: str, payload: Mapping[str, Any]) -> str:
-        return self._sim.start_execution(name, payload)
-
-
-class SimExecutions:
-    """The finalizer's view of Step Functions (describe, history, listing), over the simulation."""
-
-    def __init__(self, sim: Simulation) -> None:
-        self._sim = sim
-
-    def describe(self, execution_arn: str) -> EndedExecution:
-        run = self._sim.by_arn[execution_arn].run
-        status = run.status
-        return EndedExecution(
-            arn=run.arn,
-            name=run.name,
-            status=status,
-            started_at=run.started_at,
-            stopped_at=run.stopped_at,
-            error=run.error,
-            cause=run.cause,
-            input=run.input,
-        )
-
-    def last_state(self, execution_arn: str) -> Mapping[str, Any] | None:
-        run = self._sim.by_arn[execution_arn].run
-        for _, data in reversed(run.entered):
-            if isinstance(data, Mapping) and "event" in data:
-                return data
-        return None
-
-    def ended_since(self, since: datetime, *, longest_execution: timedelta) -> list[str]:
-        return [
-            e.run.arn
-            for e in self._sim.executions.values()
-            if e.run.status in ("FAILED", "TIMED_OUT", "ABORTED")
-            and e.run.stopped_at is not None
-            and e.run.stopped_at >= since
-        ]
 
 
 #: Pool kind of each node, by index (cycled): three in a Karpenter NodePool, two in a managed node
@@ -416,7 +308,7 @@ class Simulation:
         self._draw_drain_policy(raw["drain"])
         if any(fault.kind == "refuse-beside-held" for fault in self.plan):
             self._refuse_some_class(raw["drain"])
-        return timing.checked_settings(raw)
+        return worst_case.checked_settings(raw)
 
     def _refuse_some_class(self, drain: dict[str, Any]) -> None:
         """A schedule that plans refuse-beside-held refuses at least one class of pod, and holds the
@@ -575,10 +467,10 @@ class Simulation:
         if execution:
             self._before_handler(function.name, execution)
         runtime = SimRuntime(self, function)
-        context = _SimContext(function, invocation, self.now)
+        context = SimContext(function, invocation, self.now)
         self.stack.append(invocation)
         try:
-            with using_runtime(runtime), _quiet():
+            with using_runtime(runtime), quiet():
                 # What a Lambda receives: the payload as JSON, nothing shared with the state.
                 result = self._handler(function)(json.loads(json.dumps(payload)), context)
         except LambdaKilled as killed:
@@ -945,31 +837,3 @@ class Simulation:
             and not self.status_changes
             and self.world.next_timer_at() is None
         )
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Handlers log and print metrics for CloudWatch; the simulation keeps them off the terminal."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        yield
-
-
-def _export_shared_environment(template: SimTemplate) -> None:
-    """Powertools reads its namespace and service name from the process environment when a handler
-    module is imported; every function runs in this one process, so the values they share are set."""
-    import os
-
-    for key in ("POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_SERVICE_NAME"):
-        values = {f.environment.get(key) for f in template.functions.values()}
-        value = template.ingest.environment.get(key)
-        if value and len(values) == 1:
-            os.environ.setdefault(key, value)
-
-
-def prepare_handlers(template: SimTemplate) -> None:
-    """Before the first handler module is imported: the environment Powertools reads at import,
-    and its logger kept to errors (the trace is the simulation's log)."""
-    _export_shared_environment(template)
-    from nodeheal.lambda_support import logger
-
-    logger.setLevel(logging.CRITICAL)

@@ -53,7 +53,7 @@ from nodeheal.kube_views import (
 )
 from nodeheal.sim import detectors
 from nodeheal.sim.apiserver.objects import make_node
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 
 JSON = dict[str, Any]
 CLUSTER = "training-on-eks"
@@ -153,7 +153,7 @@ class World:
         self.events: dict[tuple[str, str], JSON] = {}
         #: Each Event stored, with the invocation that told it (the observer's caller), in order.
         self.told: list[tuple[Any, JSON]] = []
-        #: Why Events could not even be built (a bug in nodeheal.workflow.story).
+        #: Why Events could not even be built (a bug in nodeheal.workflow.step_events).
         self.untold: list[str] = []
         self.observer: Observer = _Quiet()
         #: Called after every change of a Node object (the exporter's watch).
@@ -787,7 +787,7 @@ class MemoryPods:
 
 
 class MemoryEvents:
-    """EventPort over the world, with nodeheal.kube.events.EventOperations' semantics: the same
+    """EventPort over the world, with nodeheal.kube.event_writer.EventOperations' semantics: the same
     body is stored (``World.events``) and a second write of the same name is already there.
 
     The one adapter that calls no ``observer.point``: an Event changes nothing a step or an

@@ -16,7 +16,7 @@ CLUSTER = "training-on-eks"
 #: Tiny waits so the real definition runs in seconds: moto sleeps for real in Wait states and
 #: Retry intervals. The workflow tests and the end-to-end scenarios share it (and so the template).
 #: The lock TTL and workflow timeout stay the deployed defaults: the worst case they must cover
-#: counts every Lambda attempt at its full timeout, which no speed-up shortens (nodeheal.timing).
+#: counts every Lambda attempt at its full timeout, which no speed-up shortens (nodeheal.worst_case).
 FAST_CONTEXT: dict[str, Any] = {
     "clusters": [CLUSTER],
     # The tests exercise remediations: chosen here, never inherited from cdk.json (whose shipped
@@ -45,7 +45,7 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 #: The waits of cdk.json the demo divides by its speed, each with the least it may become: ASL
 #: waits are whole seconds, and the drain and the recovery need a few polls to show their shape.
 #: The lock TTL and the workflow timeout keep their values: they must cover Lambda timeouts and
-#: retries, which no speed-up shortens (nodeheal.timing).
+#: retries, which no speed-up shortens (nodeheal.worst_case).
 DEMO_SCALED_WAITS: tuple[tuple[str, int], ...] = (
     ("drain.timeoutSeconds", 4),
     ("drain.pollSeconds", 1),

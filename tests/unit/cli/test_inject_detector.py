@@ -16,7 +16,7 @@ import boto3
 import kubernetes_validate
 import pytest
 
-from nodeheal import injection
+from nodeheal import injected_faults
 from nodeheal.commands.inject import XID_REASONS, xid_message
 from nodeheal.config import RemediationSettings
 from nodeheal.grants import Permission
@@ -138,14 +138,14 @@ def npd_reason(line: str) -> str | None:
 
 def test_the_injector_pod_is_a_valid_kubernetes_pod() -> None:
     """Against the API's own schema (kubernetes-validate, 1.33), strictly: no unknown field."""
-    pod = injection.kmsg_pod(node=NODE, namespace="kube-system", line=xid_message(79))
+    pod = injected_faults.kmsg_pod(node=NODE, namespace="kube-system", line=xid_message(79))
     kubernetes_validate.validate(pod, "1.33.0", strict=True)
 
 
 @pytest.mark.parametrize("xid", sorted(XID_REASONS))
 def test_the_kmsg_line_raises_the_reason_the_command_announces(xid: int) -> None:
-    pod = injection.kmsg_pod(node=NODE, namespace="kube-system", line=xid_message(xid))
-    assert npd_reason(injection.written_line(pod)) == XID_REASONS[xid]
+    pod = injected_faults.kmsg_pod(node=NODE, namespace="kube-system", line=xid_message(xid))
+    assert npd_reason(injected_faults.written_line(pod)) == XID_REASONS[xid]
 
 
 def test_kmsg_writes_the_driver_line_from_a_pod_on_the_node_and_deletes_it(
@@ -167,7 +167,7 @@ def test_kmsg_writes_the_driver_line_from_a_pod_on_the_node_and_deletes_it(
     assert container["securityContext"] == {"privileged": True}
     assert container["volumeMounts"] == [{"name": "kmsg", "mountPath": "/dev/kmsg"}]
     assert spec["volumes"] == [{"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}}]
-    line = injection.written_line(pod)
+    line = injected_faults.written_line(pod)
     assert line.startswith("NVRM: Xid (PCI:0000:3b:00): 79, ")
     assert npd_reason(line) == "GPUFellOffBus"
     assert injector_pods(server) == [], "the injector pod is deleted once it has run"
@@ -220,7 +220,7 @@ def test_kmsg_refuses_what_npd_would_not_turn_into_a_condition(cli: Cli, config:
 def test_condition_warns_about_npd_reverting_it(cli: Cli, config: str, aws: Aws) -> None:
     result = inject(cli, config, "--xid", "79")
     assert result.code == 0, result.err
-    assert injection.CONDITION_REVERT_WARNING in result.err
+    assert injected_faults.CONDITION_REVERT_WARNING in result.err
     assert (
         "built-in defaults: the deployed settings could not be read (read state machine "
         f"{STATE_MACHINE_ARN}: StateMachineDoesNotExist"
@@ -229,7 +229,7 @@ def test_condition_warns_about_npd_reverting_it(cli: Cli, config: str, aws: Aws)
 
 def test_the_shipped_npd_heartbeat_is_the_one_the_warning_names() -> None:
     values = (ROOT / "deploy" / "node-problem-detector" / "values.yaml").read_text()
-    assert f"heartBeatPeriod: {injection.NPD_HEARTBEAT_PERIOD}" in values
+    assert f"heartBeatPeriod: {injected_faults.NPD_HEARTBEAT_PERIOD}" in values
 
 
 def test_the_decision_is_the_deployed_policys(cli: Cli, config: str, aws: Aws) -> None:
@@ -390,7 +390,7 @@ def test_with_eks_the_exec_goes_through_a_client_built_from_the_transport(
     with generated_client(transport) as api_client:
         ca_file = Path(api_client.configuration.ssl_ca_cert)
         assert ca_file.read_text() == "-----BEGIN CERTIFICATE-----\n"
-        argv = injection.dcgmi_command(0, injection.DCGM_XID_ERROR, 48)
+        argv = injected_faults.dcgmi_command(0, injected_faults.DCGM_XID_ERROR, 48)
         stdout, _, code = exec_in_pod(api_client, "dcgm-exporter-a", "gpu-operator", None, argv, 10.0)
     assert (code, stdout) == (0, "Successfully injected field info.\n")
     assert dcgmi.calls == [("dcgm-exporter-a", "main", argv)]

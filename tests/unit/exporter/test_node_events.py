@@ -24,7 +24,7 @@ from nodeheal.exporter.metrics import Metrics
 from nodeheal.exporter.node_events import NODE_EVENTS_PATH, NodeEventShipper
 from nodeheal.exporter.queue import QueuedEvent
 from nodeheal.kube.client import StaticClientProvider
-from nodeheal.kube.events import EventOperations
+from nodeheal.kube.event_writer import EventOperations
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
 from nodeheal.sim.apiserver import FakeKubeApiServer, make_event
 from tests.unit.exporter.conftest import RecordingEvents, wait_for

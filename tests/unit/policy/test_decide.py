@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,9 +12,9 @@ from nodeheal.conditions import Condition
 from nodeheal.config import PolicySettings
 from nodeheal.errors import InvalidEventError
 from nodeheal.policy.decide import Decision, NodeHistory, decide
+from tests.clock import NOW
 from tests.unit.policy.helpers import nma, npd, policy_from
 
-NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 XID_48 = npd(
     "NVRM: Xid (PCI:0000:c9:00): 48, pid=18812, name=train.py, An uncorrectable double bit error (DBE)"
 )

@@ -30,7 +30,7 @@ from moto import mock_aws
 from nodeheal.aws.ec2 import Ec2Instances
 from nodeheal.errors import InstanceNotFoundError, NodeGoneError
 from nodeheal.kube.client import StaticClientProvider, request_json
-from nodeheal.kube.events import EventOperations
+from nodeheal.kube.event_writer import EventOperations
 from nodeheal.kube.nodes import MAX_REASON_LENGTH, NodeOperations
 from nodeheal.kube.pods import PodOperations, PodOutcome
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef, event_body

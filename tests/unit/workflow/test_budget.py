@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from nodeheal.config import BudgetSettings
 from nodeheal.workflow import budget
 from nodeheal.workflow.budget import ClusterAdmissionState, PoolHealth
+from tests.clock import NOW
 
-NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 TTL = timedelta(hours=2)
 
 

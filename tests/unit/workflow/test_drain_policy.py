@@ -20,7 +20,7 @@ from nodeheal.kube_views import PodView
 from nodeheal.payload import state_bytes
 from nodeheal.settings_reader import SettingsReader
 from nodeheal.sim.apiserver.objects import make_pod
-from nodeheal.workflow import actions, story
+from nodeheal.workflow import mutations, step_events
 from nodeheal.workflow.drain_policy import (
     MAX_PODS_NAMED_PER_CLASS,
     SKIP_DRAIN_ANNOTATION,
@@ -419,7 +419,7 @@ def test_force_drain_deletes_only_what_the_plan_still_moved_or_waited_for() -> N
     )
     pods = PdbBlockedPods(on_node)
 
-    result = actions.force_drain(
+    result = mutations.force_drain(
         state, KubeAccess(FakeNodes({"gpu-a": node}), pods), held_ledger(), NOW, mode=Mode.FULL
     )
 
@@ -432,7 +432,7 @@ def test_a_refusing_round_evicts_nothing_and_says_which_pods_and_why() -> None:
     state = admitted_state(node, settings=RemediationSettings.from_json({"drain": {"emptyDir": "refuse"}}))
     pods = PdbBlockedPods([pod("trainer-0"), pod("cache-0", empty_dir=True)])
 
-    result = actions.drain_round(
+    result = mutations.drain_round(
         state, KubeAccess(FakeNodes({"gpu-a": node}), pods), held_ledger(), NOW, mode=Mode.FULL
     )
 
@@ -450,7 +450,7 @@ def test_each_round_returns_its_wait_one_two_four_seconds_up_to_the_poll() -> No
     waits, previous = [], None
     for _ in range(6):
         state = admitted_state(node, extra={"drain": previous} if previous else None)
-        previous = actions.drain_round(state, kube, held_ledger(), NOW, mode=Mode.FULL)
+        previous = mutations.drain_round(state, kube, held_ledger(), NOW, mode=Mode.FULL)
         waits.append(previous["waitSeconds"])
     assert waits == [1, 2, 4, 8, 10, 10]
 
@@ -462,7 +462,7 @@ def test_a_refusal_is_told_on_the_node_as_a_warning() -> None:
         "summary": "drain of gpu-a refused: 1 pod(s) ...: training/cache-0 (drain.emptyDir is refuse)",
     }
 
-    (told,) = story.drain_refused(admitted_state(node), result, NOW)
+    (told,) = step_events.drain_refused(admitted_state(node), result, NOW)
 
     assert (told.reason, told.type, told.action) == ("DrainRefused", EventType.WARNING, "Drain")
     assert told.regarding.name == "gpu-a"
@@ -539,7 +539,7 @@ def test_a_do_not_disrupt_empty_dir_pod_under_refuse_stops_the_first_round_befor
         [pod("trainer-0"), pod("ckpt-0", empty_dir=True, annotations=DO_NOT_DISRUPT), pod("trainer-1")]
     )
 
-    result = actions.drain_round(
+    result = mutations.drain_round(
         state, KubeAccess(FakeNodes({"gpu-a": node}), pods), held_ledger(), NOW, mode=Mode.FULL
     )
 
@@ -566,7 +566,7 @@ def test_a_held_pod_under_refuse_is_never_waited_for_nor_forced(
     remediation = RemediationSettings.from_json({"drain": {**settings, "onTimeout": "force"}})
     pods = PdbBlockedPods([pod("trainer-0"), held])
 
-    first = actions.drain_round(
+    first = mutations.drain_round(
         admitted_state(node, settings=remediation),
         KubeAccess(FakeNodes({"gpu-a": node}), pods),
         held_ledger(),
@@ -583,7 +583,7 @@ def test_a_held_pod_under_refuse_is_never_waited_for_nor_forced(
         },
     )
     with pytest.raises(DrainAbortedError, match=held.key):
-        actions.force_drain(
+        mutations.force_drain(
             timed_out, KubeAccess(FakeNodes({"gpu-a": node}), pods), held_ledger(), NOW, mode=Mode.FULL
         )
     assert pods.evictions == [] and pods.deletions == []

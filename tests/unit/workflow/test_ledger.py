@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import boto3
 import pytest
@@ -14,8 +14,7 @@ from nodeheal.errors import LedgerContentionError
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.records import DroppedEvent, Outcome, RemediationRecord, node_history
 from tests.aws_fixtures import create_ledger_table
-
-NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+from tests.clock import NOW
 
 
 class Clock:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
@@ -20,9 +20,9 @@ from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim
 from nodeheal.workflow.records import ExecutionEnd, Outcome, RecordWrite, RemediationRecord
 from tests.aws_fixtures import create_ledger_table
+from tests.clock import NOW
 from tests.unit.workflow.fakes import INSTANCE, FakeLedger
 
-NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 TTL = timedelta(hours=1)
 
 

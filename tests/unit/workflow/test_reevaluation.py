@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from nodeheal.actions import Mode
 from nodeheal.config import BudgetSettings, RemediationSettings, ScopeCondition, ScopeSettings
 from nodeheal.sim.apiserver import make_node
 from nodeheal.workflow.budget import ClusterAdmissionState, InFlight
 from nodeheal.workflow.reevaluation import plan, still_bad
+from tests.clock import NOW
 
-NOW = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
 GPU = {"type": "GPUProblem", "status": "True", "reason": "GPUFellOffBus", "message": XID_79}
 DEADLOCK = {"type": "KernelDeadlock", "status": "True", "reason": "DockerHung", "message": "task hung"}

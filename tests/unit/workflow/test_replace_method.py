@@ -13,7 +13,7 @@ from nodeheal.actions import Mode
 from nodeheal.config import RemediationSettings, ReplaceSettings
 from nodeheal.errors import ConfigurationError, OwnershipVerificationError, RemediationPausedError
 from nodeheal.instances import InstanceView, ownership_tags
-from nodeheal.workflow import actions
+from nodeheal.workflow import mutations
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.ports import KubeAccess
 from tests.unit.workflow.fakes import CLUSTER, NOW, FakeNodes, gpu_problem, live_node
@@ -77,7 +77,7 @@ class FakeNodeClaims:
 def run_terminate(
     node: Any, nodeclaims: FakeNodeClaims | None, ec2: Any, ledger: Any = None
 ) -> dict[str, Any]:
-    return actions.terminate(
+    return mutations.terminate(
         admitted_state(node, settings=BY_NODECLAIM),
         KubeAccess(FakeNodes({"gpu-a": node}), RecordingPods({}), nodeclaims=nodeclaims),
         ec2,

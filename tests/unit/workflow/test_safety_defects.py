@@ -20,7 +20,7 @@ from nodeheal.errors import (
     SupersededError,
 )
 from nodeheal.kube_views import LiveNode, PodView
-from nodeheal.workflow import actions
+from nodeheal.workflow import mutations
 from nodeheal.workflow.admission import PROCEED, STOP, WAIT, admit
 from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.locks import LockClaim
@@ -151,7 +151,7 @@ def replacement_of(node: LiveNode) -> LiveNode:
     return replace(fresh, uid="uid-of-the-new-node")
 
 
-@pytest.mark.parametrize("step", [actions.drain_round, actions.force_drain])
+@pytest.mark.parametrize("step", [mutations.drain_round, mutations.force_drain])
 def test_defect_1_drain_never_touches_a_new_node_that_took_the_name(step: Any) -> None:
     old = cordoned(live_node(condition=gpu_problem()))
     state = admitted_state(old)
@@ -166,7 +166,7 @@ def test_defect_1_a_node_whose_taint_was_removed_is_left_alone() -> None:
     node = live_node(condition=gpu_problem())  # same object, but a person uncordoned it
     pods = RecordingPods({"gpu-a": [trainer("job-0")]})
     with pytest.raises(NodeReplacedError, match="taint"):
-        actions.drain_round(
+        mutations.drain_round(
             admitted_state(node),
             KubeAccess(FakeNodes({"gpu-a": node}), pods),
             held_ledger(),
@@ -191,7 +191,7 @@ def test_a_node_admitted_under_another_cordon_and_taken_back_since_is_not_cordon
     node = live_node(condition=gpu_problem())  # uncordoned, the taint removed
     nodes = FakeNodes({"gpu-a": node})
     with pytest.raises(NodeReplacedError, match="taint"):
-        actions.cordon(
+        mutations.cordon(
             _admitted_while_tainted(node, tainted=True),
             KubeAccess(nodes, RecordingPods({})),
             held_ledger(),
@@ -200,7 +200,7 @@ def test_a_node_admitted_under_another_cordon_and_taken_back_since_is_not_cordon
         )
     assert not nodes.nodes["gpu-a"].cordoned_by_nodeheal and not nodes.nodes["gpu-a"].unschedulable
     # Admitted untainted, the cordon is this execution's own first one.
-    actions.cordon(
+    mutations.cordon(
         _admitted_while_tainted(node, tainted=False),
         KubeAccess(nodes, RecordingPods({})),
         held_ledger(),
@@ -242,7 +242,7 @@ def test_defect_1_terminate_refuses_the_instance_behind_a_reused_name() -> None:
 
     nodes = FakeNodes({"gpu-a": new})
     with pytest.raises(NodeReplacedError):
-        actions.terminate(
+        mutations.terminate(
             admitted_state(old),
             KubeAccess(nodes, RecordingPods({})),
             NoEc2(),
@@ -255,7 +255,7 @@ def test_defect_1_terminate_refuses_the_instance_behind_a_reused_name() -> None:
 # -- defect 2: the condition clearing mid-drain --------------------------------------------------
 
 
-@pytest.mark.parametrize("step", [actions.drain_round, actions.force_drain])
+@pytest.mark.parametrize("step", [mutations.drain_round, mutations.force_drain])
 def test_defect_2_a_node_that_recovered_mid_drain_is_not_drained_further_or_forced(step: Any) -> None:
     node = cordoned(live_node(condition=gpu_problem("False", "ok")))
     pods = RecordingPods({"gpu-a": [trainer("job-0")]})
@@ -283,7 +283,7 @@ def test_defect_2_the_record_says_what_happened_to_the_cordon(policy: str, cordo
     extra: dict[str, Any] = {"stopped": stopped}
     if not cordon_kept:
         state = admitted_state(node, settings=settings, extra=extra)
-        extra["uncordon"] = actions.uncordon(
+        extra["uncordon"] = mutations.uncordon(
             state, KubeAccess(nodes, RecordingPods({})), ledger, NOW, mode=Mode.FULL
         )
         assert not nodes.nodes["gpu-a"].cordoned_by_nodeheal
@@ -424,7 +424,7 @@ def test_defect_3_a_replaced_node_seen_after_a_wait_is_not_admitted() -> None:
 # -- defect 8: pause and mode are read live ------------------------------------------------------
 
 
-@pytest.mark.parametrize("step", [actions.drain_round, actions.force_drain])
+@pytest.mark.parametrize("step", [mutations.drain_round, mutations.force_drain])
 def test_defect_8_a_redeploy_in_dry_run_stops_a_drain_in_flight(step: Any) -> None:
     node = cordoned(live_node(condition=gpu_problem()))
     pods = RecordingPods({"gpu-a": [trainer("job-0")]})
@@ -453,7 +453,7 @@ def test_defect_8_pause_stops_a_terminate_in_flight() -> None:
         terminate = reboot = describe
 
     with pytest.raises(RemediationPausedError, match="maintenance"):
-        actions.terminate(
+        mutations.terminate(
             admitted_state(node),
             KubeAccess(FakeNodes({"gpu-a": node}), RecordingPods({})),
             NoEc2(),
@@ -472,9 +472,9 @@ def test_defect_8_cordon_only_mode_allows_cordon_but_stops_the_drain() -> None:
     nodes = FakeNodes({"gpu-a": node})
     ledger = held_ledger()
     state = admitted_state(node)
-    actions.cordon(state, KubeAccess(nodes, RecordingPods({})), ledger, NOW, mode=Mode.CORDON_ONLY)
+    mutations.cordon(state, KubeAccess(nodes, RecordingPods({})), ledger, NOW, mode=Mode.CORDON_ONLY)
     with pytest.raises(RemediationPausedError, match="cordon-only"):
-        actions.drain_round(state, KubeAccess(nodes, RecordingPods({})), ledger, NOW, mode=Mode.CORDON_ONLY)
+        mutations.drain_round(state, KubeAccess(nodes, RecordingPods({})), ledger, NOW, mode=Mode.CORDON_ONLY)
 
 
 # -- defect 11: history and locks follow the instance ---------------------------------------------
@@ -536,8 +536,8 @@ def test_defect_11_the_same_instance_still_escalates() -> None:
 def test_defect_3_a_claimed_mutation_outlasts_every_mutating_task() -> None:
     """A preempting execution waits MUTATION_BUSY after the holder's last claim, which must cover
     the longest a mutating step can still be running (its Lambda timeout)."""
-    from nodeheal.timing import TASK_TIMEOUT_SECONDS
     from nodeheal.workflow.guard import MUTATION_BUSY
+    from nodeheal.worst_case import TASK_TIMEOUT_SECONDS
 
     mutating = ("cordon", "drain", "force-drain", "terminate", "reboot", "uncordon")
     assert max(TASK_TIMEOUT_SECONDS[name] for name in mutating) < MUTATION_BUSY.total_seconds()

@@ -18,8 +18,8 @@ from nodeheal.errors import NodeReplacedError
 from nodeheal.kube_views import LiveNode
 from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.sim.seeded.world import MemoryInstances, MemoryNodes, MemoryPods, Mutation, World
-from nodeheal.timeutil import format_timestamp
-from nodeheal.workflow import actions
+from nodeheal.timestamps import format_timestamp
+from nodeheal.workflow import mutations
 from nodeheal.workflow.admission import PROCEED, UNLABELLED_POOL, admit, budget_pool
 from nodeheal.workflow.episode import sighting_of
 from nodeheal.workflow.ports import KubeAccess
@@ -147,14 +147,14 @@ def test_drain_stops_when_the_name_passes_to_a_new_node_between_its_proof_and_it
 
     watch(world).before["list pods"] = replaced
     with pytest.raises(NodeReplacedError):
-        actions.drain_round(state, kube(world), ledger, T0, mode=Mode.FULL)
+        mutations.drain_round(state, kube(world), ledger, T0, mode=Mode.FULL)
     assert [m.kind for m in watch(world).mutations] == ["cordon"], "the new node's pods were not evicted"
     assert all(not p["metadata"].get("deletionTimestamp") for p in world.pods_on("gpu-a"))
 
 
 def reboot(world: World, state: WorkflowState, ledger: MemoryLedger, at: datetime) -> dict[str, Any]:
     instances = MemoryInstances(world, reboot_heals=lambda: True)
-    return actions.reboot(state, kube(world), instances, ledger, at, mode=Mode.FULL)
+    return mutations.reboot(state, kube(world), instances, ledger, at, mode=Mode.FULL)
 
 
 def test_a_reboot_becomes_a_replacement_when_the_message_worsened_after_admission(world: World) -> None:
@@ -294,7 +294,7 @@ def test_a_worse_fault_read_during_the_drain_still_decides_at_the_reboot(world: 
     ledger = MemoryLedger(clock=world.now)
     state = admitted(world, "gpu-a", "reboot", ledger)
     bad(world, "gpu-a", XID_79)
-    drained = actions.drain_round(state, kube(world), ledger, T0, mode=Mode.FULL)
+    drained = mutations.drain_round(state, kube(world), ledger, T0, mode=Mode.FULL)
     assert "calls for replacement" in drained["worsened"]
     bad(world, "gpu-a", XID_48)
     after_drain = WorkflowState.parse({**state.raw, "drain": drained})
@@ -380,9 +380,9 @@ def test_a_step_remembers_a_worse_fault_it_reads(world: World) -> None:
     bad(world, "gpu-a", XID_48)
     ledger = MemoryLedger(clock=world.now)
     state = admitted(world, "gpu-a", "reboot", ledger)
-    actions.drain_round(state, kube(world), ledger, T0, mode=Mode.FULL)
+    mutations.drain_round(state, kube(world), ledger, T0, mode=Mode.FULL)
     assert ledger.remembered == {}  # nothing worse than the plan: no write
     bad(world, "gpu-a", XID_79)
-    actions.drain_round(state, kube(world), ledger, T0 + timedelta(seconds=10), mode=Mode.FULL)
+    mutations.drain_round(state, kube(world), ledger, T0 + timedelta(seconds=10), mode=Mode.FULL)
     (remembered,) = ledger.remembered.values()
     assert (remembered.action, remembered.execution) == (Action.REPLACE, "e-1")

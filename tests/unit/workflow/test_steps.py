@@ -7,7 +7,7 @@ import pytest
 
 from nodeheal.actions import Mode
 from nodeheal.errors import LockNotHeldError, RemediationPausedError, SupersededError
-from nodeheal.workflow import actions
+from nodeheal.workflow import mutations
 from nodeheal.workflow.recording import record, record_failure, stage_seconds, stage_times
 from nodeheal.workflow.records import Outcome
 from tests.unit.workflow.fakes import (
@@ -61,7 +61,7 @@ def test_recovery_needs_a_new_boot_id_ready_and_a_healthy_condition() -> None:
     rebooted_at = NOW
     healthy = replace(live_node(condition=gpu_problem("False", "ok")), boot_id="boot-after")
     assert (
-        actions.check_recovery(
+        mutations.check_recovery(
             rebooted_state(healthy, rebooted_at),
             kube(FakeNodes({"gpu-a": healthy})),
             NOW + timedelta(seconds=30),
@@ -69,7 +69,7 @@ def test_recovery_needs_a_new_boot_id_ready_and_a_healthy_condition() -> None:
         == "recovered"
     )
     same_boot = replace(healthy, boot_id="boot-before")
-    result = actions.check_recovery(
+    result = mutations.check_recovery(
         rebooted_state(same_boot, rebooted_at),
         kube(FakeNodes({"gpu-a": same_boot})),
         NOW + timedelta(seconds=30),
@@ -81,16 +81,20 @@ def test_a_condition_left_over_from_before_the_reboot_is_waited_out_not_failed()
     stale = replace(live_node(condition=gpu_problem(at="2026-11-21T09:59:00Z")), boot_id="boot-after")
     nodes = FakeNodes({"gpu-a": stale})
     assert (
-        actions.check_recovery(rebooted_state(stale, NOW), kube(nodes), NOW + timedelta(seconds=30))["status"]
+        mutations.check_recovery(rebooted_state(stale, NOW), kube(nodes), NOW + timedelta(seconds=30))[
+            "status"
+        ]
         == "pending"
     )
-    timed_out = actions.check_recovery(rebooted_state(stale, NOW), kube(nodes), NOW + timedelta(seconds=900))
+    timed_out = mutations.check_recovery(
+        rebooted_state(stale, NOW), kube(nodes), NOW + timedelta(seconds=900)
+    )
     assert timed_out["status"] == "failed" and "still reports GPUProblem=True" in timed_out["detail"]
 
 
 def test_a_new_fault_after_the_reboot_fails_recovery_at_once() -> None:
     refault = replace(live_node(condition=gpu_problem(at="2026-11-21T10:06:00Z")), boot_id="boot-after")
-    result = actions.check_recovery(
+    result = mutations.check_recovery(
         rebooted_state(refault, NOW), kube(FakeNodes({"gpu-a": refault})), NOW + timedelta(seconds=90)
     )
     assert result["status"] == "failed" and "went bad again" in result["detail"]
@@ -105,17 +109,17 @@ def test_destructive_steps_refuse_without_the_lock() -> None:
     state = workflow_state(node, extra={"admission": admitted_as(node)})
     ledger = FakeLedger()
     with pytest.raises(LockNotHeldError):
-        actions.cordon(state, kube(FakeNodes({"gpu-a": node})), ledger, NOW, mode=Mode.FULL)  # type: ignore[arg-type]
+        mutations.cordon(state, kube(FakeNodes({"gpu-a": node})), ledger, NOW, mode=Mode.FULL)  # type: ignore[arg-type]
     ledger.acquire_lock(CLUSTER, INSTANCE, "exec-other", timedelta(hours=1))
     with pytest.raises(SupersededError):
-        actions.cordon(state, kube(FakeNodes({"gpu-a": node})), ledger, NOW, mode=Mode.FULL)  # type: ignore[arg-type]
+        mutations.cordon(state, kube(FakeNodes({"gpu-a": node})), ledger, NOW, mode=Mode.FULL)  # type: ignore[arg-type]
 
 
 def test_steps_refuse_to_act_beyond_the_live_mode() -> None:
     node = live_node(condition=gpu_problem())
     state = workflow_state(node, extra={"admission": admitted_as(node)})
     with pytest.raises(RemediationPausedError, match="dry-run"):
-        actions.cordon(state, kube(FakeNodes({"gpu-a": node})), FakeLedger(), NOW, mode=Mode.DRY_RUN)  # type: ignore[arg-type]
+        mutations.cordon(state, kube(FakeNodes({"gpu-a": node})), FakeLedger(), NOW, mode=Mode.DRY_RUN)  # type: ignore[arg-type]
 
 
 def test_stage_seconds_measure_from_the_fault_on_the_node() -> None:

@@ -8,7 +8,7 @@ from nodeheal.sim.cluster.simulated_cluster import (
     XID_79,
 )
 from nodeheal.sim.local_pipeline.scenarios.gpu_faults import no_action_play, replace_play
-from nodeheal.sim.local_pipeline.scenarios.runner import (
+from nodeheal.sim.local_pipeline.scenarios.play import (
     Scenario,
     ScenarioRun,
     task_outputs,

@@ -11,7 +11,7 @@ from nodeheal.events import cluster_source
 from nodeheal.sim.cluster.simulated_cluster import (
     XID_79,
 )
-from nodeheal.sim.local_pipeline.scenarios.runner import (
+from nodeheal.sim.local_pipeline.scenarios.play import (
     Scenario,
     ScenarioRun,
 )
@@ -19,7 +19,7 @@ from nodeheal.sim.local_pipeline.wiring import (
     wait_until,
 )
 from nodeheal.sim.timeline import short_node
-from nodeheal.timeutil import utc_now
+from nodeheal.timestamps import utc_now
 from nodeheal.workflow.records import Outcome
 
 

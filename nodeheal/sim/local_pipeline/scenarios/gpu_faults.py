@@ -14,7 +14,7 @@ from nodeheal.sim.cluster.simulated_cluster import (
     XID_79,
     Fault,
 )
-from nodeheal.sim.local_pipeline.scenarios.runner import (
+from nodeheal.sim.local_pipeline.scenarios.play import (
     Scenario,
     ScenarioRun,
 )

@@ -10,7 +10,7 @@ from nodeheal.sim.cluster.simulated_cluster import (
     XID_79,
 )
 from nodeheal.sim.local_aws import Invocation
-from nodeheal.sim.local_pipeline.scenarios.runner import (
+from nodeheal.sim.local_pipeline.scenarios.play import (
     Scenario,
     ScenarioRun,
 )

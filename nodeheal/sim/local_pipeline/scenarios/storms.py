@@ -13,7 +13,7 @@ from nodeheal.sim.cluster.simulated_cluster import (
     Fault,
 )
 from nodeheal.sim.detectors import detector_of
-from nodeheal.sim.local_pipeline.scenarios.runner import (
+from nodeheal.sim.local_pipeline.scenarios.play import (
     Scenario,
     ScenarioRun,
     ScenarioTimeoutError,

@@ -11,8 +11,8 @@ import kubernetes.client
 import pytest
 
 from nodeheal.errors import KubernetesApiError, KubernetesApiUnavailableError, NodeGoneError
+from nodeheal.kube.api_errors import error_for_exception, status_from_body
 from nodeheal.kube.client import StaticClientProvider
-from nodeheal.kube.errors import error_for_exception, status_from_body
 from nodeheal.kube.nodes import NodeOperations
 from nodeheal.kube.pods import PodOperations, PodOutcome
 from nodeheal.kube.transport import GeneratedClientTransport

@@ -27,8 +27,8 @@ from nodeheal.kube_views import LiveNode, PodView
 from nodeheal.payload import cut_text
 from nodeheal.policy.classify import classify
 from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, REBOOT, TERMINATE, UNCORDON
-from nodeheal.timeutil import format_timestamp, parse_timestamp
-from nodeheal.workflow import guard, story
+from nodeheal.timestamps import format_timestamp, parse_timestamp
+from nodeheal.workflow import guard, step_events
 from nodeheal.workflow.drain_policy import (
     STILL_TO_GO,
     NodeState,
@@ -69,7 +69,7 @@ def _fail_on_permanent_errors(failed: Sequence[PodOutcomeView], what: str) -> No
 # -- cordon ------------------------------------------------------------------------------------
 
 
-@story.told(CORDON.name, story.cordoned)
+@step_events.told(CORDON.name, step_events.cordoned)
 def cordon(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -112,7 +112,7 @@ def cordon(
 # -- drain -------------------------------------------------------------------------------------
 
 
-@story.told(DRAIN.name)
+@step_events.told(DRAIN.name)
 def drain_round(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -170,7 +170,7 @@ def drain_round(
                 f"allow NodeHeal to move: {named}"
             ),
         }
-        story.tell(kube, lambda: story.drain_refused(state, result, now))
+        step_events.tell(kube, lambda: step_events.drain_refused(state, result, now))
         return result
 
     to_evict = [plan.pod for plan in with_action(plans, PodAction.EVICT)]
@@ -182,7 +182,7 @@ def drain_round(
     if to_delete:
         # A second wave in the same round: the deadline stops it from starting when the evictions
         # took the round's time, and the pods it did not reach are planned for deletion again next
-        # round, so the step's timeout (one wave, nodeheal.timing) still holds.
+        # round, so the step's timeout (one wave, nodeheal.worst_case) still holds.
         deletion = kube.pods.delete(
             to_delete,
             grace_seconds=drain_settings.force_grace_seconds,
@@ -231,7 +231,7 @@ def drain_round(
         "timedOut": timed_out,
         "summary": summary,
     }
-    story.tell(kube, lambda: story.drain_round(state, result, to_evict, report, now))
+    step_events.tell(kube, lambda: step_events.drain_round(state, result, to_evict, report, now))
     return result
 
 
@@ -249,7 +249,7 @@ def _listed_on_admitted_node(state: WorkflowState, kube: KubeAccess) -> tuple[li
     return pods, node
 
 
-@story.told(FORCE_DRAIN.name)
+@step_events.told(FORCE_DRAIN.name)
 def force_drain(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:
@@ -311,7 +311,7 @@ def force_drain(
         "summary": summary,
         "at": _stamp(now),
     }
-    story.tell(kube, lambda: story.drain_forced(state, result, leftovers, report, now))
+    step_events.tell(kube, lambda: step_events.drain_forced(state, result, leftovers, report, now))
     return result
 
 
@@ -328,7 +328,7 @@ def _verified_instance(state: WorkflowState, node: LiveNode, ec2: InstancePort) 
     return instance
 
 
-@story.told(TERMINATE.name, story.terminating)
+@step_events.told(TERMINATE.name, step_events.terminating)
 def terminate(
     state: WorkflowState,
     kube: KubeAccess,
@@ -411,7 +411,7 @@ def _delete_nodeclaim(state: WorkflowState, kube: KubeAccess) -> dict[str, Any]:
     }
 
 
-@story.told(REBOOT.name, story.rebooting)
+@step_events.told(REBOOT.name, step_events.rebooting)
 def reboot(
     state: WorkflowState,
     kube: KubeAccess,
@@ -485,7 +485,7 @@ def _remembered_replacement(state: WorkflowState, ledger: LedgerPort, node: Live
     return f"{worst.reason}, which calls for {worst.planned_action.value}: replacing instead of rebooting"
 
 
-@story.told(CHECK_RECOVERY.name, story.recovery_checked)
+@step_events.told(CHECK_RECOVERY.name, step_events.recovery_checked)
 def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dict[str, Any]:
     """recovered: new boot ID, Ready, condition not bad (or bad only from before the reboot and
     since cleared); failed: timed out or faulted again after the reboot; pending: keep waiting."""
@@ -531,7 +531,7 @@ def check_recovery(state: WorkflowState, kube: KubeAccess, now: datetime) -> dic
     return {**base, "status": "pending", "detail": "waiting for the node to come back"}
 
 
-@story.told(UNCORDON.name, story.uncordoned)
+@step_events.told(UNCORDON.name, step_events.uncordoned)
 def uncordon(
     state: WorkflowState, kube: KubeAccess, ledger: LedgerPort, now: datetime, *, mode: Mode
 ) -> dict[str, Any]:

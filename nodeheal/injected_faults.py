@@ -1,5 +1,8 @@
-"""What ``nodeheal inject`` writes at each detector: the kernel log line, the pod that writes it,
-and the DCGM field that carries the fault. Pure: the command (``nodeheal.commands.inject``) sends it.
+"""Fault injection's payload, pure: what detectors get; kube.fault_injection sends, commands.inject asks.
+
+What ``nodeheal inject`` writes at each detector: the kernel log line, the pod that writes it, and
+the DCGM field that carries the fault. :mod:`nodeheal.kube.fault_injection` sends the requests that
+carry it, and :mod:`nodeheal.commands.inject` is the command that asks for them.
 
 Three ways in, from the outside of the node to its inside:
 

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from nodeheal.deadline import Deadline
 from nodeheal.kube.client import StaticClientProvider, request_json
-from nodeheal.kube.events import (
+from nodeheal.kube.event_writer import (
     EVENT_BUDGET_SECONDS,
     EVENT_REQUEST_TIMEOUT,
     EVENT_RESERVE_SECONDS,

@@ -1,4 +1,4 @@
-"""What each step tells the Node (nodeheal.workflow.story), over in-memory ports.
+"""What each step tells the Node (nodeheal.workflow.step_events), over in-memory ports.
 
 The end-to-end sequence through the deployed state machine and the fake API server is in
 tests/workflow/test_node_events.py; here are the rules a single step follows: which verdict or
@@ -20,7 +20,7 @@ from nodeheal.config import RemediationSettings
 from nodeheal.errors import RemediationPausedError
 from nodeheal.kube_event_body import EventType, ObjectEvent, event_body
 from nodeheal.kube_views import PodView
-from nodeheal.workflow import actions, story
+from nodeheal.workflow import mutations, step_events
 from nodeheal.workflow.admission import admit
 from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.state import WorkflowState
@@ -184,7 +184,7 @@ def test_cordon_tells_what_comes_next() -> None:
     nodes, ledger, events = setup()
     state = admitted_state(nodes, ledger)
 
-    actions.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
+    mutations.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
 
     (cordoned,) = events.told
     assert (cordoned.reason, cordoned.function) == ("Cordoned", "cordon")
@@ -196,7 +196,7 @@ def test_a_stop_is_told_on_the_node_then_reaches_the_state_machine() -> None:
     state = admitted_state(nodes, ledger)
 
     with pytest.raises(RemediationPausedError):
-        actions.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.DRY_RUN)
+        mutations.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.DRY_RUN)
 
     (stopped,) = events.told
     assert (stopped.reason, stopped.type, stopped.function) == (
@@ -220,7 +220,7 @@ def test_a_broken_story_never_fails_the_step() -> None:
         raise KeyError("admission")
 
     # The undecorated step (functools.wraps keeps it), told by a story that raises.
-    cordon = story.told("cordon", broken)(actions.cordon.__wrapped__)  # type: ignore[attr-defined]
+    cordon = step_events.told("cordon", broken)(mutations.cordon.__wrapped__)  # type: ignore[attr-defined]
     result = cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
 
     assert result["performed"] is True and nodes.nodes["gpu-a"].unschedulable
@@ -236,7 +236,7 @@ def test_a_port_that_raises_never_fails_the_step() -> None:
     events = Raising()
     state = admitted_state(nodes, ledger)
 
-    result = actions.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
+    result = mutations.cordon(state, kube_with(nodes, events), ledger, NOW, mode=Mode.FULL)
 
     assert result["performed"] is True and events.lost_why == ["OSError: socket closed"]
 
@@ -246,7 +246,7 @@ def test_told_needs_the_steps_state_kube_and_now() -> None:
         return {}
 
     with pytest.raises(TypeError, match="no parameter kube, now"):
-        story.told("cordon")(step)
+        step_events.told("cordon")(step)
 
 
 @dataclass
@@ -275,7 +275,7 @@ def test_a_round_tells_the_node_its_counts_and_each_evicted_pod_its_eviction() -
     pods = [_pod("trainer-0"), _pod("trainer-1")]
     result = {"rounds": 1, "summary": "drain of gpu-a: 1 pods evicted, 1 still on the node", "done": False}
 
-    told = story.drain_round(state, result, pods, Report(evicted=[Outcome("training/trainer-0")]), NOW)
+    told = step_events.drain_round(state, result, pods, Report(evicted=[Outcome("training/trainer-0")]), NOW)
 
     assert [(e.reason, e.regarding.kind, e.regarding.name) for e in told] == [
         ("Draining", "Node", "gpu-a"),
@@ -293,9 +293,11 @@ def test_a_round_that_changed_nothing_is_not_told_but_the_end_of_the_drain_is() 
     state = admitted_state(nodes, ledger)
     blocked = Report(blocked=[Outcome("training/trainer-0")])
 
-    quiet = story.drain_round(state, {"rounds": 4, "summary": "", "done": False}, [], blocked, NOW)
-    timed_out = story.drain_round(state, {"rounds": 90, "summary": "s", "timedOut": True}, [], blocked, NOW)
-    done = story.drain_round(state, {"rounds": 5, "evicted": 2, "done": True}, [], Report(), NOW)
+    quiet = step_events.drain_round(state, {"rounds": 4, "summary": "", "done": False}, [], blocked, NOW)
+    timed_out = step_events.drain_round(
+        state, {"rounds": 90, "summary": "s", "timedOut": True}, [], blocked, NOW
+    )
+    done = step_events.drain_round(state, {"rounds": 5, "evicted": 2, "done": True}, [], Report(), NOW)
 
     assert quiet == []
     assert [(e.reason, e.type) for e in timed_out] == [("DrainTimedOut", EventType.WARNING)]
@@ -315,7 +317,9 @@ def test_an_aborted_drain_says_the_node_stays_cordoned() -> None:
     )
     state = admitted_state(nodes, ledger, settings=settings)
 
-    (aborted,) = story.drain_round(state, {"rounds": 90, "summary": "s", "timedOut": True}, [], Report(), NOW)
+    (aborted,) = step_events.drain_round(
+        state, {"rounds": 90, "summary": "s", "timedOut": True}, [], Report(), NOW
+    )
 
     assert (aborted.reason, aborted.type) == ("DrainAborted", EventType.WARNING)
     assert "stays cordoned for a person" in aborted.note
@@ -325,43 +329,44 @@ def test_the_instance_and_recovery_steps_tell_their_result() -> None:
     nodes, ledger, _ = setup()
     state = admitted_state(nodes, ledger)
 
-    def told(build: story.ResultStory, result: dict[str, Any]) -> list[tuple[str, str]]:
+    def told(build: step_events.ResultStory, result: dict[str, Any]) -> list[tuple[str, str]]:
         return [(e.reason, e.note) for e in build(state, result, NOW)]
 
-    assert told(story.rebooting, {"performed": True, "instanceId": INSTANCE})[0][0] == "Rebooting"
-    assert told(story.rebooting, {"performed": False, "escalateTo": "replace", "skipped": "worse"}) == [
+    assert told(step_events.rebooting, {"performed": True, "instanceId": INSTANCE})[0][0] == "Rebooting"
+    assert told(step_events.rebooting, {"performed": False, "escalateTo": "replace", "skipped": "worse"}) == [
         ("EscalatedToReplace", "Not rebooting: worse")
     ]
     assert (
-        told(story.rebooting, {"performed": False, "skipped": "instance-gone"})[0][0] == "RemediationSkipped"
+        told(step_events.rebooting, {"performed": False, "skipped": "instance-gone"})[0][0]
+        == "RemediationSkipped"
     )
-    assert told(story.recovery_checked, {"status": "pending"}) == []
+    assert told(step_events.recovery_checked, {"status": "pending"}) == []
     assert (
-        told(story.recovery_checked, {"status": "recovered", "detail": "boot ID changed"})[0][0]
+        told(step_events.recovery_checked, {"status": "recovered", "detail": "boot ID changed"})[0][0]
         == "Recovered"
     )
-    assert told(story.recovery_checked, {"status": "failed", "detail": "x"})[0][0] == "RecoveryFailed"
-    assert told(story.uncordoned, {"performed": False}) == []
-    (uncordoned,) = told(story.uncordoned, {"performed": True})
+    assert told(step_events.recovery_checked, {"status": "failed", "detail": "x"})[0][0] == "RecoveryFailed"
+    assert told(step_events.uncordoned, {"performed": False}) == []
+    (uncordoned,) = told(step_events.uncordoned, {"performed": True})
     assert (
         uncordoned[0] == "Uncordoned"
         and "GPUProblem cleared (drain.onConditionCleared=uncordon)" in uncordoned[1]
     )
-    (terminating,) = told(story.terminating, {"instanceId": INSTANCE, "previousState": "running"})
+    (terminating,) = told(step_events.terminating, {"instanceId": INSTANCE, "previousState": "running"})
     assert terminating[0] == "Terminating"
     assert f"Terminating EC2 instance {INSTANCE} for GPUProblem=True (Xid 79);" in terminating[1]
     admission = state.raw["admission"]
     after_reboot = workflow_state(
         nodes.nodes["gpu-a"], extra={"admission": admission, "recovery": {"status": "failed"}}
     )
-    (escalated,) = story.terminating(after_reboot, {"instanceId": INSTANCE, "escalation": True}, NOW)
+    (escalated,) = step_events.terminating(after_reboot, {"instanceId": INSTANCE, "escalation": True}, NOW)
     assert "for the reboot did not heal the node (escalation)" in escalated.note
     worsened = workflow_state(
         nodes.nodes["gpu-a"], extra={"admission": admission, "instance": {"escalateTo": "replace"}}
     )
-    (instead,) = story.terminating(worsened, {"instanceId": INSTANCE, "escalation": True}, NOW)
+    (instead,) = step_events.terminating(worsened, {"instanceId": INSTANCE, "escalation": True}, NOW)
     assert "which now calls for new hardware rather than a reboot (escalation)" in instead.note
     (gone,) = told(
-        story.terminating, {"instanceId": INSTANCE, "previousState": "not-found", "alreadyGone": True}
+        step_events.terminating, {"instanceId": INSTANCE, "previousState": "not-found", "alreadyGone": True}
     )
     assert "was already gone (not-found)" in gone[1]

@@ -1,4 +1,4 @@
-"""nodeheal.timing: the worst case of one remediation, and the refusals it drives (D5, defect 6)."""
+"""nodeheal.worst_case: the worst case of one remediation, and the refusals it drives (D5, defect 6)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from nodeheal import timing
+from nodeheal import worst_case
 from nodeheal.cdk.workflow_tasks import WORKFLOW_TASKS
 from nodeheal.config import DrainSettings, RemediationSettings, RetrySettings
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.errors import ConfigurationError
-from nodeheal.timing import RetryClause
 from nodeheal.workflow.state import WorkflowState
+from nodeheal.worst_case import RetryClause
 
 CDK_JSON = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())
 SHIPPED: dict[str, Any] = CDK_JSON["context"]["nodeheal"]
@@ -26,7 +26,7 @@ def parse(**overrides: Any) -> NodeHealConfig:
 
 
 def settings(**overrides: Any) -> RemediationSettings:
-    return timing.checked_settings(overrides)
+    return worst_case.checked_settings(overrides)
 
 
 # -- the worst case ------------------------------------------------------------------------------
@@ -35,10 +35,10 @@ def settings(**overrides: Any) -> RemediationSettings:
 def test_defect_6_task_worst_case_counts_every_attempt_and_every_backoff() -> None:
     # Two clauses: 1 + 2 + 3 = 6 attempts of 10 s, backoff (1 + 2) + (4 + 4 + 4) = 15 s.
     clauses = (RetryClause(("A",), 1, 2, 2.0), RetryClause(("B",), 4, 3, 1.0))
-    assert timing.task_worst_case_seconds(10, clauses) == 75
+    assert worst_case.task_worst_case_seconds(10, clauses) == 75
     # Fractional backoff rounds the total up, never down.
-    assert timing.task_worst_case_seconds(10, (RetryClause(("C",), 1, 2, 1.5),)) == 33
-    assert timing.task_worst_case_seconds(10, ()) == 10
+    assert worst_case.task_worst_case_seconds(10, (RetryClause(("C",), 1, 2, 1.5),)) == 33
+    assert worst_case.task_worst_case_seconds(10, ()) == 10
 
 
 def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
@@ -69,7 +69,7 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
     # A contender that never takes over holds one step back: its mark lasts lockWaitPollSeconds 30 +
     # admit's timeout 130 + 60 = 220 s after its last renewal, at most MUTATION_BUSY 180 s in, so
     # the retries span 400 s: 15 + 30 + 60 + 120 + 240 = 465 s, each attempt up to 130 s: 1115 s.
-    holding = timing.holding_worst_case(config)
+    holding = worst_case.holding_worst_case(config)
     assert [(term.name, term.seconds) for term in holding.terms] == [
         ("admit", 2659),
         ("confirmation", 900),
@@ -86,10 +86,10 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
     assert holding.total_seconds == 3 * 2659 + 900 + 1899 + 5423 + 1373 + 2108 + 2279 + 1329 + 1115 == 24_403
     assert holding.describe().endswith("record 1329 + a contender that never takes over 1115 = 24403 s")
     # Margin: 10 % (2440.3, rounded up) is more than the 5-minute floor.
-    assert timing.margin_seconds(24_403) == 2441
-    assert timing.required_lock_ttl_seconds(config) == 26_844
+    assert worst_case.margin_seconds(24_403) == 2441
+    assert worst_case.required_lock_ttl_seconds(config) == 26_844
 
-    execution = timing.execution_worst_case(config)
+    execution = worst_case.execution_worst_case(config)
     assert [(term.name, term.seconds) for term in execution.terms] == [
         ("admit", 2659),
         ("wait behind the lock holder", 26_844 + 30),
@@ -97,9 +97,9 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
     ]
     # 53936 s + a margin of 5394 s = 59330 s, i.e. 988.8 minutes.
     assert execution.total_seconds == 53_936
-    assert timing.required_workflow_timeout_minutes(config) == 989
+    assert worst_case.required_workflow_timeout_minutes(config) == 989
 
-    bound = timing.remediation_bound(config)
+    bound = worst_case.remediation_bound(config)
     assert [(term.name, term.seconds) for term in bound.terms] == [
         ("confirmation", 900),
         ("holder's worst case", 24_403),
@@ -110,28 +110,32 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
 
 def test_defect_6_abort_has_no_forced_deletion_and_a_long_hold_extends_the_drain() -> None:
     aborting = settings(drain={"onTimeout": "abort"})
-    assert "force drain" not in [term.name for term in timing.holding_worst_case(aborting).terms]
+    assert "force drain" not in [term.name for term in worst_case.holding_worst_case(aborting).terms]
     # Built directly (the config refuses it): a hold longer than the timeout bounds the drain.
     held = RemediationSettings(
         drain=DrainSettings(timeout_seconds=100, poll_seconds=10, do_not_disrupt_wait_seconds=500)
     )
-    drain_round = timing.holding_worst_case(held).seconds("force drain")
-    assert timing.holding_worst_case(held).seconds("drain") == 500 + 10 + 2 * drain_round
+    drain_round = worst_case.holding_worst_case(held).seconds("force drain")
+    assert worst_case.holding_worst_case(held).seconds("drain") == 500 + 10 + 2 * drain_round
 
 
 def test_defect_6_a_small_worst_case_still_gets_five_minutes_of_margin() -> None:
-    assert timing.margin_seconds(1000) == 300
-    assert timing.margin_seconds(3000) == 300
-    assert timing.margin_seconds(3001) == 301
+    assert worst_case.margin_seconds(1000) == 300
+    assert worst_case.margin_seconds(3000) == 300
+    assert worst_case.margin_seconds(3001) == 301
 
 
 def test_defect_6_every_workflow_task_deploys_the_timeout_the_worst_case_counts() -> None:
-    assert {spec.name: spec.timeout_seconds for spec in WORKFLOW_TASKS} == dict(timing.TASK_TIMEOUT_SECONDS)
+    assert {spec.name: spec.timeout_seconds for spec in WORKFLOW_TASKS} == dict(
+        worst_case.TASK_TIMEOUT_SECONDS
+    )
 
 
 def test_defect_6_zero_retries_drop_their_clause() -> None:
-    clauses = timing.task_retry_clauses(RetrySettings(interval_seconds=2, max_attempts=0, backoff_rate=2.0))
-    assert timing.TRANSIENT_ERRORS not in [clause.errors for clause in clauses]
+    clauses = worst_case.task_retry_clauses(
+        RetrySettings(interval_seconds=2, max_attempts=0, backoff_rate=2.0)
+    )
+    assert worst_case.TRANSIENT_ERRORS not in [clause.errors for clause in clauses]
     assert len(clauses) == 4  # service errors, ledger contention, EC2 state, Lambda timeouts
 
 
@@ -166,7 +170,7 @@ def test_defect_6_day_long_confirmation_forces_a_bigger_ttl() -> None:
         with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1200\) must be at least 4482"):
             parse(policy=policy, lockTtlSeconds=126_420)
         config = parse(policy=policy, lockTtlSeconds=126_420, workflow={"timeoutMinutes": 4482})
-        assert timing.holding_worst_case(config.remediation).seconds("confirmation") == 86_400
+        assert worst_case.holding_worst_case(config.remediation).seconds("confirmation") == 86_400
 
 
 def test_defect_6_workflow_timeout_below_the_worst_case_is_refused() -> None:
@@ -189,16 +193,18 @@ def test_defect_6_a_longer_lock_ttl_needs_a_longer_workflow_timeout() -> None:
 def test_defect_6_shipped_cdk_json_passes_with_its_margins() -> None:
     config = NodeHealConfig.from_cdk_context(SHIPPED)
     remediation = config.remediation
-    assert timing.holding_worst_case(remediation).total_seconds == 29_127
-    assert timing.required_lock_ttl_seconds(remediation) == 32_040 <= remediation.lock_ttl_seconds == 32_400
-    assert timing.execution_worst_case(remediation).total_seconds == 64_635
+    assert worst_case.holding_worst_case(remediation).total_seconds == 29_127
     assert (
-        timing.required_workflow_timeout_minutes(remediation)
+        worst_case.required_lock_ttl_seconds(remediation) == 32_040 <= remediation.lock_ttl_seconds == 32_400
+    )
+    assert worst_case.execution_worst_case(remediation).total_seconds == 64_635
+    assert (
+        worst_case.required_workflow_timeout_minutes(remediation)
         == 1185
         <= config.workflow_timeout_minutes
         == 1200
     )
-    assert timing.remediation_bound(remediation).total_seconds == 600 + 29_127 + 360
+    assert worst_case.remediation_bound(remediation).total_seconds == 600 + 29_127 + 360
 
 
 @pytest.mark.parametrize(
@@ -252,7 +258,7 @@ def test_defect_6_running_execution_keeps_the_settings_it_started_with() -> None
     # new handlers must still run it to its end (and release the lock), not refuse its input.
     old = {**RemediationSettings().to_json(), "lockTtlSeconds": 7200}
     with pytest.raises(ConfigurationError, match="lockTtlSeconds"):
-        timing.checked_settings(old)
+        worst_case.checked_settings(old)
     state = WorkflowState.parse(
         {
             "event": _event(),

@@ -36,7 +36,7 @@ ForceDeleted             Warning  force-drain, on each pod it deleted past its P
 
 Telling never fails a step and never changes what it does: :func:`tell` builds and records a
 step's Events after the step's work, inside one guard, and the adapter bounds their time
-(:mod:`nodeheal.kube.events`). Failures of the workflow itself are not told here: ``Record
+(:mod:`nodeheal.kube.event_writer`). Failures of the workflow itself are not told here: ``Record
 failure`` has no cluster access, and the notification and the history carry them.
 """
 

@@ -7,7 +7,7 @@ from nodeheal.sim.local_pipeline.scenarios.drains import DRAINS_SCENARIOS
 from nodeheal.sim.local_pipeline.scenarios.event_checks import EVENT_CHECKS_SCENARIOS
 from nodeheal.sim.local_pipeline.scenarios.gpu_faults import GPU_FAULTS_SCENARIOS
 from nodeheal.sim.local_pipeline.scenarios.outages import OUTAGES_SCENARIOS
-from nodeheal.sim.local_pipeline.scenarios.runner import Scenario
+from nodeheal.sim.local_pipeline.scenarios.play import Scenario
 from nodeheal.sim.local_pipeline.scenarios.storms import STORMS_SCENARIOS
 
 SCENARIOS: dict[str, Scenario] = {

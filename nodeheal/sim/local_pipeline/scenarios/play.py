@@ -1,7 +1,7 @@
 """How a scenario of the local pipeline is played: the run it acts on (the pipeline, the subject
 node, the expectations it collects), the scenario itself (a stimulus and a check), and a summary
 of records for a printed line. The scenarios are in the modules beside this one, one per family;
-:mod:`nodeheal.sim.local_pipeline.scenarios.catalog` lists them all."""
+:mod:`nodeheal.sim.local_pipeline.scenarios.scenario_index` lists them all."""
 
 from __future__ import annotations
 
