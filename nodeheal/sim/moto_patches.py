@@ -26,7 +26,7 @@ from unittest import mock
 from botocore.loaders import create_loader
 
 from nodeheal.payload import STATE_LIMIT_BYTES
-from nodeheal.timeutil import format_timestamp
+from nodeheal.timestamps import format_timestamp
 
 #: The moto release every patch here was written for and checked against.
 MOTO_VERSION = "5.2.5"
