@@ -15,15 +15,28 @@ from nodeheal.exporter.logs import configure_logging, fields
 
 @pytest.fixture
 def root_logging() -> Iterator[None]:
-    """configure_logging takes over the root logger and two library loggers: give them back."""
+    """configure_logging takes over the root logger and two library loggers: give them back.
+
+    The ``nodeheal`` logger starts as the exporter's process has it (no level, no handler of its
+    own): a Lambda handler run earlier in the same test process configures it through Powertools
+    (service ``nodeheal``, its own level and handler), which would decide what these records do
+    instead of configure_logging."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     libraries = {name: logging.getLogger(name).level for name in ("urllib3", "botocore")}
+    nodeheal = logging.getLogger("nodeheal")
+    nodeheal_state = (nodeheal.level, nodeheal.handlers[:], nodeheal.propagate, nodeheal.disabled)
+    nodeheal.setLevel(logging.NOTSET)
+    nodeheal.handlers[:] = []
+    nodeheal.propagate, nodeheal.disabled = True, False
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
     for name, library_level in libraries.items():
         logging.getLogger(name).setLevel(library_level)
+    nodeheal.setLevel(nodeheal_state[0])
+    nodeheal.handlers[:] = nodeheal_state[1]
+    nodeheal.propagate, nodeheal.disabled = nodeheal_state[2], nodeheal_state[3]
 
 
 def test_every_record_is_one_json_object_on_its_own_line(root_logging: None) -> None:
