@@ -9,6 +9,7 @@ directory would pass while checking nothing. So the graph itself is checked here
 from __future__ import annotations
 
 import configparser
+import logging
 from pathlib import Path
 
 import grimp
@@ -64,7 +65,18 @@ def test_the_contract_file_names_only_modules_that_exist(graph: grimp.ImportGrap
 
 def test_the_layers_hold(capsys: pytest.CaptureFixture[str]) -> None:
     """`lint-imports` in-process: every contract of `.importlinter` is kept (its report on failure)."""
-    status = lint_imports(config_filename=str(CONTRACTS), no_cache=True, no_logo=True)
+    # lint_imports configures its logging with logging.config.dictConfig, whose default disables
+    # every logger that exists then: nodeheal.kube.client and the others would stay silent for
+    # every later test of this worker (a caplog assertion then failed by test order).
+    loggers = [
+        logger for logger in logging.Logger.manager.loggerDict.values() if isinstance(logger, logging.Logger)
+    ]
+    disabled = [logger.disabled for logger in loggers]
+    try:
+        status = lint_imports(config_filename=str(CONTRACTS), no_cache=True, no_logo=True)
+    finally:
+        for logger, was_disabled in zip(loggers, disabled, strict=True):
+            logger.disabled = was_disabled
     report = capsys.readouterr().out
     assert status == 0, report
     assert "0 broken" in report, report
