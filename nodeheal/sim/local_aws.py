@@ -144,7 +144,6 @@ class LocalAws:
         from moto import mock_aws
         from moto.awslambda_simple.models import LambdaSimpleBackend
 
-        moto_patches.skip_default_amis()
         self._mock = mock_aws(config=MOTO_CONFIG)
         self._mock.start()
         local = self

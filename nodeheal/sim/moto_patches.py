@@ -40,7 +40,8 @@ _SHARED_LOADERS_LOCK = threading.Lock()
 
 
 def start() -> list[Any]:
-    """Start every patch (moto's mock must already be started) and return the started patchers."""
+    """Start every patch (moto's mock must already be started, but no backend used yet: moto
+    builds them on first use) and return the started patchers."""
     skip_default_amis()
     started = [patch_terminal_data_limit()]
     for patch in (

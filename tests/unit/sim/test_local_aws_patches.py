@@ -346,3 +346,25 @@ def test_dynamodb_item_answers_written_as_json_parse_as_motos_serializer_writes_
         finally:
             for patcher in patchers:
                 patcher.stop()
+
+
+def test_the_patches_keep_moto_from_building_its_default_images(monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+    from moto import mock_aws
+
+    from nodeheal.sim import moto_patches
+
+    monkeypatch.delenv("MOTO_EC2_LOAD_DEFAULT_AMIS", raising=False)
+    with mock_aws():
+        patchers = moto_patches.start()
+        try:
+            ec2 = boto3.client("ec2", region_name="us-west-2")
+            assert ec2.describe_images(Owners=["amazon"])["Images"] == []
+            # An instance still runs from the image the harness names.
+            ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="t3.micro")
+        finally:
+            for patcher in patchers:
+                patcher.stop()
+    monkeypatch.delenv("MOTO_EC2_LOAD_DEFAULT_AMIS", raising=False)
+    with mock_aws():
+        assert boto3.client("ec2", region_name="us-west-2").describe_images(Owners=["amazon"])["Images"]
