@@ -350,14 +350,16 @@ def test_dynamodb_item_answers_written_as_json_parse_as_motos_serializer_writes_
 
 def test_the_patches_keep_moto_from_building_its_default_images(monkeypatch: pytest.MonkeyPatch) -> None:
     import boto3
-    from moto import mock_aws
+    from moto import mock_aws, settings
 
     from nodeheal.sim import moto_patches
 
     monkeypatch.delenv("MOTO_EC2_LOAD_DEFAULT_AMIS", raising=False)
+    assert settings.ec2_load_default_amis()  # moto's default: every EC2 backend builds its images
     with mock_aws():
         patchers = moto_patches.start()
         try:
+            assert not settings.ec2_load_default_amis()
             ec2 = boto3.client("ec2", region_name="us-west-2")
             assert ec2.describe_images(Owners=["amazon"])["Images"] == []
             # An instance still runs from the image the harness names.
@@ -365,6 +367,3 @@ def test_the_patches_keep_moto_from_building_its_default_images(monkeypatch: pyt
         finally:
             for patcher in patchers:
                 patcher.stop()
-    monkeypatch.delenv("MOTO_EC2_LOAD_DEFAULT_AMIS", raising=False)
-    with mock_aws():
-        assert boto3.client("ec2", region_name="us-west-2").describe_images(Owners=["amazon"])["Images"]
