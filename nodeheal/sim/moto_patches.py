@@ -118,18 +118,17 @@ def share_model_loaders() -> list[Any]:
 
 
 def parse_each_definition_once() -> list[Any]:
-    """Speed (moto 5.2.5, ``ExecutionWorker._get_evaluation_entrypoint``): moto parses the state machine's ASL
-    with its ANTLR grammar at the start of every execution (~40 ms of pure Python for NodeHeal's
-    definition, so 40 s of CPU for a 1,000-execution storm). The parse tree depends on the definition text
-    alone and is only read afterwards, so it is parsed once per definition; each execution still builds
-    its own evaluation program from it, exactly as moto does."""
+    """Speed (moto 5.2.5, ``ExecutionWorker._get_evaluation_entrypoint``): moto parses the state
+    machine's ASL with its ANTLR grammar and builds an evaluation program from the tree at the start
+    of every execution (~40 ms of pure Python to parse NodeHeal's definition and ~35 ms to build the
+    program, so over a minute of CPU for a 1,000-execution storm). Both depend on the definition
+    text alone: each is made once per definition and every execution evaluates the same program
+    (:func:`evaluation_program` says why sharing it is sound)."""
     started: list[Any] = []
-    from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
     from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
     def entrypoint(worker: Any) -> Any:
-        tree = parse_tree(worker._evaluation_details.state_machine_details.definition)
-        return Preprocessor().visit(tree)
+        return evaluation_program(worker._evaluation_details.state_machine_details.definition)
 
     patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint)
     patcher.start()
@@ -387,6 +386,40 @@ def parse_tree(definition: str) -> Any:
     tree = AmazonStateLanguageParser.parse(definition)[1]
     _keep_texts(tree)
     return tree
+
+
+@functools.lru_cache(maxsize=16)
+def evaluation_program(definition: str) -> Any:
+    """moto's evaluation program of an ASL definition, built once and shared by its executions.
+
+    Sharing is sound in moto 5.2.5 because a program is read-only once built: every component sets
+    its fields in its constructor (or ``from_state_props``, during the build), and what changes
+    while an execution runs lives in that execution's ``Environment`` (its stack, heap, context
+    and frames). A retrier's attempt count, for one, is kept in the environment's heap under the
+    component's ``heap_key``. That key is the one thing a component makes lazily, on first read;
+    two executions reading it first at once could each make one and lose each other's counts, so
+    every key is made here, before the program is shared. Map and Parallel states make their
+    workers per evaluation, not in the program. A test runs two executions of one program with
+    retries at once and checks each counts its own attempts."""
+    from moto.stepfunctions.parser.asl.component.component import Component
+    from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+    from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+
+    program = Preprocessor().visit(parse_tree(definition))
+    seen: set[int] = set()
+    pending: list[Any] = [program]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, (list, tuple, set, frozenset)):
+            pending.extend(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, Component) and id(value) not in seen:
+            seen.add(id(value))
+            if isinstance(value, EvalComponent):
+                _ = value.heap_key
+            pending.extend(vars(value).values())
+    return program
 
 
 def _keep_texts(tree: Any) -> None:

@@ -223,6 +223,75 @@ def test_the_kept_parse_tree_gives_each_node_the_text_antlr_gives_and_the_same_p
     assert program(kept) == program(fresh)
 
 
+RETRYING_DEFINITION = """{
+  "StartAt": "Read",
+  "States": {
+    "Read": {"Type": "Task", "Resource": "arn:aws:states:::dynamodb:getItem",
+             "Parameters": {"TableName": "no-such-table", "Key": {"pk": {"S": "x"}}},
+             "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 1, "MaxAttempts": 2,
+                        "BackoffRate": 1.0}],
+             "End": true}
+  }
+}"""
+
+
+def test_a_shared_program_has_every_key_made_and_counts_each_executions_retries_apart() -> None:
+    """Every execution of one definition evaluates one program (``evaluation_program``). Two
+    executions that retry at the same time each make exactly their own attempts: one, then the two
+    retries the Retrier allows, then the failure."""
+    import json
+    import time
+
+    import boto3
+    from moto import mock_aws
+    from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+
+    from nodeheal.sim.moto_patches import evaluation_program, parse_each_definition_once
+
+    program = evaluation_program(RETRYING_DEFINITION)
+    assert evaluation_program(RETRYING_DEFINITION) is program
+    components: list[Any] = []
+    pending: list[Any] = [program]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, list | tuple):
+            pending.extend(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif hasattr(value, "__dict__") and type(value).__module__.startswith("moto.stepfunctions"):
+            components.append(value)
+            pending.extend(vars(value).values())
+    evaluated = [c for c in components if isinstance(c, EvalComponent)]
+    assert len(evaluated) > 10
+    assert all("_EvalComponent__heap_key" in vars(c) for c in evaluated)
+
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        patchers = parse_each_definition_once()
+        try:
+            client = boto3.client("stepfunctions", region_name="us-west-2")
+            machine = client.create_state_machine(
+                name="retrying", definition=RETRYING_DEFINITION, roleArn="arn:aws:iam::123456789012:role/sfn"
+            )["stateMachineArn"]
+            executions = [
+                client.start_execution(stateMachineArn=machine, name=f"run-{index}", input="{}")["executionArn"]
+                for index in range(2)
+            ]
+            deadline = time.monotonic() + 120
+            while any(
+                client.describe_execution(executionArn=arn)["status"] == "RUNNING" for arn in executions
+            ):
+                assert time.monotonic() < deadline, "the executions did not end"
+                time.sleep(0.05)
+            for arn in executions:
+                history = client.get_execution_history(executionArn=arn)["events"]
+                kinds = [event["type"] for event in history]
+                assert kinds.count("TaskScheduled") == 3, json.dumps(kinds)
+                assert kinds[-1] == "ExecutionFailed"
+        finally:
+            for patcher in patchers:
+                patcher.stop()
+
+
 def test_create_state_machine_validates_through_the_kept_trees_and_still_refuses_a_bad_definition() -> None:
     """The harness validates CreateStateMachine's definition through its parse cache: a definition
     parsed once is not parsed again, and one that does not parse fails as unpatched moto fails it."""
