@@ -50,28 +50,42 @@ class RuleTargetPump:
     #: Lambda's own retries of a failed asynchronous invocation (the stack sets its maximum).
     ATTEMPTS = 3
 
-    def __init__(self, local: RuleHarness, *, poll_seconds: float = 0.01) -> None:
+    #: SQS long polling (``WaitTimeSeconds``): a receive waits on the queue until a message
+    #: arrives. moto 5.2.5 waits on the queue's condition variable, which sending notifies, so an
+    #: idle pump costs one receive per rule per second instead of a hundred (polling every 10 ms
+    #: kept half a core busy in every idle pipeline).
+    WAIT_SECONDS = 1
+    #: The body :meth:`stop` sends to each probe queue to end that rule's long poll at once.
+    STOP_BODY = '{"nodeheal-harness": "stop the rule target pump"}'
+
+    def __init__(self, local: RuleHarness) -> None:
         self._local = local
         self._sqs = local.client("sqs")
-        self._poll_seconds = poll_seconds
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._deliveries: list[Delivery] = []
-        self._busy = False
-        #: Called in the pump's thread with each delivery, after ingest answered.
+        self._busy = 0
+        #: Called in the rule's pump thread with each delivery, after ingest answered.
         self.on_delivery: list[Callable[[Delivery], None]] = []
-        #: Called in the pump's thread when a matched event arrives, before ingest runs.
+        #: Called in the rule's pump thread when a matched event arrives, before ingest runs.
         self.on_matched: list[Callable[[str, Mapping[str, Any]], None]] = []
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="rule-target", daemon=True)
-        self._thread.start()
+        """One thread per rule, as EventBridge delivers each rule's matches independently."""
+        for rule, url in self._local.rule_probes.items():
+            thread = threading.Thread(
+                target=self._run, args=(rule, url), name=f"rule-target-{rule}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        for url in self._local.rule_probes.values():
+            self._sqs.send_message(QueueUrl=url, MessageBody=self.STOP_BODY)
+        for thread in self._threads:
+            thread.join(timeout=10)
 
     @property
     def deliveries(self) -> list[Delivery]:
@@ -94,22 +108,23 @@ class RuleTargetPump:
                 return False
         return True
 
-    def _run(self) -> None:
+    def _run(self, rule: str, url: str) -> None:
         while not self._stop.is_set():
-            delivered = 0
-            for rule, url in self._local.rule_probes.items():
-                delivered += self._drain(rule, url)
-            if not delivered:
-                self._stop.wait(self._poll_seconds)
+            self._drain(rule, url)
 
     def _drain(self, rule: str, url: str) -> int:
-        messages = self._sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        messages = self._sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=self.WAIT_SECONDS
+        ).get("Messages", [])
         if not messages:
             return 0
         with self._lock:
-            self._busy = True
+            self._busy += 1
         try:
             for message in messages:
+                if message["Body"] == self.STOP_BODY:
+                    self._sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+                    continue
                 envelope = json.loads(message["Body"])
                 received = time.monotonic()
                 for listener in list(self.on_matched):
@@ -123,7 +138,7 @@ class RuleTargetPump:
             return len(messages)
         finally:
             with self._lock:
-                self._busy = False
+                self._busy -= 1
 
     def _deliver(self, rule: str, envelope: Mapping[str, Any], received: float) -> Delivery:
         error = ""

@@ -273,7 +273,9 @@ def test_a_shared_program_has_every_key_made_and_counts_each_executions_retries_
                 name="retrying", definition=RETRYING_DEFINITION, roleArn="arn:aws:iam::123456789012:role/sfn"
             )["stateMachineArn"]
             executions = [
-                client.start_execution(stateMachineArn=machine, name=f"run-{index}", input="{}")["executionArn"]
+                client.start_execution(stateMachineArn=machine, name=f"run-{index}", input="{}")[
+                    "executionArn"
+                ]
                 for index in range(2)
             ]
             deadline = time.monotonic() + 120
