@@ -54,6 +54,9 @@ def start() -> list[Any]:
         write_dynamodb_items_as_json,
         parse_each_jsonpath_once,
         share_task_clients,
+        copy_state_data_as_json,
+        list_response_methods_once,
+        sign_requests_without_signatures,
     ):
         started += patch()
     warm_moto_routing()
@@ -211,6 +214,90 @@ def parse_each_jsonpath_once() -> list[Any]:
         patcher.start()
         started.append(patcher)
     return started
+
+
+def copy_state_data_as_json() -> list[Any]:
+    """Speed (moto 5.2.5, ``asl/eval/states.py``, ``asl/component/common/string/string_expression.py``
+    and ``asl/component/state/exec/execute_state.py``): the interpreter deep-copies a state's input,
+    result or output each time it reads one, several times per state: a twentieth of a storm's CPU
+    in ``copy.deepcopy``. That data is JSON (it arrived as JSON text), so a copy that rebuilds its
+    objects and arrays gives an equal value three times faster; any other type still goes to
+    ``copy.deepcopy``."""
+    import copy
+    import types
+
+    from moto.stepfunctions.parser.asl.component.common.string import string_expression
+    from moto.stepfunctions.parser.asl.component.state.exec import execute_state
+    from moto.stepfunctions.parser.asl.eval import states
+
+    json_copy = types.SimpleNamespace(deepcopy=copy_json_value)
+    started: list[Any] = []
+    for module in (states, string_expression, execute_state):
+        assert module.copy is copy, f"{module.__name__} no longer copies with the copy module"
+        patcher = mock.patch.object(module, "copy", json_copy)
+        patcher.start()
+        started.append(patcher)
+    return started
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def copy_json_value(value: Any) -> Any:
+    """A deep copy of ``value``: objects and arrays rebuilt, JSON scalars kept (they are immutable,
+    as ``copy.deepcopy`` keeps them), anything else handed to ``copy.deepcopy``."""
+    kind = type(value)
+    if kind is dict:
+        return {key: copy_json_value(item) for key, item in value.items()}
+    if kind is list:
+        return [copy_json_value(item) for item in value]
+    if kind in _JSON_SCALARS:
+        return value
+    import copy
+
+    return copy.deepcopy(value)
+
+
+def list_response_methods_once() -> list[Any]:
+    """Speed (moto 5.2.5, ``BaseResponse.call_action``): every request lists its response class's
+    methods with ``inspect.getmembers`` to find the action's handler, a fiftieth of a storm's CPU.
+    The list depends on the class alone, so it is made once per class."""
+    from moto.core import responses
+
+    listed = functools.lru_cache(maxsize=None)(responses.method_names_from_class)
+    patcher = mock.patch.object(responses, "method_names_from_class", listed)
+    patcher.start()
+    return [patcher]
+
+
+def sign_requests_without_signatures() -> list[Any]:
+    """Speed (botocore 1.44.5, ``SigV4Auth.add_auth``): every AWS request is signed with SigV4, a
+    twentieth of a storm's CPU in canonical requests and HMACs that moto never checks (it reads
+    only the access key from the ``Authorization`` header, to pick the account). Requests the
+    harness sends get that header with the real access key, scope and signed-header names and a
+    signature of zeros. Presigned URLs (``SigV4QueryAuth``, how the EKS token is made) are still
+    signed for real."""
+    from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
+    from botocore.utils import get_current_datetime
+
+    original = SigV4Auth.add_auth
+
+    def add_auth(self: Any, request: Any) -> None:
+        if type(self) is not SigV4Auth or self.credentials is None:
+            original(self, request)
+            return
+        request.context["timestamp"] = get_current_datetime().strftime(SIGV4_TIMESTAMP)
+        # botocore's own header handling: drops a retry's old Authorization, sets the date
+        # and the session token.
+        self._modify_request_before_signing(request)
+        request.headers["Authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={self.scope(request)}, "
+            f"SignedHeaders=host;x-amz-date, Signature={'0' * 64}"
+        )
+
+    patcher = mock.patch.object(SigV4Auth, "add_auth", add_auth)
+    patcher.start()
+    return [patcher]
 
 
 def scan_sqs_queues_once() -> list[Any]:

@@ -438,3 +438,104 @@ def test_the_patches_keep_moto_from_building_its_default_images(monkeypatch: pyt
         finally:
             for patcher in patchers:
                 patcher.stop()
+
+
+def test_state_data_copies_equal_deepcopy_and_share_no_container() -> None:
+    """moto's interpreter copies a state's data before handing it on; the JSON copy it uses in the
+    harness gives what ``copy.deepcopy`` gives, and only what ``copy.deepcopy`` would share."""
+    import copy
+    from datetime import UTC, datetime
+
+    from nodeheal.sim.moto_patches import copy_json_value
+
+    value: Any = {
+        "event": {"node": {"name": "gpu-1", "labels": {"a": "b"}}, "conditions": [{"status": "True"}]},
+        "counts": [1, 2.5, True, None, "x"],
+        "at": datetime(2026, 11, 29, tzinfo=UTC),
+        "pair": ("a", ["b"]),
+    }
+    copied = copy_json_value(value)
+    assert copied == copy.deepcopy(value)
+    assert copied is not value and copied["event"] is not value["event"]
+    assert copied["event"]["conditions"][0] is not value["event"]["conditions"][0]
+    assert copied["pair"][1] is not value["pair"][1]  # not JSON: copy.deepcopy copied it
+
+
+def test_the_state_data_patch_replaces_the_copy_each_module_makes() -> None:
+    import copy
+
+    from moto.stepfunctions.parser.asl.component.common.string import string_expression
+    from moto.stepfunctions.parser.asl.component.state.exec import execute_state
+    from moto.stepfunctions.parser.asl.eval import states
+
+    from nodeheal.sim.moto_patches import copy_json_value, copy_state_data_as_json
+
+    patchers = copy_state_data_as_json()
+    try:
+        for module in (states, string_expression, execute_state):
+            assert module.copy.deepcopy is copy_json_value
+    finally:
+        for patcher in patchers:
+            patcher.stop()
+    assert all(module.copy is copy for module in (states, string_expression, execute_state))
+
+
+def test_the_listed_response_methods_are_what_inspect_lists() -> None:
+    import inspect
+
+    from moto.core import responses
+    from moto.dynamodb.responses import DynamoHandler
+
+    from nodeheal.sim.moto_patches import list_response_methods_once
+
+    expected = [name for name, _ in inspect.getmembers(DynamoHandler, predicate=inspect.isfunction)]
+    patchers = list_response_methods_once()
+    try:
+        assert responses.method_names_from_class(DynamoHandler) == expected
+        assert responses.method_names_from_class(DynamoHandler) is responses.method_names_from_class(
+            DynamoHandler
+        )
+    finally:
+        for patcher in patchers:
+            patcher.stop()
+
+
+def test_requests_carry_the_access_key_unsigned_and_presigned_urls_stay_signed() -> None:
+    """moto reads only the access key from a request's Authorization header; the harness sends that
+    header with a signature of zeros. A presigned URL (the EKS token's kind) is still signed."""
+    import re
+
+    import boto3
+    from botocore.awsrequest import AWSRequest
+    from moto import mock_aws
+
+    from nodeheal.sim.moto_patches import sign_requests_without_signatures
+
+    seen: list[str] = []
+
+    def capture(request: AWSRequest, **_: Any) -> None:
+        header = request.headers.get("Authorization", b"")
+        seen.append(header.decode() if isinstance(header, bytes) else str(header))
+
+    with mock_aws():
+        patchers = sign_requests_without_signatures()
+        try:
+            session = boto3.Session(
+                aws_access_key_id="AKIAHARNESSKEY", aws_secret_access_key="secret", region_name="us-west-2"
+            )
+            client = session.client("dynamodb")
+            client.meta.events.register("before-send.dynamodb.*", capture)
+            assert client.list_tables()["TableNames"] == []
+            assert client.list_tables()["TableNames"] == []
+            url = session.client("sts").generate_presigned_url("get_caller_identity", ExpiresIn=60)
+        finally:
+            for patcher in patchers:
+                patcher.stop()
+    assert len(seen) == 2
+    assert re.fullmatch(
+        r"AWS4-HMAC-SHA256 Credential=AKIAHARNESSKEY/\d{8}/us-west-2/dynamodb/aws4_request, "
+        r"SignedHeaders=host;x-amz-date, Signature=0{64}",
+        seen[-1],
+    ), seen[-1]
+    signature = re.search(r"X-Amz-Signature=([0-9a-f]{64})", url)
+    assert signature is not None and signature.group(1) != "0" * 64
