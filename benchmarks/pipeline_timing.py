@@ -237,10 +237,11 @@ def storm(nodes: int = 1000, timeout: float = 900.0) -> dict[str, Any]:
     The faults are one Xid 79 transition per node, set in one pass over the store
     (:meth:`SimulatedCluster.inject_many`): each is its own watch event the exporter publishes. Decided
     means every faulted node has a ledger record (remediated, refused, ...) or a dropped-event record;
-    ``decidedSeconds`` is how long that took (178 s for 1,000 nodes on an idle two-core machine on
+    ``decidedSeconds`` is how long that took (96 s for 1,000 nodes on an idle two-core machine on
     2026-11-29, every execution running in moto in this one process, so on one core's worth of
-    Python at a time: two fifths of the CPU is NodeHeal's handler threads, most of it moto answering
-    their calls, the rest the harness). A node is lost when, after every execution has
+    Python at a time: about half the CPU is NodeHeal's handler threads, most of it moto answering
+    their calls, the rest the harness; ``nodeheal.sim.moto_patches`` says what the harness changed
+    in moto and botocore to get there, each answer unchanged). A node is lost when, after every execution has
     ended, the ledger holds no trace of its event: slow is reported as slow, not as lost.
     """
     called = time.monotonic()
