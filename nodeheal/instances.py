@@ -40,6 +40,15 @@ class InstanceView:
     tags: Mapping[str, str] = field(default_factory=dict)
     private_dns_name: str = ""
     launch_time: datetime | None = None
+    #: How the instance was bought: "" for on-demand (DescribeInstances leaves ``InstanceLifecycle``
+    #: out for it), else EC2's value: ``spot``, ``capacity-block``, ``scheduled``, ...
+    lifecycle: str = ""
+    #: The Capacity Reservation (an ODCR or a Capacity Block) the instance runs in, "" for none:
+    #: a replacement gets the reserved capacity only if it is launched into the same reservation.
+    capacity_reservation_id: str = ""
+    image_id: str = ""
+    instance_type: str = ""
+    availability_zone: str = ""
 
     @property
     def is_gone(self) -> bool:
@@ -54,6 +63,58 @@ class InstanceView:
             tags={str(t.get("Key", "")): str(t.get("Value", "")) for t in raw.get("Tags") or []},
             private_dns_name=str(raw.get("PrivateDnsName", "") or ""),
             launch_time=launch_time if isinstance(launch_time, datetime) else None,
+            lifecycle=str(raw.get("InstanceLifecycle") or ""),
+            capacity_reservation_id=str(raw.get("CapacityReservationId") or ""),
+            image_id=str(raw.get("ImageId") or ""),
+            instance_type=str(raw.get("InstanceType") or ""),
+            availability_zone=str((raw.get("Placement") or {}).get("AvailabilityZone") or ""),
+        )
+
+
+#: ``ReservationType`` of an On-Demand Capacity Reservation (ODCR) and of a Capacity Block.
+RESERVATION_TYPE_ODCR = "default"
+RESERVATION_TYPE_CAPACITY_BLOCK = "capacity-block"
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityReservationView:
+    """One entry of DescribeCapacityReservations: what a replacement can count on.
+
+    A Capacity Block ends at a fixed time and EC2 terminates its instances then, and an ODCR may
+    have no slot free for a replacement, so deciding to replace needs both the end date and the
+    counts.
+    """
+
+    reservation_id: str
+    #: ``default`` (an ODCR) or ``capacity-block``.
+    reservation_type: str
+    #: pending | active | expired | cancelled | failed | scheduled | payment-pending | ...
+    state: str
+    instance_type: str = ""
+    availability_zone: str = ""
+    total_instance_count: int = 0
+    #: Slots not taken by a running instance: what a launch into the reservation can use now.
+    available_instance_count: int = 0
+    #: When the reservation ends; None when it has no end (``EndDateType`` ``unlimited``).
+    end_date: datetime | None = None
+
+    @property
+    def is_capacity_block(self) -> bool:
+        return self.reservation_type == RESERVATION_TYPE_CAPACITY_BLOCK
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> CapacityReservationView:
+        end_date = raw.get("EndDate")
+        return cls(
+            reservation_id=str(raw.get("CapacityReservationId", "")),
+            # Optional in EC2's model; only a Capacity Block needs telling apart, so unmarked is an ODCR.
+            reservation_type=str(raw.get("ReservationType") or RESERVATION_TYPE_ODCR),
+            state=str(raw.get("State") or ""),
+            instance_type=str(raw.get("InstanceType") or ""),
+            availability_zone=str(raw.get("AvailabilityZone") or ""),
+            total_instance_count=int(raw.get("TotalInstanceCount") or 0),
+            available_instance_count=int(raw.get("AvailableInstanceCount") or 0),
+            end_date=end_date if isinstance(end_date, datetime) else None,
         )
 
 

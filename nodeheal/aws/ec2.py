@@ -1,4 +1,5 @@
-"""EC2: resolve the instance behind a Node, prove it belongs to the cluster, terminate or reboot it.
+"""EC2: resolve the instance behind a Node, prove it belongs to the cluster, terminate or reboot it,
+read the Capacity Reservation it runs in, and report its hardware to EC2 as impaired.
 
 Errors are mapped to the domain errors the state machine retries or catches by name:
 
@@ -9,13 +10,23 @@ Errors are mapped to the domain errors the state machine retries or catches by n
   terminate or reboot instances carrying a configured cluster's ownership tag, so a refusal means
   IAM, the second line of defence, found the instance is not the cluster's;
 * ``InvalidInstanceID.NotFound`` -> "already gone" for terminate, ``None`` for describe and
-  :class:`InstanceNotFoundError` for reboot.
+  :class:`InstanceNotFoundError` for reboot and report_impaired;
+* ``InvalidCapacityReservationId.NotFound`` and ``InvalidCapacityReservationId.Malformed`` ->
+  ``None`` for capacity_reservation: a reservation EC2 does not know is an answer for the caller to
+  weigh, not a failure to retry.
+
+The ``UnauthorizedOperation`` reading above is sure only where IAM can hold an action to the
+ownership tag. The Service Authorization Reference gives DescribeCapacityReservations no resource
+type (only ``*`` can be granted), and ReportInstanceStatus' row lists no tag condition key, so for
+capacity_reservation and report_impaired the refusal may just as well mean the role lacks the
+action; the error's message names both readings.
 
 Any other error is raised unchanged: it is neither expected nor safe to reinterpret.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -26,11 +37,17 @@ from nodeheal.errors import (
     InstanceNotFoundError,
     OwnershipVerificationError,
 )
-from nodeheal.instances import GONE_STATES, InstanceView, TerminateOutcome
+from nodeheal.instances import GONE_STATES, CapacityReservationView, InstanceView, TerminateOutcome
 
 THROTTLING_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
 SERVER_ERROR_CODES = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"})
 NOT_FOUND_CODES = frozenset({"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"})
+RESERVATION_NOT_FOUND_CODES = frozenset(
+    {"InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"}
+)
+#: ReportInstanceStatus' reason for a GPU fault: none of its codes names a device, and the others
+#: (network, instance store, EBS, unresponsive) would tell EC2 something NodeHeal did not see.
+IMPAIRED_REASON = "performance-other"
 
 
 def _error_code(exc: ClientError) -> tuple[str, str]:
@@ -113,4 +130,47 @@ class Ec2Instances:
                 raise InstanceNotFoundError(f"{action}: {code}: {message}") from exc
             _raise_mapped(exc, action)
         except BotoCoreError as exc:
+            raise Ec2ThrottledError(f"{action}: EC2 unreachable: {exc}") from exc
+
+    def capacity_reservation(self, reservation_id: str) -> CapacityReservationView | None:
+        """The Capacity Reservation (ODCR or Capacity Block), or None if EC2 does not know it."""
+        action = f"ec2:DescribeCapacityReservations {reservation_id}"
+        try:
+            response = self._ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
+        except ClientError as exc:
+            if _error_code(exc)[0] in RESERVATION_NOT_FOUND_CODES:
+                return None
+            _raise_mapped(exc, action)
+        except BotoCoreError as exc:
+            raise Ec2ThrottledError(f"{action}: EC2 unreachable: {exc}") from exc
+        for raw in response.get("CapacityReservations") or []:
+            if raw.get("CapacityReservationId") == reservation_id:
+                return CapacityReservationView.from_api(raw)
+        return None
+
+    def report_impaired(self, instance_id: str, start_time: datetime) -> None:
+        """Tell EC2 the instance has been impaired since ``start_time``: EC2 collects such reports
+        to make its status checks more accurate. The report changes nothing DescribeInstanceStatus
+        answers for the instance and does nothing to it.
+
+        No ``Description`` is sent: EC2 has deprecated the field. EC2's documentation requires the
+        instance to be running."""
+        if start_time.tzinfo is None:
+            # botocore would send a naive time as UTC whatever clock it was read from.
+            raise ValueError(f"start_time must carry a time zone, got {start_time!r}")
+        action = f"ec2:ReportInstanceStatus {instance_id}"
+        try:
+            self._ec2.report_instance_status(
+                Instances=[instance_id],
+                Status="impaired",
+                ReasonCodes=[IMPAIRED_REASON],
+                StartTime=start_time,
+            )
+        except ClientError as exc:
+            code, message = _error_code(exc)
+            if code in NOT_FOUND_CODES:
+                raise InstanceNotFoundError(f"{action}: {code}: {message}") from exc
+            _raise_mapped(exc, action)
+        except BotoCoreError as exc:
+            # A second report of the same fault only repeats the first, so a retry is harmless.
             raise Ec2ThrottledError(f"{action}: EC2 unreachable: {exc}") from exc

@@ -29,7 +29,13 @@ MODELS_DIRECTORY = "botocore-models"
 #: Service -> the operations the Lambda functions call, by the adapter that calls them.
 TRIMMED_OPERATIONS: Mapping[str, tuple[str, ...]] = {
     # nodeheal/aws/ec2.py
-    "ec2": ("DescribeInstances", "RebootInstances", "TerminateInstances"),
+    "ec2": (
+        "DescribeCapacityReservations",
+        "DescribeInstances",
+        "RebootInstances",
+        "ReportInstanceStatus",
+        "TerminateInstances",
+    ),
     # nodeheal/aws/ledger.py
     "dynamodb": ("DeleteItem", "GetItem", "PutItem", "Query", "Scan", "UpdateItem"),
     # nodeheal/aws/notify.py

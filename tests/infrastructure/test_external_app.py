@@ -228,8 +228,10 @@ def test_the_readme_app_synthesizes_with_the_cdk_cli_from_the_built_wheel(tmp_pa
     # terminate and reboot build their EC2 client from the asset's trimmed model.
     (ec2_model,) = (asset / "botocore-models" / "ec2").glob("*/service-2.json")
     assert sorted(json.loads(ec2_model.read_text())["operations"]) == [
+        "DescribeCapacityReservations",
         "DescribeInstances",
         "RebootInstances",
+        "ReportInstanceStatus",
         "TerminateInstances",
     ]
     # The CDK code stays out of the functions' code (the asset has no aws_cdk to import it with).
