@@ -51,9 +51,12 @@ RESERVATION_TYPES = (RESERVATION_ODCR, CAPACITY_BLOCK)
 #: running in the Capacity Block"
 #: (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-using.html).
 BLOCK_TERMINATION_LEAD = timedelta(minutes=30)
-#: ...and this long before it for UltraServer Capacity Blocks (P6e-GB200 UltraServers are
-#: terminated by 60 minutes before the end; the comparison of instance and UltraServer Capacity
-#: Blocks at https://dev.classmethod.jp/articles/ec2-capacity-blocks-for-ml-instance-cb-vs-ultraserver-cb).
+#: ...and this long before it for UltraServer Capacity Blocks: the instances of a P6e-GB200
+#: UltraServer block are to be terminated 60 minutes before its end (the comparison of instance and
+#: UltraServer Capacity Blocks at
+#: https://dev.classmethod.jp/articles/ec2-capacity-blocks-for-ml-instance-cb-vs-ultraserver-cb).
+#: That page names P6e-GB200 only; D12 applies the 60 minutes to every UltraServer type, which errs
+#: towards leaving a node cordoned rather than replacing it into a block about to be reclaimed.
 ULTRASERVER_TERMINATION_LEAD = timedelta(minutes=60)
 #: Instance families that exist only as members of an UltraServer. ``p6e-gb200`` (the
 #: ``p6e-gb200.36xlarge`` instances of the ``u-p6e-gb200x36``/``x72`` UltraServers,
