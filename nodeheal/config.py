@@ -478,25 +478,71 @@ REPLACE_DELETE_NODECLAIM = "delete-nodeclaim"
 REPLACE_METHODS = (REPLACE_EC2_TERMINATE, REPLACE_DELETE_NODECLAIM)
 
 
+#: ``replace.minBlockRemainingMinutes`` by default. A replacement in a Capacity Block is worth
+#: its churn only if the job that lands on it gets real work done before the block reclaims it:
+#: restarting a multi-node training job from its checkpoint (reload, re-shard, warm-up) takes tens
+#: of minutes, so a node that lives for less than an hour mostly pays that cost again.
+DEFAULT_MIN_BLOCK_REMAINING_MINUTES = 60
+#: ``replace.launchMinutes`` by default: from the terminate call to a replacement that takes pods.
+#: EC2 needs "several minutes" to clean up a terminated Capacity Block instance before its slot can
+#: be launched into again (docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-launch.html);
+#: then a p5/p6-class instance boots, joins the cluster and loads the GPU driver and device plugin,
+#: typically 5 to 10 minutes more. 20 minutes covers both with a little room.
+DEFAULT_LAUNCH_MINUTES = 20
+
+
 @dataclass(frozen=True, slots=True)
 class ReplaceSettings:
     #: ``ec2-terminate`` calls EC2 TerminateInstances (any node, managed node groups included);
     #: ``delete-nodeclaim`` deletes the Node's Karpenter NodeClaim, so Karpenter's termination
     #: finalizer terminates the instance and accounts for the capacity (Karpenter nodes only).
     method: str = REPLACE_EC2_TERMINATE
+    #: A node in a Capacity Block is replaced only if its replacement would run at least this long
+    #: before the block reclaims it (``nodeheal.workflow.capacity``); otherwise it stays cordoned
+    #: and a person is told. 0 replaces whenever the replacement would come up at all.
+    min_block_remaining_minutes: int = DEFAULT_MIN_BLOCK_REMAINING_MINUTES
+    #: How long a replacement takes to come up after the terminate call (reservation slot cleanup,
+    #: launch, boot, join, GPU ready): the Capacity Block rule counts it before the node is useful.
+    launch_minutes: int = DEFAULT_LAUNCH_MINUTES
+    #: Node pools (values of ``policy.nodePoolLabel``) where on-demand capacity is scarce: a
+    #: replacement may not come back. There a reboot-class fault on an on-demand instance with no
+    #: reservation keeps rebooting, within the attempt cap, instead of escalating to replace (D12).
+    #: NodeHeal never guesses scarcity: only the pools named here count.
+    #:
+    #: A list here rather than a flag under ``policy.nodePools``: those entries are classification
+    #: overrides, the same shape as the global ``policy`` object (a flag there would also become a
+    #: global ``policy`` key), merged by ``PolicySettings.for_pool``; scarcity is a fact about
+    #: getting a replacement, read with the rest of this block by the capacity rules.
+    scarce_pools: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"method": self.method}
+        return {
+            "method": self.method,
+            "minBlockRemainingMinutes": self.min_block_remaining_minutes,
+            "launchMinutes": self.launch_minutes,
+            "scarcePools": list(self.scarce_pools),
+        }
 
     @classmethod
     def read(cls, reader: SettingsReader) -> ReplaceSettings:
-        settings = cls(method=reader.choice("method", REPLACE_METHODS, REPLACE_EC2_TERMINATE))
+        settings = cls(
+            method=reader.choice("method", REPLACE_METHODS, REPLACE_EC2_TERMINATE),
+            min_block_remaining_minutes=reader.integer(
+                "minBlockRemainingMinutes", DEFAULT_MIN_BLOCK_REMAINING_MINUTES, minimum=0, maximum=10_080
+            ),
+            launch_minutes=reader.integer("launchMinutes", DEFAULT_LAUNCH_MINUTES, minimum=0, maximum=1440),
+            scarce_pools=reader.string_list("scarcePools", []),
+        )
         reader.finish()
         return settings
 
     @property
     def deletes_nodeclaim(self) -> bool:
         return self.method == REPLACE_DELETE_NODECLAIM
+
+    def is_scarce(self, pool: str | None) -> bool:
+        """Whether the settings name ``pool`` scarce; a node without a pool is never scarce."""
+        return bool(pool) and pool in self.scarce_pools
 
 
 @dataclass(frozen=True, slots=True)

@@ -244,6 +244,35 @@ def test_delete_nodeclaim_refuses_deleting_the_node_itself() -> None:
     refused("replace.method must be one of", replace={"method": "terminate"})
 
 
+def test_replace_capacity_settings_are_read_and_round_trip() -> None:
+    replace = {"minBlockRemainingMinutes": 90, "launchMinutes": 15, "scarcePools": ["p5-train", "gb200"]}
+    settings = parse(replace=replace).remediation
+    assert (
+        settings.replace.min_block_remaining_minutes,
+        settings.replace.launch_minutes,
+        settings.replace.scarce_pools,
+    ) == (90, 15, ("p5-train", "gb200"))
+    assert settings.replace.to_json() == {"method": "ec2-terminate", **replace}
+    # The settings travel in every execution's input: what to_json writes, from_json reads back.
+    assert RemediationSettings.from_json(settings.to_json()) == settings
+    assert settings.replace.is_scarce("gb200") and not settings.replace.is_scarce("gpu")
+    assert not settings.replace.is_scarce(None) and not settings.replace.is_scarce("")
+
+
+def test_replace_capacity_settings_refuse_bad_values_with_their_path() -> None:
+    refused(
+        r"replace.minBlockRemainingMinutes must be >= 0, got -5", replace={"minBlockRemainingMinutes": -5}
+    )
+    refused(r"replace.launchMinutes must be >= 0, got -1", replace={"launchMinutes": -1})
+    refused(r"replace.launchMinutes must be an integer, got '20m'", replace={"launchMinutes": "20m"})
+    refused(
+        r"replace.minBlockRemainingMinutes must be <= 10080", replace={"minBlockRemainingMinutes": 10_081}
+    )
+    refused(r"replace.scarcePools must be a list of non-empty strings", replace={"scarcePools": "p5-train"})
+    refused(r"replace.scarcePools must be a list of non-empty strings", replace={"scarcePools": [""]})
+    refused(r"did you mean 'scarcePools'", replace={"scarcePool": ["p5-train"]})
+
+
 def test_bad_log_retention() -> None:
     refused("logRetentionDays must be >= 1", logRetentionDays=0)
 
