@@ -591,7 +591,7 @@ class RemediationSettings:
     #: It is never renewed, so it must exceed the worst case of one execution holding it by a
     #: margin (``nodeheal.worst_case``); 9 h covers the defaults' 7 h 47 min with room to tune. It is a
     #: backstop only: the finalizer releases the lock of every execution that ends (docs/architecture.md, D6).
-    lock_ttl_seconds: int = 32_400
+    lock_ttl_seconds: int = 34_200
     #: Seconds between two looks at the lock of an execution that waits behind the node's lock
     #: holder; the holder's end is noticed at most this late.
     lock_wait_poll_seconds: int = 30
@@ -643,7 +643,7 @@ class RemediationSettings:
             reboot=RebootSettings.read(reader.child("reboot")),
             replace=ReplaceSettings.read(reader.child("replace")),
             retry=RetrySettings.read(reader.child("retry")),
-            lock_ttl_seconds=reader.integer("lockTtlSeconds", 32_400, minimum=60, maximum=7 * 86_400),
+            lock_ttl_seconds=reader.integer("lockTtlSeconds", 34_200, minimum=60, maximum=7 * 86_400),
             lock_wait_poll_seconds=reader.integer("lockWaitPollSeconds", 30, minimum=1, maximum=3600),
             delete_node_after_terminate=reader.boolean("deleteNodeAfterTerminate", False),
         )

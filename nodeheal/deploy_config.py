@@ -246,7 +246,7 @@ class NodeHealConfig:
             else None
         )
         workflow = reader.child("workflow")
-        timeout_minutes = workflow.integer("timeoutMinutes", 1200, minimum=5, maximum=7 * 24 * 60)
+        timeout_minutes = workflow.integer("timeoutMinutes", 1320, minimum=5, maximum=7 * 24 * 60)
         workflow.finish()
         exporter = reader.child("exporter")
         config = cls(

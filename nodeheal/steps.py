@@ -142,6 +142,12 @@ class Step:
     ec2_mutations: tuple[str, ...] = ()
     #: Needs ec2:DescribeInstances (which supports no resource-level restriction).
     ec2_describe: bool = False
+    #: Further EC2 reads, which support no resource-level restriction either (resource ``*``).
+    ec2_reads: tuple[str, ...] = ()
+    #: EC2 actions on an instance that IAM cannot limit by the ownership tag (the Service
+    #: Authorization Reference lists no tag condition key for them): granted on the account's
+    #: instances in the stack's region.
+    ec2_untagged_instance_actions: tuple[str, ...] = ()
     memory_mb: int = 256
     publishes_notifications: bool = False
     #: The reasons of the Kubernetes Events it writes (``nodeheal.workflow.step_events``), its stop's
@@ -258,6 +264,43 @@ ADMIT = Step(
         STOPPED_REASON,
     ),
     timeline=_admission_line,
+)
+
+
+# -- read-capacity -----------------------------------------------------------------------------------
+
+
+def _capacity_line(result: Mapping[str, Any]) -> TimelineLine | None:
+    capacity = result.get("capacity") or {}
+    verdict = capacity.get("verdict") or {}
+    context = capacity.get("context") or {}
+    lifecycle = context.get("lifecycle") or "on-demand"
+    reservation = context.get("reservationId") or "no reservation"
+    bought = f"{context.get('instanceType') or 'instance'} {lifecycle}, {reservation}"
+    if not capacity.get("read"):
+        return "capacity", f"capacity not read: {capacity.get('note', '')}"
+    if verdict.get("deferredForCapacity"):
+        return "capacity", f"replace deferred for capacity ({bought}): block ends {verdict.get('blockEnd')}"
+    if verdict.get("capacityReason"):
+        return "capacity", f"{verdict.get('action')} kept for capacity ({bought}): scarce pool"
+    landing = verdict.get("landingReservation")
+    if landing:
+        return "capacity", f"replace ({bought}); the replacement belongs in {landing.get('id')}"
+    return "capacity", f"replace ({bought}); capacity does not hold it back"
+
+
+READ_CAPACITY = Step(
+    "read-capacity",
+    "Read capacity",
+    "lambdas.read_capacity.handler",
+    "Read how the instance was bought (on-demand, spot, Capacity Block, reservation) before replacing it",
+    # DescribeInstances, DescribeCapacityReservations.
+    Calls(kube_requests=0, aws_calls=2),
+    # It revises the admission's decision, so the steps after read the decision where admit left it.
+    result_key=ADMIT.result_key,
+    ec2_describe=True,
+    ec2_reads=("ec2:DescribeCapacityReservations",),
+    timeline=_capacity_line,
 )
 
 
@@ -409,14 +452,16 @@ TERMINATE = Step(
     "Terminate instance",
     "lambdas.terminate.handler",
     "Verify ownership and the live condition, then terminate the EC2 instance",
-    # Guard, DescribeInstances, TerminateInstances, optional node delete.
-    Calls(kube_requests=2, aws_calls=4),
+    # Guard, DescribeInstances, ReportInstanceStatus, TerminateInstances, optional node delete.
+    Calls(kube_requests=2, aws_calls=5),
     result_key="instance",
     mutating=True,
     # The optional node-delete and NodeClaim roles: nodeheal.rbac, NODE_DELETE and NODECLAIM_DELETE.
     kubernetes_rules=(_READ_NODE, EVENTS),
     ec2_mutations=("ec2:TerminateInstances",),
     ec2_describe=True,
+    # The impaired-hardware report before the instance goes, whichever replace.method ends it.
+    ec2_untagged_instance_actions=("ec2:ReportInstanceStatus",),
     event_reasons=("Terminating", STOPPED_REASON),
     timeline=_terminate_line,
 )
@@ -545,6 +590,7 @@ RECORD_FAILURE = Step(
 #: Every step, in the order the stack deploys their functions and the RBAC manifest lists them.
 STEPS: tuple[Step, ...] = (
     ADMIT,
+    READ_CAPACITY,
     CORDON,
     DRAIN,
     FORCE_DRAIN,

@@ -313,6 +313,34 @@ class _Tasks:
         return f"{name}: {attempts} attempts x {self._timeouts[name]} s + {backoff:g} s of backoff"
 
 
+def _drain_terms(settings: RemediationSettings, tasks: _Tasks) -> list[Term]:
+    """The drain at its longest: to its deadline, one more poll, two eviction rounds, and the
+    force round when the drain forces at its timeout."""
+    drain = settings.drain
+    hold_is_longer = drain.do_not_disrupt_wait_seconds > drain.timeout_seconds
+    drain_deadline = max(drain.timeout_seconds, drain.do_not_disrupt_wait_seconds)
+    deadline_key = "drain.doNotDisruptWaitSeconds" if hold_is_longer else "drain.timeoutSeconds"
+    terms = [
+        Term(
+            DRAIN.name,
+            drain_deadline + drain.poll_seconds + 2 * tasks.seconds(DRAIN.name),
+            f"{deadline_key} {drain_deadline} + drain.pollSeconds {drain.poll_seconds} + 2 eviction "
+            f"rounds of {tasks.seconds(DRAIN.name)} ({tasks.detail(DRAIN.name)})",
+        )
+    ]
+    if drain.on_timeout == "force":
+        terms.append(Term("force drain", tasks.seconds(FORCE_DRAIN.name), tasks.detail(FORCE_DRAIN.name)))
+    return terms
+
+
+def drain_worst_case_seconds(
+    settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
+) -> int:
+    """The longest NodeHeal's drain of a node can take under ``settings``: the drain terms of
+    :func:`holding_worst_case`, which the capacity rules count before a replacement can be up."""
+    return sum(term.seconds for term in _drain_terms(settings, _Tasks(settings.retry, task_timeouts)))
+
+
 def holding_worst_case(
     settings: RemediationSettings, task_timeouts: Mapping[str, int] = TASK_TIMEOUT_SECONDS
 ) -> Breakdown:
@@ -323,11 +351,7 @@ def holding_worst_case(
     its entry says the longest path runs it (``runs_on_the_longest_path``), each time at its own
     worst case (a step that loops to a deadline needs its loop here)."""
     tasks = _Tasks(settings.retry, task_timeouts)
-    drain = settings.drain
     reboot = settings.reboot
-    hold_is_longer = drain.do_not_disrupt_wait_seconds > drain.timeout_seconds
-    drain_deadline = max(drain.timeout_seconds, drain.do_not_disrupt_wait_seconds)
-    deadline_key = "drain.doNotDisruptWaitSeconds" if hold_is_longer else "drain.timeoutSeconds"
     record = (
         RECORD.name
         if tasks.seconds(RECORD.name) >= tasks.seconds(RECORD_FAILURE.name)
@@ -349,15 +373,8 @@ def holding_worst_case(
         ),
         Term(f"{ADMIT.name} after confirmation", tasks.seconds(ADMIT.name), tasks.detail(ADMIT.name)),
         Term(CORDON.name, tasks.seconds(CORDON.name), tasks.detail(CORDON.name)),
-        Term(
-            DRAIN.name,
-            drain_deadline + drain.poll_seconds + 2 * tasks.seconds(DRAIN.name),
-            f"{deadline_key} {drain_deadline} + drain.pollSeconds {drain.poll_seconds} + 2 eviction "
-            f"rounds of {tasks.seconds(DRAIN.name)} ({tasks.detail(DRAIN.name)})",
-        ),
+        *_drain_terms(settings, tasks),
     ]
-    if drain.on_timeout == "force":
-        terms.append(Term("force drain", tasks.seconds(FORCE_DRAIN.name), tasks.detail(FORCE_DRAIN.name)))
     terms += [
         Term(REBOOT.name, tasks.seconds(REBOOT.name), tasks.detail(REBOOT.name)),
         Term(

@@ -44,6 +44,7 @@ from nodeheal.steps import (
     CORDON,
     DRAIN,
     FORCE_DRAIN,
+    READ_CAPACITY,
     REBOOT,
     RECORD,
     RECORD_FAILURE,
@@ -123,6 +124,20 @@ class _DefinitionBuilder:
             )
             .otherwise(record)
         )
+        # The capacity behind the instance, read before the cordon whenever the instance itself
+        # may go: it can hold a replacement back or keep a reboot from escalating (D12).
+        read_capacity = self._task(READ_CAPACITY).next(choose_action)
+        capacity_needed = (
+            sfn.Choice(self._scope, "Instance action?")
+            .when(
+                sfn.Condition.or_(
+                    sfn.Condition.string_equals(_at(ADMIT, "decision.action"), "reboot"),
+                    sfn.Condition.string_equals(_at(ADMIT, "decision.action"), "replace"),
+                ),
+                read_capacity,
+            )
+            .otherwise(choose_action)
+        )
         admit = self._task(ADMIT)
         wait_for_confirmation = sfn.Wait(
             self._scope,
@@ -141,7 +156,7 @@ class _DefinitionBuilder:
             sfn.Choice(self._scope, "Admitted?")
             .when(sfn.Condition.string_equals(_at(ADMIT, "verdict"), "confirm"), wait_for_confirmation)
             .when(sfn.Condition.string_equals(_at(ADMIT, "verdict"), "wait"), wait_for_lock)
-            .when(sfn.Condition.string_equals(_at(ADMIT, "verdict"), "proceed"), choose_action)
+            .when(sfn.Condition.string_equals(_at(ADMIT, "verdict"), "proceed"), capacity_needed)
             .otherwise(record)
         )
         load_settings = sfn.Pass(

@@ -29,6 +29,10 @@ class TaskSpec:
     ec2_mutations: tuple[str, ...] = ()
     #: Needs ec2:DescribeInstances (which supports no resource-level restriction).
     ec2_describe: bool = False
+    #: Further EC2 reads on resource ``*`` (``nodeheal.steps.Step.ec2_reads``).
+    ec2_reads: tuple[str, ...] = ()
+    #: EC2 instance actions IAM cannot limit by tag (``nodeheal.steps.Step.ec2_untagged_instance_actions``).
+    ec2_untagged_instance_actions: tuple[str, ...] = ()
     publishes_notifications: bool = False
     #: Seconds; every task is short by design (the state machine owns the waiting). A step's
     #: derives from its longest sequence of calls, which the worst case (nodeheal.worst_case) counts.
@@ -49,6 +53,8 @@ class TaskSpec:
             ledger=step.ledger_grants,
             ec2_mutations=step.ec2_mutations,
             ec2_describe=step.ec2_describe,
+            ec2_reads=step.ec2_reads,
+            ec2_untagged_instance_actions=step.ec2_untagged_instance_actions,
             publishes_notifications=step.publishes_notifications,
             timeout_seconds=step.timeout_seconds,
             memory_mb=step.memory_mb,

@@ -38,6 +38,7 @@ import boto3
 from nodeheal.kube.client import KubeClientProvider
 from nodeheal.runtime import LambdaEnvironment, Runtime, using_runtime
 from nodeheal.sim import moto_patches
+from nodeheal.sim.capacity import CapacityModel
 from nodeheal.sim.stack.rule_targets import RuleTargetPump
 from nodeheal.sim.stack.synthesized_app import (
     ACCOUNT_ID,
@@ -118,6 +119,9 @@ class LocalAws:
         #: the simulated cluster hangs its kubelet reboot and Karpenter reactions here.
         self.on_instances_rebooted: list[Callable[[list[str]], None]] = []
         self.on_instances_terminated: list[Callable[[list[str]], None]] = []
+        #: How each instance was bought and the reservations behind them (moto has no capacity
+        #: reservations): DescribeInstances, DescribeCapacityReservations and ReportInstanceStatus.
+        self.capacity = CapacityModel()
         self.invocations: list[tuple[str, str]] = []  # (function logical id, outcome)
         #: CPU seconds spent inside the handlers (NodeHeal's code and moto answering its calls):
         #: the benchmarks tell it apart from the rest of the process (moto's Step Functions, the
@@ -156,6 +160,7 @@ class LocalAws:
         self._invoke_patch = mock.patch.object(LambdaSimpleBackend, "invoke", invoke)
         self._invoke_patch.start()
         self._patch_ec2_notifications()
+        self._patches += self.capacity.start()
         self._patches += moto_patches.start()
         try:
             self._deploy()

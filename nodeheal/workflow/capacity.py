@@ -38,6 +38,10 @@ from nodeheal.config import ReplaceSettings
 from nodeheal.errors import InvalidEventError
 from nodeheal.policy.decide import Decision
 from nodeheal.timestamps import format_timestamp, parse_timestamp
+from nodeheal.workflow.ports import CapacityPort
+from nodeheal.workflow.state import WorkflowState
+from nodeheal.workflow.verdicts import PROCEED
+from nodeheal.worst_case import drain_worst_case_seconds
 
 #: ``InstanceLifecycle`` as DescribeInstances reports it; absent (here "") for on-demand.
 ON_DEMAND = ""
@@ -103,6 +107,16 @@ class CapacityContext:
         if self.reservation_end is not None and self.reservation_end.utcoffset() is None:
             # A naive end cannot be compared with the clock without guessing its zone.
             raise ValueError(f"reservation_end must carry a time zone, got {self.reservation_end!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lifecycle": self.lifecycle,
+            "reservationId": self.reservation_id,
+            "reservationType": self.reservation_type,
+            "reservationEnd": format_timestamp(self.reservation_end) if self.reservation_end else None,
+            "instanceType": self.instance_type,
+            "imageId": self.image_id,
+        }
 
     @property
     def in_capacity_block(self) -> bool:
@@ -400,3 +414,63 @@ def _minutes(delta: timedelta) -> str:
     seconds = int(delta.total_seconds())
     minutes, rest = divmod(abs(seconds), 60)
     return f"{'-' if seconds < 0 else ''}{minutes} min" + (f" {rest} s" if rest else "")
+
+
+def read_capacity(state: WorkflowState, ec2: CapacityPort, now: datetime) -> dict[str, Any]:
+    """The ``read-capacity`` step: how the admitted instance was bought, and the admission with its
+    decision revised by the capacity rules (D12).
+
+    It runs after admit proceeds to replace, before the cordon, and answers the admission itself
+    (``$.admission``), so the steps after read the decision where admit left it. What the rules
+    read and decided is kept beside it under ``capacity`` for the record and the notification. An
+    instance EC2 no longer knows leaves the decision as it is: the terminate step finds it gone.
+    """
+    admission = dict(state.step("admission") or {})
+    raw_decision = admission.get("decision")
+    admitted = state.admitted_node
+    if admission.get("verdict") != PROCEED or raw_decision is None or admitted is None:
+        raise InvalidEventError("read-capacity runs only after an admission that proceeds with a decision")
+    decision = Decision.from_json(raw_decision)
+    instance = ec2.describe(admitted.instance_id) if admitted.instance_id else None
+    if instance is None:
+        return {
+            **admission,
+            "capacity": {
+                "read": False,
+                "note": f"EC2 does not know instance {admitted.instance_id or '(none)'}: capacity not read",
+                "at": format_timestamp(now),
+            },
+        }
+    reservation_id = instance.capacity_reservation_id
+    reservation = ec2.capacity_reservation(reservation_id) if reservation_id else None
+    context = CapacityContext(
+        lifecycle=instance.lifecycle,
+        reservation_id=reservation_id,
+        reservation_type=reservation.reservation_type if reservation is not None else "",
+        reservation_end=reservation.end_date if reservation is not None else None,
+        instance_type=instance.instance_type or admitted.instance_type,
+        image_id=instance.image_id,
+    )
+    verdict = revise_for_capacity(
+        decision,
+        context,
+        pool=admitted.pool or None,
+        replace=state.settings.replace,
+        drain_worst_case_seconds=drain_worst_case_seconds(state.settings),
+        now=now,
+    )
+    capacity: dict[str, Any] = {
+        "read": True,
+        "context": context.to_json(),
+        "verdict": verdict.to_json(),
+        "at": format_timestamp(now),
+    }
+    if reservation is not None:
+        capacity["reservation"] = {
+            "state": reservation.state,
+            "availableInstanceCount": reservation.available_instance_count,
+            "totalInstanceCount": reservation.total_instance_count,
+        }
+    elif reservation_id:
+        capacity["note"] = f"reservation {reservation_id} not found in EC2"
+    return {**admission, "decision": verdict.revise(decision).to_json(), "capacity": capacity}

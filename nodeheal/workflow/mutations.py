@@ -17,6 +17,9 @@ from nodeheal.errors import (
     ConfigurationError,
     DeadlineExceededError,
     DrainAbortedError,
+    Ec2IncorrectStateError,
+    Ec2ThrottledError,
+    InstanceNotFoundError,
     KubernetesApiError,
     NodeGoneError,
     NodeReplacedError,
@@ -355,6 +358,7 @@ def terminate(
     admitted = guard.admitted_node(state)
     replace_settings = state.settings.replace
     instance = _verified_instance(state, node, ec2)
+    report = _report_impaired(state, ec2, instance)
     if instance is None:
         result: dict[str, Any] = {"performed": True, "alreadyGone": True, "previousState": "not-found"}
     elif replace_settings.deletes_nodeclaim and instance.is_gone:
@@ -373,9 +377,46 @@ def terminate(
         **result,
         "method": replace_settings.method,
         "instanceId": admitted.instance_id,
+        "impairedReport": report,
         "escalation": escalation,
         "nodeDeleted": node_deleted,
         "at": _stamp(now),
+    }
+
+
+#: What keeps the impaired report from being sent: none of them may keep the instance from going.
+_REPORT_ERRORS = (
+    Ec2ThrottledError,
+    Ec2IncorrectStateError,
+    InstanceNotFoundError,
+    OwnershipVerificationError,
+)
+
+
+def _report_impaired(state: WorkflowState, ec2: InstancePort, instance: Any) -> dict[str, Any]:
+    """Tell EC2 the instance's hardware is impaired before it goes (ReportInstanceStatus, D12).
+
+    Only a running instance can be reported, so this comes before TerminateInstances or the
+    NodeClaim delete. The report is ``impaired`` with reason ``performance-other`` and the fault's
+    start; EC2's ``Description`` is deprecated, so the Xid stays in NodeHeal's own record. AWS uses
+    such reports to improve its checks and promises nothing more, so a report EC2 refuses (a
+    throttle, a state it no longer accepts, a role without the permission) is recorded, never a
+    reason to keep a broken node."""
+    if instance is None or instance.state != "running":
+        state_name = "gone" if instance is None else instance.state
+        return {"sent": False, "note": f"not reported: the instance is {state_name}"}
+    admitted = guard.admitted_node(state)
+    condition = state.event.condition
+    started = condition.last_transition_time or state.event.observed_at
+    try:
+        ec2.report_impaired(admitted.instance_id, started)
+    except _REPORT_ERRORS as error:
+        return {"sent": False, "note": f"EC2 refused the report: {type(error).__name__}: {error}"}
+    return {
+        "sent": True,
+        "status": "impaired",
+        "reasonCodes": ["performance-other"],
+        "startTime": _stamp(started),
     }
 
 

@@ -42,7 +42,7 @@ def test_defaults() -> None:
     assert config.remediation.mode is Mode.DRY_RUN
     assert config.notification_emails == ()
     assert config.lambda_network is None
-    assert config.workflow_timeout_minutes == 1200
+    assert config.workflow_timeout_minutes == 1320
     assert config.kubernetes_group_prefix == "nodeheal"
     assert config.kubernetes_groups("drain") == ["nodeheal-drain"]
     assert config.kubernetes_groups("terminate") == ["nodeheal-terminate"]
@@ -159,22 +159,22 @@ def test_bad_email(email: str) -> None:
 
 def test_lock_ttl_must_cover_the_worst_case_not_just_drain_and_recovery() -> None:
     # drain + recovery (1800 s) was the old floor; the worst case with retries is 29127 s (+ 2913).
-    refused(r"nodeheal\.lockTtlSeconds \(1800\) must be at least 32040", lockTtlSeconds=1800)
+    refused(r"nodeheal\.lockTtlSeconds \(1800\) must be at least 32764", lockTtlSeconds=1800)
 
 
 def test_workflow_timeout_must_exceed_the_worst_case() -> None:
     refused(
-        r"nodeheal\.workflow\.timeoutMinutes \(180\) must be at least 1185", workflow={"timeoutMinutes": 180}
+        r"nodeheal\.workflow\.timeoutMinutes \(180\) must be at least 1231", workflow={"timeoutMinutes": 180}
     )
 
 
 def test_workflow_timeout_follows_longer_drains() -> None:
-    # drain 3600 s adds 2700 s to the hold (31827 s): the lock TTL needs 31827 + 3183, and the run
-    # 3078 + (35010 + 30) + 31827 = 69945 s + 6995 s of margin = 1283 minutes.
-    refused(r"lockTtlSeconds \(32400\) must be at least 35010", drain={"timeoutSeconds": 3600})
-    longer = {"drain": {"timeoutSeconds": 3600}, "lockTtlSeconds": 35_010}
-    refused(r"timeoutMinutes \(1282\) must be at least 1283", workflow={"timeoutMinutes": 1282}, **longer)
-    assert parse(workflow={"timeoutMinutes": 1283}, **longer).workflow_timeout_minutes == 1283
+    # drain 3600 s adds 2700 s to the hold (32485 s): the lock TTL needs 32485 + 3249, and the run
+    # 3078 + (35734 + 30) + 32485 = 71327 s + 7133 s of margin = 1308 minutes.
+    refused(r"lockTtlSeconds \(34200\) must be at least 35734", drain={"timeoutSeconds": 3600})
+    longer = {"drain": {"timeoutSeconds": 3600}, "lockTtlSeconds": 35_734}
+    refused(r"timeoutMinutes \(1307\) must be at least 1308", workflow={"timeoutMinutes": 1307}, **longer)
+    assert parse(workflow={"timeoutMinutes": 1308}, **longer).workflow_timeout_minutes == 1308
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
         drain={"timeoutSeconds": 100, "pollSeconds": 5, "doNotDisruptWaitSeconds": 0},
         reboot={"recoveryTimeoutSeconds": 200, "pollSeconds": 10},
         retry={"intervalSeconds": 1, "maxAttempts": 1, "backoffRate": 1.0},
-        lockTtlSeconds=26_844,
+        lockTtlSeconds=27_470,
     )
     # Retry clauses of every idempotent task:
     #   Lambda service errors  6 attempts, 2 + 4 + 8 + 16 + 32 + 64        = 126 s
@@ -64,8 +64,8 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
     # so 19 attempts and 188.78125 s of backoff; reboot (not idempotent) has no timeout clause: 17
     # attempts and 182.78125 s. Task timeouts (TASK_TIMEOUT_SECONDS, from their call counts):
     # admit, drain, force drain 130 s; terminate 110; cordon, uncordon 90; reboot 70; record 60;
-    # check recovery 40. So admit 19 * 130 + 188.78 = 2659 s, cordon 1899, reboot 17 * 70 + 182.78
-    # = 1373, check recovery 949, terminate 2279, record 1329.
+    # check recovery 40; read capacity 20. So admit 19 * 130 + 188.78 = 2659 s, cordon 1899, reboot
+    # 17 * 70 + 182.78 = 1373, check recovery 949, terminate 2279, record 1329, read capacity 569.
     # A contender that never takes over holds one step back: its mark lasts lockWaitPollSeconds 30 +
     # admit's timeout 130 + 60 = 220 s after its last renewal, at most MUTATION_BUSY 180 s in, so
     # the retries span 400 s: 15 + 30 + 60 + 120 + 240 = 465 s, each attempt up to 130 s: 1115 s.
@@ -81,31 +81,38 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
         ("recovery", 200 + 10 + 2 * 949),
         ("terminate (escalation)", 2279),
         ("record", 1329),
+        ("read-capacity", 569),
         ("a contender that never takes over", 465 + 5 * 130),
     ]
-    assert holding.total_seconds == 3 * 2659 + 900 + 1899 + 5423 + 1373 + 2108 + 2279 + 1329 + 1115 == 24_403
-    assert holding.describe().endswith("record 1329 + a contender that never takes over 1115 = 24403 s")
-    # Margin: 10 % (2440.3, rounded up) is more than the 5-minute floor.
-    assert worst_case.margin_seconds(24_403) == 2441
-    assert worst_case.required_lock_ttl_seconds(config) == 26_844
+    assert (
+        holding.total_seconds
+        == 3 * 2659 + 900 + 1899 + 5423 + 1373 + 2108 + 2279 + 1329 + 569 + 1115
+        == 24_972
+    )
+    assert holding.describe().endswith(
+        "record 1329 + read-capacity 569 + a contender that never takes over 1115 = 24972 s"
+    )
+    # Margin: 10 % (2497.2, rounded up) is more than the 5-minute floor.
+    assert worst_case.margin_seconds(24_972) == 2498
+    assert worst_case.required_lock_ttl_seconds(config) == 27_470
 
     execution = worst_case.execution_worst_case(config)
     assert [(term.name, term.seconds) for term in execution.terms] == [
         ("admit", 2659),
-        ("wait behind the lock holder", 26_844 + 30),
-        ("hold the lock", 24_403),
+        ("wait behind the lock holder", 27_470 + 30),
+        ("hold the lock", 24_972),
     ]
-    # 53936 s + a margin of 5394 s = 59330 s, i.e. 988.8 minutes.
-    assert execution.total_seconds == 53_936
-    assert worst_case.required_workflow_timeout_minutes(config) == 989
+    # 55131 s + a margin of 5514 s = 60645 s, i.e. 1010.75 minutes.
+    assert execution.total_seconds == 55_131
+    assert worst_case.required_workflow_timeout_minutes(config) == 1011
 
     bound = worst_case.remediation_bound(config)
     assert [(term.name, term.seconds) for term in bound.terms] == [
         ("confirmation", 900),
-        ("holder's worst case", 24_403),
+        ("holder's worst case", 24_972),
         ("finalizer latency", 300 + 60),
     ]
-    assert bound.total_seconds == 25_663
+    assert bound.total_seconds == 26_232
 
 
 def test_defect_6_abort_has_no_forced_deletion_and_a_long_hold_extends_the_drain() -> None:
@@ -146,65 +153,65 @@ def test_defect_6_lock_ttl_equal_to_drain_plus_recovery_is_refused_with_the_numb
     with pytest.raises(ConfigurationError) as refused:
         parse(lockTtlSeconds=900 + 900)
     message = str(refused.value)
-    assert message.startswith("nodeheal.lockTtlSeconds (1800) must be at least 32040: ")
-    assert "hold the lock for 29127 s (8 h 5 min 27 s)" in message
-    assert "margin of 2913 s (10%, at least 300 s)" in message
+    assert message.startswith("nodeheal.lockTtlSeconds (1800) must be at least 32764: ")
+    assert "hold the lock for 29785 s (8 h 16 min 25 s)" in message
+    assert "margin of 2979 s (10%, at least 300 s)" in message
     assert "drain 7066 + force drain 3078 + reboot 1612 + recovery 3126" in message
-    assert message.endswith("= 29127 s")
+    assert message.endswith("read-capacity 658 + a contender that never takes over 1115 = 29785 s")
     # The smallest accepted value is exactly the one the message names.
     assert (
-        parse(lockTtlSeconds=32_040, workflow={"timeoutMinutes": 1200}).remediation.lock_ttl_seconds == 32_040
+        parse(lockTtlSeconds=32_764, workflow={"timeoutMinutes": 1320}).remediation.lock_ttl_seconds == 32_764
     )
-    with pytest.raises(ConfigurationError, match=r"\(32039\) must be at least 32040"):
-        parse(lockTtlSeconds=32_039)
+    with pytest.raises(ConfigurationError, match=r"\(32763\) must be at least 32764"):
+        parse(lockTtlSeconds=32_763)
 
 
 def test_defect_6_day_long_confirmation_forces_a_bigger_ttl() -> None:
     day_long = {"conditionRules": {"GPUProblem": {"action": "replace", "confirmSeconds": 86_400}}}
-    # 29127 - 600 + 86400 = 114927 s held at worst; + 11493 s (10 %) = 126420.
+    # 29785 - 600 + 86400 = 115585 s held at worst; + 11559 s (10 %) = 127144.
     for policy in (day_long, {"nodePools": {"gpu": day_long}}):
         with pytest.raises(
-            ConfigurationError, match=r"lockTtlSeconds \(32400\) must be at least 126420: .*114927 s"
+            ConfigurationError, match=r"lockTtlSeconds \(34200\) must be at least 127144: .*115585 s"
         ):
             parse(policy=policy)
-        with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1200\) must be at least 4482"):
-            parse(policy=policy, lockTtlSeconds=126_420)
-        config = parse(policy=policy, lockTtlSeconds=126_420, workflow={"timeoutMinutes": 4482})
+        with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1320\) must be at least 4508"):
+            parse(policy=policy, lockTtlSeconds=127_144)
+        config = parse(policy=policy, lockTtlSeconds=127_144, workflow={"timeoutMinutes": 4508})
         assert worst_case.holding_worst_case(config.remediation).seconds("confirmation") == 86_400
 
 
 def test_defect_6_workflow_timeout_below_the_worst_case_is_refused() -> None:
     with pytest.raises(ConfigurationError) as refused:
-        parse(workflow={"timeoutMinutes": 1184})
+        parse(workflow={"timeoutMinutes": 1230})
     message = str(refused.value)
-    assert message.startswith("nodeheal.workflow.timeoutMinutes (1184) must be at least 1185: ")
-    assert "one execution can run 64635 s (17 h 57 min 15 s)" in message
-    assert "margin of 6464 s" in message
-    assert "admit 3078 + wait behind the lock holder 32430 + hold the lock 29127 = 64635 s" in message
-    assert parse(workflow={"timeoutMinutes": 1185}).workflow_timeout_minutes == 1185
+    assert message.startswith("nodeheal.workflow.timeoutMinutes (1230) must be at least 1231: ")
+    assert "one execution can run 67093 s (18 h 38 min 13 s)" in message
+    assert "margin of 6710 s" in message
+    assert "admit 3078 + wait behind the lock holder 34230 + hold the lock 29785 = 67093 s" in message
+    assert parse(workflow={"timeoutMinutes": 1231}).workflow_timeout_minutes == 1231
 
 
 def test_defect_6_a_longer_lock_ttl_needs_a_longer_workflow_timeout() -> None:
-    # Waiting behind a holder lasts up to the TTL: 3078 + 72030 + 29127 = 104235 s, + 10424 s.
-    with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1200\) must be at least 1911"):
+    # Waiting behind a holder lasts up to the TTL: 3078 + 72030 + 29785 = 104893 s, + 10490 s.
+    with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1320\) must be at least 1924"):
         parse(lockTtlSeconds=72_000)
 
 
 def test_defect_6_shipped_cdk_json_passes_with_its_margins() -> None:
     config = NodeHealConfig.from_cdk_context(SHIPPED)
     remediation = config.remediation
-    assert worst_case.holding_worst_case(remediation).total_seconds == 29_127
+    assert worst_case.holding_worst_case(remediation).total_seconds == 29_785
     assert (
-        worst_case.required_lock_ttl_seconds(remediation) == 32_040 <= remediation.lock_ttl_seconds == 32_400
+        worst_case.required_lock_ttl_seconds(remediation) == 32_764 <= remediation.lock_ttl_seconds == 34_200
     )
-    assert worst_case.execution_worst_case(remediation).total_seconds == 64_635
+    assert worst_case.execution_worst_case(remediation).total_seconds == 67_093
     assert (
         worst_case.required_workflow_timeout_minutes(remediation)
-        == 1185
+        == 1231
         <= config.workflow_timeout_minutes
-        == 1200
+        == 1320
     )
-    assert worst_case.remediation_bound(remediation).total_seconds == 600 + 29_127 + 360
+    assert worst_case.remediation_bound(remediation).total_seconds == 600 + 29_785 + 360
 
 
 @pytest.mark.parametrize(

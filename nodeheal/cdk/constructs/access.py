@@ -112,9 +112,28 @@ class AccessConstruct(Construct):
         )
         for function in functions:
             spec = function.spec
-            if spec.ec2_describe:
+            reads = (*(("ec2:DescribeInstances",) if spec.ec2_describe else ()), *spec.ec2_reads)
+            if reads:
+                # Describe actions support no resource-level restriction (resource "*").
                 function.role.add_to_principal_policy(
-                    iam.PolicyStatement(actions=["ec2:DescribeInstances"], resources=["*"])
+                    iam.PolicyStatement(actions=list(reads), resources=["*"])
+                )
+            if spec.ec2_untagged_instance_actions:
+                # ReportInstanceStatus: the Service Authorization Reference lists the instance
+                # resource for it but no tag condition key (only ec2:InstanceID, ec2:Region,
+                # ec2:AvailabilityZoneId), so an ownership-tag condition could refuse every report.
+                # It changes nothing on the instance; it is limited to this account's instances in
+                # the stack's region.
+                untagged = list(spec.ec2_untagged_instance_actions)
+                function.role.add_to_principal_policy(
+                    iam.PolicyStatement(actions=untagged, resources=[instances])
+                )
+                Validations.of(function.role).acknowledge(
+                    Acknowledgment(
+                        id=f"AwsSolutions-IAM5[Resource::{_finding_text(self._stack, instances)}]",
+                        reason=f"{', '.join(spec.ec2_untagged_instance_actions)} supports no tag condition; "
+                        "it is limited to this account's instances in the stack's region and changes none.",
+                    )
                 )
             mutations = self._instance_mutations(spec)
             if not mutations:

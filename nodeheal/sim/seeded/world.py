@@ -817,6 +817,8 @@ class MemoryInstances:
     def __init__(self, world: World, *, reboot_heals: Callable[[], bool]) -> None:
         self._world = world
         self._reboot_heals = reboot_heals
+        #: (instance, fault start) of each ReportInstanceStatus EC2 accepted.
+        self.impaired_reports: list[tuple[str, datetime]] = []
 
     def describe(self, instance_id: str) -> InstanceView | None:
         self._world.observer.point("ec2:DescribeInstances")
@@ -856,6 +858,16 @@ class MemoryInstances:
             lambda: self._world.instance_stopped(instance_id),
         )
         return TerminateOutcome(instance_id, previous, "shutting-down", already_gone=False)
+
+    def capacity_reservation(self, reservation_id: str) -> None:
+        """The world's instances are on-demand with no reservation behind them: none is known."""
+        self._world.observer.point("ec2:DescribeCapacityReservations")
+
+    def report_impaired(self, instance_id: str, start_time: datetime) -> None:
+        self._world.observer.point("ec2:ReportInstanceStatus")
+        if instance_id not in self._world.instances:
+            raise InstanceNotFoundError(f"ec2:ReportInstanceStatus {instance_id}: InvalidInstanceID.NotFound")
+        self.impaired_reports.append((instance_id, start_time))
 
     def reboot(self, instance_id: str) -> None:
         self._world.observer.point("ec2:RebootInstances")

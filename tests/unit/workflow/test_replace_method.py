@@ -33,6 +33,7 @@ class OwnedInstance:
     """EC2 that knows the admitted instance (owned by the cluster) and must never terminate it."""
 
     described: list[str] = field(default_factory=list)
+    reported: list[str] = field(default_factory=list)
     state: str = "running"
 
     def describe(self, instance_id: str) -> InstanceView:
@@ -44,6 +45,9 @@ class OwnedInstance:
 
     def reboot(self, instance_id: str) -> None:
         raise AssertionError("nothing may be rebooted")
+
+    def report_impaired(self, instance_id: str, start_time: Any) -> None:
+        self.reported.append(instance_id)
 
 
 @dataclass
