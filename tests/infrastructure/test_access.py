@@ -65,7 +65,14 @@ def test_ec2_grants_follow_the_spec(default_stack: Synthesized, spec: TaskSpec) 
         assert resources_of(statement) == [INSTANCE_ARN], "EC2 mutations must never be on '*'"
         assert "Condition" in statement
     star_ec2 = {a for s in ec2 if "*" in resources_of(s) for a in actions_of(s) if a.startswith("ec2:")}
-    assert star_ec2 == ({"ec2:DescribeInstances"} if spec.ec2_describe else set())
+    assert star_ec2 == ({"ec2:DescribeInstances"} if spec.ec2_describe else set()) | set(spec.ec2_reads)
+    assert all(a.startswith("ec2:Describe") for a in star_ec2), "only reads may be on '*'"
+    # What IAM cannot limit by tag (ReportInstanceStatus) is on the instances, without a condition.
+    untagged = [s for s in ec2 if set(actions_of(s)) & set(spec.ec2_untagged_instance_actions)]
+    assert {a for s in untagged for a in actions_of(s)} == set(spec.ec2_untagged_instance_actions)
+    for statement in untagged:
+        assert resources_of(statement) == [INSTANCE_ARN]
+        assert "Condition" not in statement
 
 
 def test_replacing_through_karpenter_takes_terminate_instances_away(
@@ -78,7 +85,8 @@ def test_replacing_through_karpenter_takes_terminate_instances_away(
     terminate = {
         a for s in role_statements(karpenter, "terminate") for a in actions_of(s) if a.startswith("ec2:")
     }
-    assert terminate == {"ec2:DescribeInstances"}
+    # The impaired report still goes to EC2 before Karpenter terminates the instance.
+    assert terminate == {"ec2:DescribeInstances", "ec2:ReportInstanceStatus"}
     reboot = {a for s in role_statements(karpenter, "reboot") for a in actions_of(s) if a.startswith("ec2:")}
     assert reboot == {"ec2:DescribeInstances", "ec2:RebootInstances"}
 
@@ -101,13 +109,23 @@ def test_ec2_mutations_require_a_cluster_ownership_tag(full_stack: Synthesized, 
     assert sorted(map(str, conditions)) == sorted(map(str, expected))
 
 
+#: EC2 actions granted without the ownership-tag condition: reads (no resource-level support) and
+#: the impaired report (the Service Authorization Reference lists no tag condition key for it).
+UNCONDITIONED_EC2 = frozenset(
+    {"ec2:DescribeInstances", "ec2:DescribeCapacityReservations", "ec2:ReportInstanceStatus"}
+)
+
+
 def test_no_role_has_an_ec2_mutation_without_a_condition(full_stack: Synthesized) -> None:
     for policy in full_stack.resources("AWS::IAM::Policy").values():
         for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
             actions = actions_of(statement)
-            if any(a.startswith("ec2:") and a != "ec2:DescribeInstances" for a in actions):
+            if any(a.startswith("ec2:") and a not in UNCONDITIONED_EC2 for a in actions):
                 assert statement.get("Condition"), statement
                 assert "*" not in resources_of(statement)
+            if "ec2:ReportInstanceStatus" in actions:
+                # No tag condition exists for it: limited to the account's instances instead.
+                assert resources_of(statement) == [INSTANCE_ARN], statement
 
 
 @pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)

@@ -116,7 +116,7 @@ def test_state_machine_is_standard_traced_logged_and_time_bounded(default_stack:
     assert log_group["LogGroupName"] == "/aws/vendedlogs/states/NodeHeal-remediation"
     assert log_group["RetentionInDays"] == 30
     definition = _definition(properties)
-    assert definition["TimeoutSeconds"] == 1200 * 60
+    assert definition["TimeoutSeconds"] == 1320 * 60
 
 
 def test_state_machine_invokes_every_workflow_function(default_stack: Synthesized) -> None:

@@ -191,7 +191,7 @@ def test_the_dead_letter_queues_are_encrypted_with_a_key(scanned: Scanned, scan:
 
 def test_with_a_customer_key_every_log_group_and_the_ledger_use_it(scanned: Scanned) -> None:
     log_groups = logical_ids(scanned.keyed, "AWS::Logs::LogGroup")
-    assert len(log_groups) == 13  # 12 functions and the state machine
+    assert len(log_groups) == 14  # 13 functions and the state machine
     assert scanned.of("stack+key", "CKV_AWS_158") == dict.fromkeys(log_groups, True)
     ledger = logical_ids(scanned.keyed, "AWS::DynamoDB::Table")
     assert scanned.of("stack+key", "CKV_AWS_119") == dict.fromkeys(ledger, True)
