@@ -601,12 +601,13 @@ class LocalAws:
                 {"Key": f"kubernetes.io/cluster/{cluster}", "Value": "owned"},
                 {"Key": "eks:eks-cluster-name", "Value": cluster},
             ]
-        # moto validates the instance type loosely; the GPU type is kept as a tag for realism.
+        # The GPU type itself, as DescribeInstances reports it (the capacity rules read it); the tag
+        # is the one Karpenter's instances carry too.
         response = self.client("ec2").run_instances(
             ImageId="ami-12c6146b",
             MinCount=count,
             MaxCount=count,
-            InstanceType="t3.micro",
+            InstanceType=instance_type,
             Placement={"AvailabilityZone": zone},
             TagSpecifications=[
                 {

@@ -233,6 +233,33 @@ def _cause_text(cause: Any) -> str:
     return str(cause or "")[:1000]
 
 
+def capacity_summary(capacity: Any, instance_step: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the record keeps of the capacity read (D12): the instance's capacity and what the rules
+    made of it, flat, leaving out what is empty; and whether EC2 was told the hardware is impaired."""
+    if not isinstance(capacity, Mapping) or not capacity.get("read"):
+        return {}
+    context = capacity.get("context") or {}
+    verdict = capacity.get("verdict") or {}
+    summary: dict[str, Any] = {
+        "lifecycle": context.get("lifecycle") or "on-demand",
+        **{
+            key: context[key]
+            for key in ("reservationId", "reservationType", "reservationEnd", "instanceType")
+            if context.get(key)
+        },
+        **{
+            key: verdict[key]
+            for key in ("capacityReason", "blockEnd", "landingReservation")
+            if verdict.get(key)
+        },
+        "deferredForCapacity": bool(verdict.get("deferredForCapacity")),
+    }
+    report = (instance_step or {}).get("impairedReport")
+    if isinstance(report, Mapping):
+        summary["impairedReported"] = bool(report.get("sent"))
+    return summary
+
+
 def _finish(
     state: WorkflowState,
     ledger: LedgerPort,
@@ -288,6 +315,7 @@ def _finish(
                 or bool((state.step("instance") or {}).get("escalation"))
             )
         ),
+        capacity=capacity_summary(admission.get("capacity"), state.step("instance")),
         error=error,
         error_cause=error_cause,
         recorded_by=by,
@@ -435,6 +463,35 @@ _NEXT_STEPS: dict[Outcome, str] = {
 }
 
 
+def _next_step(record_: RemediationRecord) -> str:
+    if record_.capacity.get("deferredForCapacity"):
+        return (
+            f"The Capacity Block ends at {record_.capacity.get('blockEnd', '?')} and EC2 terminates its "
+            "instances 30 minutes (60 for UltraServers) before that: leave the node cordoned until then, "
+            "or replace it yourself if a replacement would still be worth having."
+        )
+    return _NEXT_STEPS.get(record_.outcome, "")
+
+
+def _capacity_line(capacity: Mapping[str, Any]) -> str:
+    """The capacity as a person reads it: how the instance was bought, and what that changed."""
+    reservation = capacity.get("reservationId")
+    kind = "Capacity Block" if capacity.get("reservationType") == "capacity-block" else "reservation"
+    bought = str(capacity.get("lifecycle", "on-demand"))
+    parts = [bought + (f" in {kind} {reservation}" if reservation else "")]
+    if capacity.get("deferredForCapacity"):
+        parts.append(f"replacement deferred: the block ends {capacity.get('blockEnd', '?')}")
+    elif capacity.get("capacityReason") == "scarce-pool":
+        parts.append("kept rebooting: the pool's on-demand capacity is scarce")
+    landing = capacity.get("landingReservation")
+    if isinstance(landing, Mapping):
+        parts.append(f"the replacement belongs in {landing.get('id')}")
+    if "impairedReported" in capacity:
+        told = capacity["impairedReported"]
+        parts.append("EC2 told the hardware is impaired" if told else "not reported to EC2")
+    return "; ".join(parts)
+
+
 def render_notification(record_: RemediationRecord, state: WorkflowState, *, region: str) -> Notification:
     fault = (
         f"Xid {record_.xid}"
@@ -463,6 +520,8 @@ def render_notification(record_: RemediationRecord, state: WorkflowState, *, reg
         + (" [escalated]" if record_.escalated else ""),
         f"Why:       {record_.reason}",
     ]
+    if record_.capacity:
+        lines.append(f"Capacity:  {_capacity_line(record_.capacity)}")
     if record_.pods_evicted or record_.pods_forced or record_.pdb_blocked:
         lines.append(
             f"Drain:     {record_.pods_evicted} evicted, {record_.pods_forced} force-deleted, "
@@ -473,7 +532,7 @@ def render_notification(record_: RemediationRecord, state: WorkflowState, *, reg
     lines += [
         f"Execution: {record_.execution}",
         f"Console:   {console_url(record_.execution_arn, region)}",
-        f"Next:      {_NEXT_STEPS.get(record_.outcome, '')}",
+        f"Next:      {_next_step(record_)}",
     ]
     severity = "action-required" if record_.outcome.needs_person else "info"
     return Notification(

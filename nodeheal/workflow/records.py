@@ -115,6 +115,11 @@ class RemediationRecord:
     #: ``{"count": n, "pods": [first few]}``, e.g. which pods were evicted with emptyDir data.
     drain_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     escalated: bool = False
+    #: The capacity behind the instance when it was to go (``read-capacity``, D12), flat:
+    #: lifecycle, reservationId, reservationType, reservationEnd, instanceType, and what it decided
+    #: (deferredForCapacity, capacityReason, blockEnd, landingReservation), with impairedReported
+    #: once the terminate step reported the hardware. Empty when capacity was not read.
+    capacity: Mapping[str, Any] = field(default_factory=dict)
     error: str = ""
     error_cause: str = ""
     #: Who wrote it: :data:`RECORD_STEP`, or one of :data:`FINALIZERS` (see :func:`replaces_record`).
@@ -156,6 +161,7 @@ class RemediationRecord:
             "podsForced": self.pods_forced,
             "drainClasses": {name: dict(entry) for name, entry in self.drain_classes.items()},
             "escalated": self.escalated,
+            "capacity": dict(self.capacity),
             "error": self.error,
             "errorCause": self.error_cause,
             "recordedBy": self.recorded_by,
@@ -196,6 +202,7 @@ class RemediationRecord:
                 for name, entry in (item.get("drainClasses") or {}).items()
             },
             escalated=bool(item.get("escalated", False)),
+            capacity=dict(item.get("capacity") or {}),
             error=str(item.get("error", "")),
             error_cause=str(item.get("errorCause", "")),
             # Records of earlier versions do not say: taken as a step's, which no finalizer replaces.

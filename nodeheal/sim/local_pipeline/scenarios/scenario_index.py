@@ -3,6 +3,7 @@ family by family, from one fault to an outage."""
 
 from __future__ import annotations
 
+from nodeheal.sim.local_pipeline.scenarios.capacity import CAPACITY_SCENARIOS
 from nodeheal.sim.local_pipeline.scenarios.drains import DRAINS_SCENARIOS
 from nodeheal.sim.local_pipeline.scenarios.event_checks import EVENT_CHECKS_SCENARIOS
 from nodeheal.sim.local_pipeline.scenarios.gpu_faults import GPU_FAULTS_SCENARIOS
@@ -14,6 +15,7 @@ SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
         *GPU_FAULTS_SCENARIOS,
+        *CAPACITY_SCENARIOS,
         *DRAINS_SCENARIOS,
         *STORMS_SCENARIOS,
         *EVENT_CHECKS_SCENARIOS,
