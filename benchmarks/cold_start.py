@@ -57,6 +57,7 @@ CONTEXT_OVERRIDES: dict[str, Any] = {
 #: Where each task writes its result in the execution state (the state machine's ResultPath).
 RESULT_KEYS = {
     "lambdas.admit.handler": "admission",
+    "lambdas.read_capacity.handler": "admission",
     "lambdas.cordon.handler": "cordon",
     "lambdas.drain.handler": "drain",
     "lambdas.force_drain.handler": "drain",
@@ -226,6 +227,7 @@ def _one_round(
     if state["admission"].get("verdict") != "proceed":
         raise RuntimeError(f"admit did not proceed: {state['admission']}")
     for handler in (
+        "lambdas.read_capacity.handler",
         "lambdas.cordon.handler",
         "lambdas.drain.handler",
         "lambdas.force_drain.handler",
