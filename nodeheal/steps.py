@@ -438,6 +438,8 @@ def _instance_action_line(result: Mapping[str, Any], call: str, kind: str) -> Ti
 
 
 def _terminate_line(result: Mapping[str, Any]) -> TimelineLine:
+    if result.get("deferredForCapacity"):
+        return "capacity", f"TerminateInstances not called: {result.get('note', '')}"
     if result.get("nodeClaim"):
         gone = " (already gone)" if result.get("alreadyGone") else ""
         return "terminated", (
@@ -462,7 +464,7 @@ TERMINATE = Step(
     ec2_describe=True,
     # The impaired-hardware report before the instance goes, whichever replace.method ends it.
     ec2_untagged_instance_actions=("ec2:ReportInstanceStatus",),
-    event_reasons=("Terminating", STOPPED_REASON),
+    event_reasons=("Terminating", "ReplacementDeferred", STOPPED_REASON),
     timeline=_terminate_line,
 )
 

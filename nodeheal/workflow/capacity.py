@@ -118,6 +118,19 @@ class CapacityContext:
             "imageId": self.image_id,
         }
 
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> CapacityContext:
+        """Read back :meth:`to_json` (the context travels in ``$.admission.capacity``)."""
+        end = raw.get("reservationEnd")
+        return cls(
+            lifecycle=str(raw.get("lifecycle", "")),
+            reservation_id=str(raw.get("reservationId", "")),
+            reservation_type=str(raw.get("reservationType", "")),
+            reservation_end=None if end is None else parse_timestamp(end, "capacity.context.reservationEnd"),
+            instance_type=str(raw.get("instanceType", "")),
+            image_id=str(raw.get("imageId", "")),
+        )
+
     @property
     def in_capacity_block(self) -> bool:
         return CAPACITY_BLOCK in (self.lifecycle, self.reservation_type)
@@ -474,3 +487,33 @@ def read_capacity(state: WorkflowState, ec2: CapacityPort, now: datetime) -> dic
     elif reservation_id:
         capacity["note"] = f"reservation {reservation_id} not found in EC2"
     return {**admission, "decision": verdict.revise(decision).to_json(), "capacity": capacity}
+
+
+def block_note_at_escalation(state: WorkflowState, now: datetime) -> str:
+    """Rule 1 again when a reboot turns into a replacement after the cordon (the reboot found a
+    worse fault, or the node did not recover): "" when the replacement may go ahead, else why it
+    is deferred for capacity.
+
+    Admit's read judged a reboot, which gives no capacity up. The drain is over by now, so what is
+    left before a replacement takes pods is ``replace.launchMinutes``; the block's end and lead
+    are the ones the read recorded."""
+    capacity = (state.step("admission") or {}).get("capacity") or {}
+    if not capacity.get("read"):
+        return ""
+    context = CapacityContext.from_json(capacity.get("context") or {})
+    usable_until = block_usable_until(context)
+    if not context.in_capacity_block or usable_until is None or context.reservation_end is None:
+        return ""
+    replace = state.settings.replace
+    remaining = usable_until - replacement_ready_by(
+        now, drain_worst_case_seconds=0, launch_minutes=replace.launch_minutes
+    )
+    if remaining >= timedelta(minutes=replace.min_block_remaining_minutes):
+        return ""
+    return (
+        f"deferred for capacity: Capacity Block {context.reservation_id or '(id unknown)'} ends at "
+        f"{format_timestamp(context.reservation_end)} and a replacement would take pods with "
+        f"{_minutes(remaining)} left before the block reclaims it, under "
+        f"replace.minBlockRemainingMinutes={replace.min_block_remaining_minutes}. The node stays cordoned "
+        "and is not replaced"
+    )

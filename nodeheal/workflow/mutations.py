@@ -32,6 +32,7 @@ from nodeheal.policy.classify import classify
 from nodeheal.steps import CHECK_RECOVERY, CORDON, DRAIN, FORCE_DRAIN, REBOOT, TERMINATE, UNCORDON
 from nodeheal.timestamps import format_timestamp, parse_timestamp
 from nodeheal.workflow import guard, step_events
+from nodeheal.workflow.capacity import block_note_at_escalation
 from nodeheal.workflow.drain_policy import (
     STILL_TO_GO,
     NodeState,
@@ -357,6 +358,17 @@ def terminate(
     )
     admitted = guard.admitted_node(state)
     replace_settings = state.settings.replace
+    deferred = block_note_at_escalation(state, now) if escalation else ""
+    if deferred:
+        # A reboot became a replacement after the cordon: the block's end is checked again now.
+        return {
+            "performed": False,
+            "deferredForCapacity": True,
+            "note": deferred,
+            "instanceId": admitted.instance_id,
+            "escalation": escalation,
+            "at": _stamp(now),
+        }
     instance = _verified_instance(state, node, ec2)
     report = _report_impaired(state, ec2, instance)
     if instance is None:

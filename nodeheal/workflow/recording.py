@@ -139,6 +139,8 @@ def _outcome(state: WorkflowState, decision_action: Action) -> tuple[Outcome, st
     if decision_action is Action.CORDON:
         return Outcome.CORDONED, "cordoned; left for a person"
     instance = state.step("instance") or {}
+    if instance.get("deferredForCapacity"):
+        return Outcome.CORDONED, f"node left cordoned: {instance.get('note', '')}"
     if instance.get("skipped"):
         return Outcome.SKIPPED, _skip_explanation(str(instance.get("skipped")))
     recovery = state.step("recovery") or {}
@@ -254,6 +256,9 @@ def capacity_summary(capacity: Any, instance_step: Mapping[str, Any] | None) -> 
         },
         "deferredForCapacity": bool(verdict.get("deferredForCapacity")),
     }
+    if (instance_step or {}).get("deferredForCapacity"):
+        summary["deferredForCapacity"] = True
+        summary.setdefault("blockEnd", context.get("reservationEnd"))
     report = (instance_step or {}).get("impairedReport")
     if isinstance(report, Mapping):
         summary["impairedReported"] = bool(report.get("sent"))

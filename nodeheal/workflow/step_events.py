@@ -30,6 +30,8 @@ Recovered                Normal   check-recovery
 RecoveryFailed           Warning  check-recovery; the instance is terminated next
 Uncordoned               Normal   uncordon
 Terminating              Normal   terminate
+ReplacementDeferred      Warning  terminate, when a Capacity Block ends too soon for a replacement
+                                  after a reboot turned into one: the node stays cordoned
 Evicted                  Normal   drain, on each pod it evicted (as Karpenter's termination does)
 ForceDeleted             Warning  force-drain, on each pod it deleted past its PDB
 =======================  =======  ============================================================
@@ -382,6 +384,19 @@ def drain_forced(
 
 def terminating(state: WorkflowState, result: Mapping[str, Any], now: datetime) -> list[ObjectEvent]:
     instance = str(result.get("instanceId", ""))
+    if result.get("deferredForCapacity"):
+        note = f"Not terminating EC2 instance {instance}: {result.get('note', '')}"
+        return [
+            _event(
+                state,
+                TERMINATE.name,
+                now,
+                reason="ReplacementDeferred",
+                action="Terminate",
+                note=note,
+                warning=True,
+            )
+        ]
     if result.get("previousState") == "not-found" or (
         result.get("alreadyGone") and result.get("previousState") in ("shutting-down", "terminated")
     ):

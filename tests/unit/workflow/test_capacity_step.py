@@ -15,7 +15,7 @@ from nodeheal.actions import Action, Mode
 from nodeheal.config import RemediationSettings, ReplaceSettings
 from nodeheal.errors import Ec2ThrottledError, InvalidEventError, OwnershipVerificationError
 from nodeheal.instances import CapacityReservationView, InstanceView, TerminateOutcome, ownership_tags
-from nodeheal.workflow import mutations
+from nodeheal.workflow import mutations, recording
 from nodeheal.workflow.capacity import read_capacity
 from nodeheal.workflow.ports import KubeAccess
 from nodeheal.workflow.recording import capacity_summary, render_notification
@@ -237,3 +237,55 @@ def test_settings_without_a_scarce_pool_or_block_change_nothing_for_on_demand() 
     admission = read_capacity(capacity_state(settings), CapacityEc2(), NOW)
     assert admission["decision"]["action"] == "replace"
     assert admission["capacity"]["verdict"]["capacityReason"] == ""
+
+
+# -- a reboot that turns into a replacement after the cordon -----------------------------------------
+
+
+def escalated_state(block_end: datetime) -> tuple[Any, Any]:
+    """A reboot admitted in a Capacity Block (the read judged a reboot, which gives nothing up) whose
+    node did not recover: the workflow now wants to replace it."""
+    node = cordoned(live_node(condition=gpu_problem()))
+    admission = dict(admitted_state(node).raw["admission"])
+    admission["decision"] = {**admission["decision"], "action": "reboot", "plannedAction": "reboot"}
+    admission["capacity"] = read_capacity(
+        admitted_state(node), CapacityEc2("capacity-block", BLOCK, {BLOCK: block(block_end)}), NOW
+    )["capacity"]
+    state = admitted_state(
+        node, extra={"admission": admission, "recovery": {"status": "failed", "detail": "not back"}}
+    )
+    return state, node
+
+
+def run_escalation(state_and_node: tuple[Any, Any], ec2: CapacityEc2, now: datetime) -> dict[str, Any]:
+    state, node = state_and_node
+    return mutations.terminate(
+        state,
+        KubeAccess(FakeNodes({"gpu-a": node}), RecordingPods({})),
+        ec2,
+        held_ledger(),
+        now,
+        mode=Mode.FULL,
+    )
+
+
+def test_an_escalation_checks_the_block_again_and_leaves_the_node_cordoned_when_it_ends_too_soon() -> None:
+    end = NOW + timedelta(minutes=100)  # usable until +60 min; a replacement takes pods at +20 min
+    state, node = escalated_state(end)
+    ec2 = CapacityEc2("capacity-block", BLOCK, {BLOCK: block(end)})
+    result = run_escalation((state, node), ec2, NOW)
+    assert result["performed"] is False and result["deferredForCapacity"] is True
+    assert "deferred for capacity" in result["note"] and "40 min left" in result["note"]
+    assert not [call for call in ec2.calls if not call.startswith("DescribeCapacity")]  # nothing touched
+    outcome, summary = recording._outcome(
+        dataclasses.replace(state, raw={**state.raw, "instance": result}), Action.REBOOT
+    )
+    assert outcome is Outcome.CORDONED and "deferred for capacity" in summary
+
+
+def test_an_escalation_with_the_block_far_off_replaces_as_before() -> None:
+    end = NOW + timedelta(minutes=121)  # 81 min usable, 61 min after the launch: at least 60
+    ec2 = CapacityEc2("capacity-block", BLOCK, {BLOCK: block(end)})
+    result = run_escalation(escalated_state(end), ec2, NOW)
+    assert result["performed"] is True
+    assert f"TerminateInstances {OLD_INSTANCE}" in ec2.calls
