@@ -137,7 +137,7 @@ CAPACITY_KINDS: tuple[tuple[str, int], ...] = (
 #: the Capacity Block rule decides, so they are drawn often; the 30-hour horizon needs the rest.
 BLOCK_END_MINUTES: tuple[tuple[tuple[int, int], int], ...] = (
     ((0, 45), 3),  # reclaiming: EC2's lead (30 or 60 min) and Karpenter's drain have begun or soon will
-    ((45, 150), 4),  # within launchMinutes + minBlockRemainingMinutes of the start
+    ((45, 150), 4),  # too soon for launchMinutes + minBlockRemainingMinutes + the leads
     ((150, 24 * 60), 4),  # hours: ends while the schedule runs
     ((24 * 60, 7 * 24 * 60), 2),  # days: outlives the schedule
 )
