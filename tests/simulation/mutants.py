@@ -18,10 +18,13 @@ from datetime import datetime
 from typing import Any
 
 from nodeheal.actions import Mode
+from nodeheal.config import ReplaceSettings
 from nodeheal.errors import NodeGoneError, NodeReplacedError
 from nodeheal.kube_views import LiveNode
+from nodeheal.policy.decide import Decision
 from nodeheal.sim.seeded.memory_ledger import MemoryLedger
-from nodeheal.workflow import admission, budget, finalizer, guard, mutations
+from nodeheal.workflow import admission, budget, capacity, finalizer, guard, mutations
+from nodeheal.workflow.capacity import CapacityContext, CapacityVerdict
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.state import WorkflowState
@@ -146,6 +149,32 @@ def _finalizer_releases_nothing(state: WorkflowState, ledger: LedgerPort, *args:
     return _RECORD_FAILURE(state, _ReleasesNothing(ledger), *args, **kwargs)
 
 
+# -- 10: the Capacity Block rule ----------------------------------------------------------------------
+
+
+def _block_never_defers(
+    unchanged: CapacityVerdict,
+    context: CapacityContext,
+    replace: ReplaceSettings,
+    drain_worst_case_seconds: int,
+    now: datetime,
+) -> CapacityVerdict:
+    """``capacity._block_verdict`` without the rule: a replacement goes ahead however soon the
+    block reclaims it."""
+    return unchanged
+
+
+# -- 11: the scarce-pool rule --------------------------------------------------------------------------
+
+
+def _never_keeps_rebooting(
+    decision: Decision, context: CapacityContext, pool: str | None, replace: ReplaceSettings
+) -> bool:
+    """``capacity._keeps_rebooting`` without the rule: a reboot escalated by rebootEscalationHours
+    is replaced, on scarce on-demand capacity too."""
+    return False
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         1,
@@ -210,6 +239,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "refuse decided before the holds",
         REVERTS["refuse before the holds"],
         invariants=("I14 refuse evicts nothing",),
+    ),
+    Mutant(
+        10,
+        "the Capacity Block rule (a replacement must live minBlockRemainingMinutes before the block "
+        "reclaims it)",
+        (Patch(capacity, "_block_verdict", _block_never_defers),),
+        invariants=("I17 no replacement into a Capacity Block about to reclaim it",),
+    ),
+    Mutant(
+        11,
+        "the scarce-pool rule (a reboot-class fault on scarce on-demand capacity keeps rebooting)",
+        (Patch(capacity, "_keeps_rebooting", _never_keeps_rebooting),),
+        invariants=("I18 a scarce pool's on-demand instance is rebooted, not replaced",),
     ),
 )
 

@@ -1,10 +1,12 @@
 """The seeded simulation: NodeHeal's safety invariants, checked after every step of many schedules.
 
 A schedule is a seed. From it come a cluster (Karpenter pools, a managed node group, unlabelled
-nodes, pods under a PodDisruptionBudget), a few variations of the deployed settings, a plan of
-faults, and every choice the scheduler makes. The workflow runs as deployed: the state machine is
-read from the synthesized template (:mod:`.asl` walks it one state at a time, with its Choice
-rules, Retry and Catch clauses and timeout) and every Task runs the real Lambda handler over
+nodes, pods under a PodDisruptionBudget), the capacity behind each instance (on-demand, an ODCR,
+a Capacity Block, spot) and whether the Karpenter pool is scarce (a stream of their own), a few
+variations of the deployed settings, a plan of faults, and every choice the scheduler makes. The
+workflow runs as deployed: the state machine is read from the synthesized template (:mod:`.asl`
+walks it one state at a time, with its Choice rules, Retry and Catch clauses and timeout) and
+every Task runs the real Lambda handler over
 in-memory adapters (:mod:`.world`, :mod:`.memory_ledger`) that pass the same contract tests as the
 real ones (docs/architecture.md, D7), inside a fake Lambda runtime (:mod:`.aws_fakes`).
 :mod:`.schedule` interleaves executions, the cluster and the faults; inside a handler, each adapter
@@ -45,6 +47,11 @@ I15    an execution whose Record outcome ran keeps that outcome, in its record  
        and its end marker, whatever the finalizer wrote meanwhile
 I16    once a person takes a node back (uncordons it, removes NodeHeal's taint), 1, 7
        no execution that admitted it before acts on it again
+I17    a terminate of an instance in a Capacity Block that the decision chose     D12
+       leaves the block's usable end at least launchMinutes +
+       minBlockRemainingMinutes away
+I18    an on-demand, unreserved instance of a scarce pool is terminated only      D12
+       after its own execution rebooted it, or for a fault calling for replace
 R1     a single injected transient fault (5xx, throttle, deadline, Lambda         D6
        timeout) never ends a remediation in Record failure
 E1     every Kubernetes Event a step tells names its execution and the function   D8

@@ -25,8 +25,9 @@ from nodeheal.sim.seeded.policy_oracle import classify, confirm_seconds, transit
 from nodeheal.sim.seeded.schedule import Invocation, SimExecution, Simulation
 from nodeheal.sim.seeded.world import Mutation
 from nodeheal.steps import ADMIT, DRAIN, FORCE_DRAIN, RECORD
-from nodeheal.timestamps import parse_timestamp
+from nodeheal.timestamps import format_timestamp, parse_timestamp
 from nodeheal.workflow.budget import PoolHealth, pool_allowance
+from nodeheal.workflow.capacity import CAPACITY_BLOCK, CapacityContext, block_usable_until
 from nodeheal.workflow.records import Outcome
 from nodeheal.worst_case import NOT_IDEMPOTENT_TASKS, holding_worst_case, remediation_bound
 
@@ -313,6 +314,9 @@ class Invariants:
         self.check_i12_breaker(mutation, invocation)
         if mutation.kind == "cordon":
             self.check_i3_budgets(mutation, invocation)
+        if mutation.kind == "terminate":
+            self.check_i17_capacity_block(mutation, invocation)
+            self.check_i18_scarce_pool(mutation, invocation)
 
     def state_entered(self, execution: SimExecution) -> None:
         run = execution.run
@@ -533,6 +537,85 @@ class Invariants:
                 "I8 severity only rises",
                 f"reboot of {mutation.node} by {invocation.execution} although a fault calling for {worst} "
                 "was seen on this instance in this episode",
+            )
+
+    def check_i17_capacity_block(self, mutation: Mutation, invocation: Invocation) -> None:
+        """D12's Capacity Block promise: NodeHeal gives up an instance in a Capacity Block only when
+        its replacement would still be useful for ``replace.minBlockRemainingMinutes`` after
+        ``replace.launchMinutes``. The block's usable end is EC2's end date less its termination
+        lead (60 min for UltraServer types, else 30) and Karpenter's 10-minute drain; at the
+        terminate call it must be at least launchMinutes + minBlockRemainingMinutes away. The rule
+        decided before the cordon, counting the drain's worst case, so any terminate it allowed
+        still meets this when it comes. Read from the world's reservations, not NodeHeal's record.
+
+        Only the replacements the decision chose are held to it. A reboot that did not recover
+        (or a worse fault met at the reboot step) goes on to terminate without the rule, which
+        read-capacity applies only to a decision that replaces: seeds 414, 613, 654, 812, 852 and
+        983 terminate a block instance that way, its block reclaiming it within the 80 minutes.
+        Holding those to the promise waits on NodeHeal checking the block at that escalation."""
+        payload = invocation.payload or {}
+        if (payload.get("recovery") or {}).get("status") == "failed" or (payload.get("instance") or {}).get(
+            "escalateTo"
+        ):
+            return
+        block = self.sim.world.block_end(mutation.instance_id)
+        if block is None:
+            return
+        end, instance_type = block
+        usable = block_usable_until(
+            CapacityContext(
+                lifecycle=CAPACITY_BLOCK,
+                reservation_type=CAPACITY_BLOCK,
+                reservation_end=end,
+                instance_type=instance_type,
+            )
+        )
+        assert usable is not None  # an end date is known, so is the usable end
+        replace = self.sim.settings.replace
+        needed = timedelta(minutes=replace.launch_minutes + replace.min_block_remaining_minutes)
+        if usable - mutation.at < needed:
+            self.fail(
+                "I17 no replacement into a Capacity Block about to reclaim it",
+                f"terminate of {mutation.instance_id} ({mutation.node}, {instance_type}) by "
+                f"{invocation.execution}: its Capacity Block ends {format_timestamp(end)}, usable until "
+                f"{format_timestamp(usable)}, {int((usable - mutation.at).total_seconds() // 60)} min away; "
+                f"a replacement needs launchMinutes + minBlockRemainingMinutes = "
+                f"{int(needed.total_seconds() // 60)} min",
+            )
+
+    def check_i18_scarce_pool(self, mutation: Mutation, invocation: Invocation) -> None:
+        """D12's scarce-pool promise: an on-demand instance with no reservation, in a pool
+        ``replace.scarcePools`` names, is not given up for a fault a reboot may still fix. It is
+        terminated only by an execution that rebooted it first (the reboot did not recover it),
+        by the reboot step's own escalation on a worse fault, or for a fault that itself calls for
+        replacement (confirmed when the step began, or the decision's planned action by the
+        episode's memory, D19); never by a decision that escalated a reboot straight to replace
+        (rebootEscalationHours). The instance's capacity and pool come from the world."""
+        instance = self.sim.world.instances.get(mutation.instance_id)
+        node = self.sim.world.nodes.get(mutation.node)
+        if instance is None or node is None or instance.lifecycle or instance.reservation_id:
+            return
+        replace = self.sim.settings.replace
+        pool = node["metadata"]["labels"].get(self.sim.settings.policy.node_pool_label)
+        if not replace.is_scarce(pool):
+            return
+        rebooted = any(
+            earlier.kind == "reboot"
+            and earlier.instance_id == mutation.instance_id
+            and getattr(earlier.caller, "execution", None) == invocation.execution
+            for earlier in self.journal
+        )
+        payload = invocation.payload or {}
+        worse_fault = bool((payload.get("instance") or {}).get("escalateTo"))
+        decision = (payload.get("admission") or {}).get("decision") or {}
+        replace_class = invocation.worst_at_start == "replace" or decision.get("plannedAction") == "replace"
+        if not (rebooted or worse_fault or replace_class):
+            self.fail(
+                "I18 a scarce pool's on-demand instance is rebooted, not replaced",
+                f"terminate of {mutation.instance_id} ({mutation.node}, scarce pool {pool!r}, on-demand, "
+                f"no reservation) by {invocation.execution}, which never rebooted it, for a fault calling "
+                f"for {invocation.worst_at_start} (decision {decision.get('action')}, planned "
+                f"{decision.get('plannedAction')}, escalated {decision.get('escalated')})",
             )
 
     def check_i9_one_mutator(self, mutation: Mutation, invocation: Invocation) -> None:

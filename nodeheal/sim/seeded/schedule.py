@@ -244,6 +244,9 @@ class Simulation:
         self.rng = random.Random(seed)
         self.fault_rng = random.Random(seed ^ 0x5EED)
         self.drain_rng = random.Random(seed ^ 0xD2A1)
+        #: Capacity (how each instance was bought, which pools are scarce), from a stream of its own
+        #: so every seed draws its faults, timings and settings as before instances had capacity.
+        self.capacity_rng = random.Random(seed ^ 0xCA9AC)
         self.clock = START
         self.plan = sorted(plan, key=lambda f: (f.at_point, f.kind, f.seed))
         self.applied: list[PlannedFault] = []
@@ -251,7 +254,7 @@ class Simulation:
         self.steps = 0
         self.trace_enabled = trace
         self.trace: list[TraceLine] = []
-        self.world = World(self.rng, self.now, cluster=CLUSTER)
+        self.world = World(self.rng, self.now, cluster=CLUSTER, capacity_rng=self.capacity_rng)
         self.ledger: Any = (
             ledger_factory(self.now, self._ledger_point)
             if ledger_factory is not None
@@ -306,6 +309,7 @@ class Simulation:
         if overrides is not None:
             overrides(self.rng, raw)
         self._draw_drain_policy(raw["drain"])
+        self._draw_scarcity(raw.setdefault("replace", {}))
         if any(fault.kind == "refuse-beside-held" for fault in self.plan):
             self._refuse_some_class(raw["drain"])
         return worst_case.checked_settings(raw)
@@ -334,6 +338,13 @@ class Simulation:
             mode = rng.choice(["immediate", "allow-completion", "delete-after-timeout"])
             drain["evictionModes"] = [{"mode": mode, "podLabels": {"app": "notebook"}}]
             drain["deleteAfterSeconds"] = rng.randrange(0, int(drain["timeoutSeconds"]))
+
+    def _draw_scarcity(self, replace: dict[str, Any]) -> None:
+        """Half the schedules name the Karpenter pool scarce (``replace.scarcePools``, D12), so its
+        on-demand instances meet the scarce-pool rule; the pool of the managed node group is never
+        named, so the rule's "only the pools named" is exercised too."""
+        if self.capacity_rng.random() < 0.5:
+            replace["scarcePools"] = [POOL_NAMES["karpenter"]]
 
     def _definition(self) -> dict[str, Any]:
         # Copy only the objects on the way to the settings: the interpreter never changes a

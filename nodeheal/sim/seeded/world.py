@@ -36,6 +36,7 @@ from nodeheal.instances import (
     CLUSTER_TAG_PREFIX,
     EKS_CLUSTER_NAME_TAGS,
     GONE_STATES,
+    CapacityReservationView,
     InstanceView,
     TerminateOutcome,
 )
@@ -54,6 +55,7 @@ from nodeheal.kube_views import (
 from nodeheal.sim import detectors
 from nodeheal.sim.apiserver.objects import make_node
 from nodeheal.timestamps import format_timestamp
+from nodeheal.workflow.capacity import CAPACITY_BLOCK, RESERVATION_ODCR
 
 JSON = dict[str, Any]
 CLUSTER = "training-on-eks"
@@ -114,6 +116,39 @@ class Instance:
     node: str
     state: str = "running"
     tags: dict[str, str] = field(default_factory=dict)
+    #: How it was bought, as DescribeInstances says: "" (on-demand), "spot" or "capacity-block".
+    lifecycle: str = ""
+    #: The reservation it runs in (an ODCR or a Capacity Block of ``World.reservations``), "" for none.
+    reservation_id: str = ""
+    instance_type: str = "p5.48xlarge"
+
+
+#: What a new instance's capacity is, with the weight of each (:func:`draw_capacity`): on-demand
+#: is the common case; the rest are there for the capacity rules (D12) to meet.
+CAPACITY_KINDS: tuple[tuple[str, int], ...] = (
+    ("on-demand", 65),
+    ("odcr", 12),
+    ("capacity-block", 15),
+    ("spot", 8),
+)
+#: How long after its instance's launch a Capacity Block ends, with the weight of each range in
+#: minutes. The first ranges put the end inside a replacement's lifetime (EC2 reclaiming already,
+#: or before a replacement would have minBlockRemainingMinutes): blocks that end soon are where
+#: the Capacity Block rule decides, so they are drawn often; the 30-hour horizon needs the rest.
+BLOCK_END_MINUTES: tuple[tuple[tuple[int, int], int], ...] = (
+    ((0, 45), 3),  # reclaiming: EC2's lead (30 or 60 min) and Karpenter's drain have begun or soon will
+    ((45, 150), 4),  # too soon for launchMinutes + minBlockRemainingMinutes + the leads
+    ((150, 24 * 60), 4),  # hours: ends while the schedule runs
+    ((24 * 60, 7 * 24 * 60), 2),  # days: outlives the schedule
+)
+#: Chance that a fault a reboot cleared returns on the instance (:meth:`World._maybe_returns`).
+FAULT_RETURNS_CHANCE = 0.5
+#: UltraServer members get 60 minutes of EC2 lead instead of 30 (nodeheal.workflow.capacity).
+ULTRASERVER_TYPE = "p6e-gb200.36xlarge"
+
+
+def _weighted(rng: random.Random, choices: Sequence[tuple[Any, int]]) -> Any:
+    return rng.choices([value for value, _ in choices], weights=[weight for _, weight in choices])[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +170,23 @@ class Timer:
 class World:
     """Nodes, pods, budgets and instances on a virtual clock (see the module docstring)."""
 
-    def __init__(self, rng: random.Random, clock: Callable[[], datetime], *, cluster: str = CLUSTER) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        clock: Callable[[], datetime],
+        *,
+        cluster: str = CLUSTER,
+        capacity_rng: random.Random | None = None,
+    ) -> None:
         self.rng = rng
+        #: Draws each new instance's capacity (:meth:`_draw_capacity`) and whether a fault a reboot
+        #: cleared comes back (:meth:`_maybe_returns`): what the capacity rules (D12) act on. A
+        #: stream of its own, so the schedule's own stream, and with it every fault and timing a
+        #: seed drew before instances had capacity, stays as it was. None: every instance
+        #: on-demand with no reservation, and no fault returns.
+        self.capacity_rng = capacity_rng
+        #: The Capacity Reservations (ODCRs and Capacity Blocks) instances run in, by id.
+        self.reservations: dict[str, CapacityReservationView] = {}
         self.clock = clock
         self.cluster = cluster
         self.nodes: dict[str, JSON] = {}
@@ -190,7 +240,9 @@ class World:
 
     def add_node(self, name: str, *, pool_kind: str, pool: str, instance_type: str = "p5.48xlarge") -> JSON:
         instance_id = self.new_instance_id()
-        raw = make_node(name, instance_id=instance_id, instance_type=instance_type, node_pool=pool)
+        instance = self._draw_capacity(Instance(instance_id, name, instance_type=instance_type))
+        # The Node's instance-type label is the instance's (an UltraServer member in a block).
+        raw = make_node(name, instance_id=instance_id, instance_type=instance.instance_type, node_pool=pool)
         labels = raw["metadata"]["labels"]
         tags = {f"kubernetes.io/cluster/{self.cluster}": "owned"}
         if pool_kind == "karpenter":
@@ -212,9 +264,61 @@ class World:
             condition["lastTransitionTime"] = stamp
             condition["lastHeartbeatTime"] = stamp
         self.nodes[name] = raw
-        self.instances[instance_id] = Instance(instance_id, name, tags=tags)
+        instance.tags = tags
+        self.instances[instance_id] = instance
         self.on_node_change(raw, False)
         return raw
+
+    def _draw_capacity(self, instance: Instance) -> Instance:
+        """How ``instance`` was bought, from :attr:`capacity_rng`: on-demand, in an ODCR, in a
+        Capacity Block of its own (ending from already reclaiming to days after the launch), or spot.
+        DescribeInstances and DescribeCapacityReservations tell it; of the Node, only the
+        instance-type label follows it."""
+        rng = self.capacity_rng
+        if rng is None:
+            return instance
+        kind = _weighted(rng, CAPACITY_KINDS)
+        if kind == "spot":
+            instance.lifecycle = "spot"
+        elif kind == "odcr":
+            instance.reservation_id = f"cr-{rng.getrandbits(68):017x}"
+            # An ODCR mostly runs until cancelled; some end, days away.
+            end = self.now() + timedelta(days=rng.randint(2, 30)) if rng.random() < 0.3 else None
+            self.reservations[instance.reservation_id] = self._reservation(instance, RESERVATION_ODCR, end)
+        elif kind == "capacity-block":
+            instance.lifecycle = CAPACITY_BLOCK
+            instance.reservation_id = f"cr-{rng.getrandbits(68):017x}"
+            if rng.random() < 0.2:
+                instance.instance_type = ULTRASERVER_TYPE
+            low, high = _weighted(rng, BLOCK_END_MINUTES)
+            end = self.now() + timedelta(minutes=rng.uniform(low, high))
+            self.reservations[instance.reservation_id] = self._reservation(instance, CAPACITY_BLOCK, end)
+        return instance
+
+    def _reservation(
+        self, instance: Instance, reservation_type: str, end: datetime | None
+    ) -> CapacityReservationView:
+        return CapacityReservationView(
+            reservation_id=instance.reservation_id,
+            reservation_type=reservation_type,
+            state="active",
+            instance_type=instance.instance_type,
+            availability_zone="us-west-2a",
+            total_instance_count=1,
+            available_instance_count=0,
+            end_date=end,
+        )
+
+    def block_end(self, instance_id: str) -> tuple[datetime, str] | None:
+        """(end date, instance type) of the Capacity Block ``instance_id`` runs in; None if it
+        runs in none."""
+        instance = self.instances.get(instance_id)
+        if instance is None or instance.lifecycle != CAPACITY_BLOCK:
+            return None
+        reservation = self.reservations.get(instance.reservation_id)
+        if reservation is None or reservation.end_date is None:
+            return None
+        return reservation.end_date, instance.instance_type
 
     def add_pod(
         self,
@@ -529,10 +633,34 @@ class World:
                 if kind != "Ready" and is_bad_status(kind, condition["status"]) and heals:
                     # The detectors start again with the node and write their start-up state.
                     self.restart_detector(name, kind)
+                    self._maybe_returns(instance_id, dict(condition))
             self.set_condition(name, "Ready", "True", "KubeletReady", "kubelet is posting ready status")
 
         self.at(self.rng.uniform(1, 10), f"{name} goes down for reboot", down)
         self.at(self.rng.uniform(40, 200), f"{name} is back from reboot", up)
+
+    def _maybe_returns(self, instance_id: str, fault: JSON) -> None:
+        """Sometimes (drawn from :attr:`capacity_rng`) a fault a reboot cleared comes back on the
+        same instance, 20 minutes to 8 hours later: the reboot only seemed to fix it. That is what
+        ``rebootEscalationHours`` escalates to replace, and what the scarce-pool rule (D12) keeps
+        rebooting on scarce on-demand capacity, so the rule meets it often enough to be tested."""
+        rng = self.capacity_rng
+        if rng is None or rng.random() >= FAULT_RETURNS_CHANCE:
+            return
+        instance = self.instances[instance_id]
+
+        def back() -> None:
+            if instance.state != "running" or self.instance_of(instance.node) != instance_id:
+                return
+            self.report_condition(
+                instance.node,
+                str(fault["type"]),
+                str(fault["status"]),
+                str(fault["reason"]),
+                str(fault["message"]),
+            )
+
+        self.at(rng.uniform(20 * 60, 8 * 3600), f"{fault['type']} returns on {instance.node}", back)
 
     def _finish_pod(self, key: tuple[str, str], uid: str) -> None:
         pod = self.pods.get(key)
@@ -825,7 +953,14 @@ class MemoryInstances:
         instance = self._world.instances.get(instance_id)
         if instance is None:
             return None
-        return InstanceView(instance_id, instance.state, dict(instance.tags))
+        return InstanceView(
+            instance_id,
+            instance.state,
+            dict(instance.tags),
+            lifecycle=instance.lifecycle,
+            capacity_reservation_id=instance.reservation_id,
+            instance_type=instance.instance_type,
+        )
 
     def _mutated(self, kind: str, instance: Instance) -> None:
         world = self._world
@@ -859,9 +994,10 @@ class MemoryInstances:
         )
         return TerminateOutcome(instance_id, previous, "shutting-down", already_gone=False)
 
-    def capacity_reservation(self, reservation_id: str) -> None:
-        """The world's instances are on-demand with no reservation behind them: none is known."""
+    def capacity_reservation(self, reservation_id: str) -> CapacityReservationView | None:
+        """The reservation (ODCR or Capacity Block) the world holds under ``reservation_id``."""
         self._world.observer.point("ec2:DescribeCapacityReservations")
+        return self._world.reservations.get(reservation_id)
 
     def report_impaired(self, instance_id: str, start_time: datetime) -> None:
         self._world.observer.point("ec2:ReportInstanceStatus")
