@@ -164,6 +164,15 @@ def _block_never_defers(
     return unchanged
 
 
+# -- 12: the Capacity Block rule again at an escalation -----------------------------------------------
+
+
+def _escalation_never_defers(state: WorkflowState, now: datetime) -> str:
+    """``capacity.block_note_at_escalation`` without the check: a reboot that turns into a
+    replacement after the cordon terminates however soon the block reclaims the instance."""
+    return ""
+
+
 # -- 11: the scarce-pool rule --------------------------------------------------------------------------
 
 
@@ -252,6 +261,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "the scarce-pool rule (a reboot-class fault on scarce on-demand capacity keeps rebooting)",
         (Patch(capacity, "_keeps_rebooting", _never_keeps_rebooting),),
         invariants=("I18 a scarce pool's on-demand instance is rebooted, not replaced",),
+    ),
+    Mutant(
+        12,
+        "the Capacity Block rule at an escalation (a reboot turned into a replacement checks the block "
+        "again at the terminate step)",
+        # The terminate step holds the function it imported by name.
+        (Patch(mutations, "block_note_at_escalation", _escalation_never_defers),),
+        invariants=("I17 no replacement into a Capacity Block about to reclaim it",),
     ),
 )
 
