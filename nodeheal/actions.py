@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
-from nodeheal.errors import ConfigurationError
+from nodeheal.errors import ConfigurationError, InvalidEventError
 
 
 class Action(StrEnum):
@@ -44,3 +46,14 @@ class Mode(StrEnum):
     DRY_RUN = "dry-run"  # decide and record everything, mutate nothing
     CORDON_ONLY = "cordon-only"  # at most cordon (and alert); never drain, reboot or terminate
     FULL = "full"
+
+
+def action_at(raw: Mapping[str, Any], key: str, *, where: str) -> Action:
+    """The action stored under ``key`` of ``raw`` (a decision or verdict read back from the state),
+    or :class:`InvalidEventError` naming ``where.key`` and the allowed values."""
+    value = raw.get(key)
+    try:
+        return Action(str(value))
+    except ValueError:
+        allowed = ", ".join(a.value for a in Action)
+        raise InvalidEventError(f"{where}.{key} must be one of {allowed}; got {value!r}") from None

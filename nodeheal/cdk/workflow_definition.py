@@ -66,6 +66,16 @@ def _at(step: Step, field: str = "") -> str:
     return f"$.{step.result_key}" + (f".{field}" if field else "")
 
 
+def _acts_on_the_instance() -> sfn.Condition:
+    """The decision reboots or replaces the instance: it is read for capacity, then drained."""
+    return sfn.Condition.or_(
+        *(
+            sfn.Condition.string_equals(_at(ADMIT, "decision.action"), action)
+            for action in ("reboot", "replace")
+        )
+    )
+
+
 class _DefinitionBuilder:
     def __init__(
         self,
@@ -102,13 +112,7 @@ class _DefinitionBuilder:
         drain_loop = self._build_drain_loop(instance_action)
         cordon = self._task(CORDON).next(
             sfn.Choice(self._scope, "Drain needed?")
-            .when(
-                sfn.Condition.or_(
-                    sfn.Condition.string_equals(_at(ADMIT, "decision.action"), "reboot"),
-                    sfn.Condition.string_equals(_at(ADMIT, "decision.action"), "replace"),
-                ),
-                drain_loop,
-            )
+            .when(_acts_on_the_instance(), drain_loop)
             .otherwise(record)
         )
         choose_action = (
@@ -129,13 +133,7 @@ class _DefinitionBuilder:
         read_capacity = self._task(READ_CAPACITY).next(choose_action)
         capacity_needed = (
             sfn.Choice(self._scope, "Instance action?")
-            .when(
-                sfn.Condition.or_(
-                    sfn.Condition.string_equals(_at(ADMIT, "decision.action"), "reboot"),
-                    sfn.Condition.string_equals(_at(ADMIT, "decision.action"), "replace"),
-                ),
-                read_capacity,
-            )
+            .when(_acts_on_the_instance(), read_capacity)
             .otherwise(choose_action)
         )
         admit = self._task(ADMIT)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodeheal.actions import Action, Mode
+from nodeheal.actions import Action, Mode, action_at
 from nodeheal.conditions import Condition
 from nodeheal.config import PolicySettings
 from nodeheal.errors import InvalidEventError
@@ -64,8 +64,8 @@ class Decision:
         """Read back :meth:`to_json` (a decision travels through the state machine's state)."""
         if not isinstance(raw, Mapping):
             raise InvalidEventError(f"decision must be an object, got {type(raw).__name__}")
-        action = _action(raw, "action")
-        planned = _action(raw, "plannedAction")
+        action = action_at(raw, "action", where="decision")
+        planned = action_at(raw, "plannedAction", where="decision")
         reason = raw.get("reason")
         signal = raw.get("signal")
         if not isinstance(reason, str) or not isinstance(signal, str) or not signal:
@@ -90,15 +90,6 @@ class Decision:
             confirm_seconds=confirm,
             escalated=escalated,
         )
-
-
-def _action(raw: Mapping[str, Any], key: str) -> Action:
-    value = raw.get(key)
-    try:
-        return Action(str(value))
-    except ValueError:
-        allowed = ", ".join(a.value for a in Action)
-        raise InvalidEventError(f"decision.{key} must be one of {allowed}; got {value!r}") from None
 
 
 def decide(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from nodeheal.actions import Action
+from nodeheal.actions import Action, action_at
 from nodeheal.config import ReplaceSettings
 from nodeheal.errors import InvalidEventError
 from nodeheal.policy.decide import Decision
@@ -228,7 +228,10 @@ class CapacityVerdict:
         """Read back :meth:`to_json` (a verdict travels with the decision through the state)."""
         if not isinstance(raw, Mapping):
             raise InvalidEventError(f"capacity must be an object, got {type(raw).__name__}")
-        action, planned = _action(raw, "action"), _action(raw, "plannedAction")
+        action, planned = (
+            action_at(raw, "action", where="capacity"),
+            action_at(raw, "plannedAction", where="capacity"),
+        )
         escalated, deferred = raw.get("escalated", False), raw.get("deferredForCapacity", False)
         if not isinstance(escalated, bool) or not isinstance(deferred, bool):
             raise InvalidEventError("capacity.escalated and capacity.deferredForCapacity must be booleans")
@@ -256,15 +259,6 @@ class CapacityVerdict:
             landing_reservation=None if landing is None else LandingReservation.from_json(landing),
             block_end=None if block_end is None else parse_timestamp(block_end, "capacity.blockEnd"),
         )
-
-
-def _action(raw: Mapping[str, Any], key: str) -> Action:
-    value = raw.get(key)
-    try:
-        return Action(str(value))
-    except ValueError:
-        allowed = ", ".join(a.value for a in Action)
-        raise InvalidEventError(f"capacity.{key} must be one of {allowed}; got {value!r}") from None
 
 
 def block_usable_until(context: CapacityContext) -> datetime | None:
