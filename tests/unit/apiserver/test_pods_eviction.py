@@ -254,13 +254,17 @@ def test_actual_stop_time_override_and_shortening(server: FakeKubeApiServer, cor
     started = time.monotonic()
     core.delete_namespaced_pod("quick", "train")
     core.delete_namespaced_pod("long", "train")
-    # A second delete may shorten the grace period (to 0 here: immediate).
+    # A second delete may shorten the grace period (to 0 here: immediate): the pod is gone by
+    # the time that delete is answered, whatever the machine's load.
     core.delete_namespaced_pod("long", "train", grace_period_seconds=0)
-    deadline = time.monotonic() + 5
-    while len(done) < 2 and time.monotonic() < deadline:
+    shortened = time.monotonic()
+    assert "long" in done and done["long"] <= shortened
+    # The override (20 s, 0.2 s at the test's time scale) stops the quick pod, not its 300 s grace
+    # (3 s): a loaded machine makes the stop later, never earlier, so only the lower bound is tight.
+    deadline = time.monotonic() + 30
+    while "quick" not in done and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert done["long"] - started < 0.15
-    assert 0.15 <= done["quick"] - started < 1.5
+    assert 0.15 <= done["quick"] - started < 3.0
 
 
 def test_delete_grace_zero_and_uid_precondition(core: client.CoreV1Api, server: FakeKubeApiServer) -> None:
