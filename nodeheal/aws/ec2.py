@@ -26,6 +26,7 @@ Any other error is raised unchanged: it is neither expected nor safe to reinterp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -70,6 +71,19 @@ def _raise_mapped(exc: ClientError, action: str) -> NoReturn:
     raise exc
 
 
+def _read(action: str, call: Callable[[], Any], not_found: frozenset[str]) -> Any:
+    """A describe call's answer; None when EC2 answers one of ``not_found``. Other errors are
+    mapped as the module says; a lost connection is retried like a throttle (reads are safe)."""
+    try:
+        return call()
+    except ClientError as exc:
+        if _error_code(exc)[0] in not_found:
+            return None
+        _raise_mapped(exc, action)
+    except BotoCoreError as exc:
+        raise Ec2ThrottledError(f"{action}: EC2 unreachable: {exc}") from exc
+
+
 class Ec2Instances:
     def __init__(self, ec2_client: Any) -> None:
         self._ec2 = ec2_client
@@ -77,15 +91,13 @@ class Ec2Instances:
     def describe(self, instance_id: str) -> InstanceView | None:
         """The instance, or None if EC2 does not know it (never existed, malformed id, or terminated
         long enough ago to have left the API)."""
-        action = f"ec2:DescribeInstances {instance_id}"
-        try:
-            response = self._ec2.describe_instances(InstanceIds=[instance_id])
-        except ClientError as exc:
-            if _error_code(exc)[0] in NOT_FOUND_CODES:
-                return None
-            _raise_mapped(exc, action)
-        except BotoCoreError as exc:
-            raise Ec2ThrottledError(f"{action}: EC2 unreachable: {exc}") from exc
+        response = _read(
+            f"ec2:DescribeInstances {instance_id}",
+            lambda: self._ec2.describe_instances(InstanceIds=[instance_id]),
+            NOT_FOUND_CODES,
+        )
+        if response is None:
+            return None
         for reservation in response.get("Reservations") or []:
             for raw in reservation.get("Instances") or []:
                 if raw.get("InstanceId") == instance_id:
@@ -134,15 +146,13 @@ class Ec2Instances:
 
     def capacity_reservation(self, reservation_id: str) -> CapacityReservationView | None:
         """The Capacity Reservation (ODCR or Capacity Block), or None if EC2 does not know it."""
-        action = f"ec2:DescribeCapacityReservations {reservation_id}"
-        try:
-            response = self._ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
-        except ClientError as exc:
-            if _error_code(exc)[0] in RESERVATION_NOT_FOUND_CODES:
-                return None
-            _raise_mapped(exc, action)
-        except BotoCoreError as exc:
-            raise Ec2ThrottledError(f"{action}: EC2 unreachable: {exc}") from exc
+        response = _read(
+            f"ec2:DescribeCapacityReservations {reservation_id}",
+            lambda: self._ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id]),
+            RESERVATION_NOT_FOUND_CODES,
+        )
+        if response is None:
+            return None
         for raw in response.get("CapacityReservations") or []:
             if raw.get("CapacityReservationId") == reservation_id:
                 return CapacityReservationView.from_api(raw)

@@ -39,6 +39,13 @@ _SHARED_LOADERS: dict[str | None, Any] = {}
 _SHARED_LOADERS_LOCK = threading.Lock()
 
 
+def _started(*patchers: Any) -> list[Any]:
+    """Start each patcher and return them, for the harness to stop."""
+    for patcher in patchers:
+        patcher.start()
+    return list(patchers)
+
+
 def start() -> list[Any]:
     """Start every patch (moto's mock must already be started, but no backend used yet: moto
     builds them on first use) and return the started patchers."""
@@ -76,7 +83,6 @@ def serve_start_time_as_text() -> list[Any]:
     """Correctness (moto 5.2.5, ``ExecutionWorker._get_evaluation_environment``): Step Functions
     gives ``$$.Execution.StartTime`` as an ISO 8601 string; moto hands the workflow a datetime,
     which then breaks its own DescribeExecution. Serve the string, as AWS does."""
-    started: list[Any] = []
     from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
     original = ExecutionWorker._get_evaluation_environment
@@ -89,10 +95,7 @@ def serve_start_time_as_text() -> list[Any]:
             execution["StartTime"] = format_timestamp(start_time, millis=True)
         return env
 
-    patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_environment", environment)
-    patcher.start()
-    started.append(patcher)
-    return started
+    return _started(mock.patch.object(ExecutionWorker, "_get_evaluation_environment", environment))
 
 
 def share_model_loaders() -> list[Any]:
@@ -104,7 +107,6 @@ def share_model_loaders() -> list[Any]:
     was a fifth of a pipeline's CPU, EC2's model alone being megabytes of JSON. The harness's
     sessions share one loader per data path instead, which loads each model once per process;
     botocore never changes a model it loaded (the sessions of one loader already share them)."""
-    started: list[Any] = []
     import botocore.session
 
     def shared_loader(search_path_string: str | None = None) -> Any:
@@ -114,10 +116,7 @@ def share_model_loaders() -> list[Any]:
                 loader = _SHARED_LOADERS[search_path_string] = create_loader(search_path_string)
             return loader
 
-    patcher = mock.patch.object(botocore.session, "create_loader", shared_loader)
-    patcher.start()
-    started.append(patcher)
-    return started
+    return _started(mock.patch.object(botocore.session, "create_loader", shared_loader))
 
 
 def parse_each_definition_once() -> list[Any]:
@@ -127,16 +126,12 @@ def parse_each_definition_once() -> list[Any]:
     program, so over a minute of CPU for a 1,000-execution storm). Both depend on the definition
     text alone: each is made once per definition and every execution evaluates the same program
     (:func:`evaluation_program` says why sharing it is sound)."""
-    started: list[Any] = []
     from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
     def entrypoint(worker: Any) -> Any:
         return evaluation_program(worker._evaluation_details.state_machine_details.definition)
 
-    patcher = mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint)
-    patcher.start()
-    started.append(patcher)
-    return started
+    return _started(mock.patch.object(ExecutionWorker, "_get_evaluation_entrypoint", entrypoint))
 
 
 def validate_definitions_through_the_cache() -> list[Any]:
@@ -145,7 +140,6 @@ def validate_definitions_through_the_cache() -> list[Any]:
     second of CPU for every pipeline started, though most start with a definition already
     parsed. The parse goes through the same cache; a definition that does not parse still
     fails exactly as moto fails it (the cache keeps only trees, never errors)."""
-    started: list[Any] = []
     from moto.stepfunctions.parser.asl.parse.asl_parser import ASLParserException
     from moto.stepfunctions.parser.models import InvalidDefinition, StepFunctionsParserBackend
 
@@ -160,10 +154,9 @@ def validate_definitions_through_the_cache() -> list[Any]:
                 f"in definition '{definition}'."
             ) from None
 
-    patcher = mock.patch.object(StepFunctionsParserBackend, "_validate_definition", staticmethod(validate))
-    patcher.start()
-    started.append(patcher)
-    return started
+    return _started(
+        mock.patch.object(StepFunctionsParserBackend, "_validate_definition", staticmethod(validate))
+    )
 
 
 def share_task_clients() -> list[Any]:
@@ -171,7 +164,6 @@ def share_task_clients() -> list[Any]:
     creates a new boto3 client for every invocation (a few
     milliseconds of model loading each, and creating clients is not thread-safe); the same
     client, built the same way, serves every invocation of a region instead."""
-    started: list[Any] = []
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
     from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
@@ -187,10 +179,7 @@ def share_task_clients() -> list[Any]:
                 )
             return client
 
-    patcher = mock.patch.object(lambda_eval_utils, "boto_client_for", shared_client)
-    patcher.start()
-    started.append(patcher)
-    return started
+    return _started(mock.patch.object(lambda_eval_utils, "boto_client_for", shared_client))
 
 
 def parse_each_jsonpath_once() -> list[Any]:
@@ -265,9 +254,7 @@ def list_response_methods_once() -> list[Any]:
     from moto.core import responses
 
     listed = functools.lru_cache(maxsize=None)(responses.method_names_from_class)
-    patcher = mock.patch.object(responses, "method_names_from_class", listed)
-    patcher.start()
-    return [patcher]
+    return _started(mock.patch.object(responses, "method_names_from_class", listed))
 
 
 def sign_requests_without_signatures() -> list[Any]:
@@ -295,9 +282,7 @@ def sign_requests_without_signatures() -> list[Any]:
             f"SignedHeaders=host;x-amz-date, Signature={'0' * 64}"
         )
 
-    patcher = mock.patch.object(SigV4Auth, "add_auth", add_auth)
-    patcher.start()
-    return [patcher]
+    return _started(mock.patch.object(SigV4Auth, "add_auth", add_auth))
 
 
 def scan_sqs_queues_once() -> list[Any]:
@@ -549,7 +534,6 @@ def write_dynamodb_items_as_json() -> list[Any]:
     objects, arrays, strings, numbers and booleans is written as that JSON instead, which is the
     body the serializer writes for it (the JSON protocol has nothing else to add); anything else
     (a null, bytes, a timestamp, an error) still goes through moto's serializer."""
-    started: list[Any] = []
     import json
 
     from moto.dynamodb.responses import DynamoResult
@@ -568,10 +552,7 @@ def write_dynamodb_items_as_json() -> list[Any]:
             return status, headers, body
         return 200, {"Content-Type": content_type}, json.dumps(result.result)
 
-    patcher = mock.patch.object(DynamoResult, "execute_result", execute_result)
-    patcher.start()
-    started.append(patcher)
-    return started
+    return _started(mock.patch.object(DynamoResult, "execute_result", execute_result))
 
 
 def _plain_json(value: Any) -> bool:
