@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -31,13 +32,15 @@ def test_every_faulted_node_is_decided_and_the_budget_holds(stormed: LocalPipeli
     records, dropped = stormed.wait_until_decided(victims, timeout=120)
     assert dropped == []
     assert sorted(r.node for r in records) == sorted(victims)
-    outcomes = [r.outcome for r in records]
+    outcomes = Counter(r.outcome for r in records)
     # Simultaneous faults: the smallest of maxInFlight, maxPerHour and the pool's allowance (1 of
     # 8 nodes at the default 20% share) is remediated, and the breaker refuses the rest.
     budget = storm_budget(stormed.remediation_settings.budgets, pool_size=NODES)
     assert budget == 1
-    assert outcomes.count(Outcome.REPLACED) == budget
-    assert outcomes.count(Outcome.REFUSED) == NODES - budget
+    # Compared whole, so a failure names every outcome and why, not only a count that fell short.
+    assert outcomes == {Outcome.REPLACED: budget, Outcome.REFUSED: NODES - budget}, [
+        (r.node, r.outcome, r.reason) for r in records
+    ]
     assert len(stormed.wait_for_records(NODES, timeout=5)) == NODES
     assert len(stormed.wait_for_records(1, node=victims[0], timeout=5)) == 1
 
