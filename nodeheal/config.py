@@ -17,6 +17,8 @@ from typing import Any
 
 from nodeheal.actions import Action, Mode
 from nodeheal.conditions import CONDITION_STATUSES
+from nodeheal.counted_signals import DEFINITIONS as COUNTED_SIGNALS
+from nodeheal.counted_signals import CountedRule
 from nodeheal.settings_reader import SettingsReader, all_problems, problem, salvage
 
 #: The mode of a configuration without ``mode``: decide and record, change nothing. Remediating
@@ -199,10 +201,19 @@ class PolicySettings:
     node_pool_label: str = "karpenter.sh/nodepool"
     #: Per-pool overrides, merged over ``overrides`` (pool wins).
     node_pools: Mapping[str, PolicyOverrides] = field(default_factory=lambda: _frozen({}))
+    #: Counted signals whose rule differs from the default (``nodeheal.policy.counted_signals``):
+    #: signal -> count within windowHours -> action.
+    counted_signals: Mapping[str, CountedRule] = field(default_factory=lambda: _frozen({}))
+
+    def counted_rule(self, signal: str) -> CountedRule:
+        """The rule of a counted signal: the configured one, else the default."""
+        configured = self.counted_signals.get(signal)
+        return configured if configured is not None else COUNTED_SIGNALS[signal].default
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.overrides.to_json(),
+            "countedSignals": {key: rule.to_json() for key, rule in sorted(self.counted_signals.items())},
             "unknownAction": self.unknown_action.value,
             "rebootEscalationHours": self.reboot_escalation_hours,
             "maxAttemptsPerNode": self.max_attempts_per_node,
@@ -231,6 +242,7 @@ class PolicySettings:
             opt_out_label=reader.string("optOutLabel", "nodeheal.io/disabled"),
             node_pool_label=reader.string("nodePoolLabel", "karpenter.sh/nodepool"),
             node_pools=_frozen(pools),
+            counted_signals=_frozen(_counted_rules(reader.child("countedSignals"))),
         )
         reader.finish()
         return settings
@@ -245,6 +257,27 @@ class PolicySettings:
             reason_actions=_frozen({**self.overrides.reason_actions, **pool_overrides.reason_actions}),
             condition_rules=_frozen({**self.overrides.condition_rules, **pool_overrides.condition_rules}),
         )
+
+
+def _counted_rules(reader: SettingsReader) -> dict[str, CountedRule]:
+    """``policy.countedSignals``: per signal, ``count`` within ``windowHours`` -> ``action``. A key
+    that names no counted signal is refused with the names there are."""
+    rules: dict[str, CountedRule] = {}
+    for key in reader.key_names():
+        if key not in COUNTED_SIGNALS:
+            known = ", ".join(sorted(COUNTED_SIGNALS))
+            reader.refuse(key, f"{reader.where(key)} names no counted signal; they are {known}")
+            continue
+        default = COUNTED_SIGNALS[key].default
+        rule_reader = reader.child(key, optional=False)
+        rules[key] = CountedRule(
+            count=rule_reader.integer("count", default.count, minimum=1, maximum=1000),
+            window_hours=rule_reader.integer("windowHours", default.window_hours, minimum=1, maximum=720),
+            action=Action(rule_reader.choice("action", ACTION_NAMES, default.action.value)),
+        )
+        rule_reader.finish()
+    reader.finish()
+    return rules
 
 
 @dataclass(frozen=True, slots=True)

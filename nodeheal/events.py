@@ -22,7 +22,14 @@ from typing import Any
 
 from nodeheal.conditions import Condition
 from nodeheal.errors import InvalidEventError
-from nodeheal.payload import MAX_REASON_BYTES, bounded_condition, cut_text, json_bytes, state_bytes
+from nodeheal.payload import (
+    MAX_REASON_BYTES,
+    bound_message,
+    bounded_condition,
+    cut_text,
+    json_bytes,
+    state_bytes,
+)
 from nodeheal.timestamps import format_timestamp, parse_timestamp
 
 SCHEMA_VERSION = "1.1"
@@ -150,13 +157,18 @@ class NodeConditionEvent:
     previous: PreviousState | None = None
     resync: bool = False
     schema_version: str = SCHEMA_VERSION
+    #: Set only on the event of an execution a counted signal started (``nodeheal.workflow.counting``):
+    #: the crossing of its window (signal, instance, boot, window start, count, rule). No detector
+    #: sends it, and ingest refuses an event that does: its condition is proven against the
+    #: ledger's window, not the Node.
+    counted_signal: Mapping[str, Any] | None = None
 
     @property
     def is_bad(self) -> bool:
         return self.condition.is_bad
 
     def to_detail(self) -> dict[str, Any]:
-        return {
+        detail = {
             "schemaVersion": self.schema_version,
             "cluster": self.cluster,
             "node": self.node.to_detail(),
@@ -169,6 +181,9 @@ class NodeConditionEvent:
             "observedAt": format_timestamp(self.observed_at, millis=True),
             "resync": self.resync,
         }
+        if self.counted_signal is not None:
+            detail["countedSignal"] = dict(self.counted_signal)
+        return detail
 
     def to_json(self) -> str:
         return json.dumps(self.to_detail(), separators=(",", ":"), sort_keys=True)
@@ -216,6 +231,9 @@ class NodeConditionEvent:
         resync = detail.get("resync", False)
         if not isinstance(resync, bool):
             raise InvalidEventError("resync must be a boolean")
+        counted = detail.get("countedSignal")
+        if counted is not None and not isinstance(counted, dict):
+            raise InvalidEventError("countedSignal must be an object when present")
         return cls(
             cluster=cluster,
             node=node,
@@ -224,6 +242,7 @@ class NodeConditionEvent:
             previous=previous,
             resync=resync,
             schema_version=str(version),
+            counted_signal=counted,
         )
 
     @property
@@ -287,6 +306,90 @@ def _parse_node(raw: dict[str, Any], *, uid_required: bool) -> NodeIdentity:
         labels_trimmed=trimmed or raw.get("labelsTrimmed") is True,
         boot_id=_optional_string(raw, "bootID", "node."),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedNodeEvent:
+    """The Kubernetes Event a ``Node Event Observed`` detail carries (core/v1 fields)."""
+
+    uid: str
+    type: str
+    reason: str
+    message: str
+    #: Occurrences so far, whichever API counted them (the exporter ships the larger counter).
+    count: int
+    #: The reporting component (``gpu-monitor``, ``kernel-monitor``, ``eks-node-monitoring-agent``).
+    source: str
+    first_timestamp: datetime | None
+    last_timestamp: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEventDetail:
+    """The ``detail`` of a ``Node Event Observed`` event (schema ``node-event-observed``).
+
+    ``node.instanceID`` and ``node.bootID`` are the exporter's attachment (D10): set only when the
+    Event's Node UID matches the Node the exporter holds, so a count never lands on an instance the
+    Event is not about. Empty, the Event is shipped as context and counts for no instance."""
+
+    cluster: str
+    node_name: str
+    node_uid: str
+    instance_id: str
+    boot_id: str
+    event: ObservedNodeEvent
+    observed_at: datetime
+
+    @classmethod
+    def from_detail(cls, detail: Any) -> NodeEventDetail:
+        if isinstance(detail, str | bytes):
+            try:
+                detail = json.loads(detail)
+            except ValueError as exc:
+                raise InvalidEventError(f"event detail is not valid JSON: {exc}") from exc
+        if not isinstance(detail, dict):
+            raise InvalidEventError(f"event detail must be a JSON object, got {type(detail).__name__}")
+        version = detail.get("schemaVersion")
+        if version != SCHEMA_VERSION:
+            raise InvalidEventError(
+                f"unsupported schemaVersion {version!r} for a Node Event; "
+                f"this NodeHeal understands {SCHEMA_VERSION!r}"
+            )
+        node = detail.get("node")
+        if not isinstance(node, dict):
+            raise InvalidEventError("node must be an object")
+        raw = detail.get("event")
+        if not isinstance(raw, dict):
+            raise InvalidEventError("event must be an object")
+        count = raw.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidEventError("event.count must be a whole number of at least 1")
+        instance_id = _optional_string(node, "instanceID", "node.")
+        if instance_id and instance_id_from_provider_id(f"aws:///zone/{instance_id}") is None:
+            raise InvalidEventError(f"node.instanceID {instance_id!r} is not an EC2 instance ID")
+        observed_at = parse_timestamp(detail.get("observedAt"), "observedAt")
+        first_raw = raw.get("firstTimestamp")
+        last_raw = raw.get("lastTimestamp")
+        return cls(
+            cluster=_required_string(detail, "cluster"),
+            node_name=_required_string(node, "name", "node."),
+            node_uid=_optional_string(node, "uid", "node."),
+            instance_id=instance_id,
+            boot_id=_optional_string(node, "bootID", "node."),
+            event=ObservedNodeEvent(
+                uid=_required_string(raw, "uid", "event."),
+                type=_required_string(raw, "type", "event."),
+                reason=_optional_string(raw, "reason", "event."),
+                message=bound_message(str(raw.get("message") or "")),
+                count=count,
+                source=_optional_string(raw, "source", "event."),
+                first_timestamp=parse_timestamp(first_raw, "event.firstTimestamp") if first_raw else None,
+                last_timestamp=(
+                    parse_timestamp(last_raw, "event.lastTimestamp") if last_raw else observed_at
+                ),
+            ),
+            observed_at=observed_at,
+        )
 
 
 DETAIL_TYPE_EXPORTER_HEARTBEAT = "Exporter Heartbeat"

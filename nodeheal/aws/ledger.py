@@ -11,6 +11,7 @@ cluster admission state      CLUSTER#<cluster> / ADMISSION            budgets, b
 remediation record           INSTANCE#<cluster>#<instance> / REM#...  history per instance; GSI: per cluster
 end of an execution          EXECUTION#<cluster>#<name> / END        record + notify exactly once per end
 episode memory               EPISODE#<cluster>#<instance> / CONDITION#<type>  worst fault seen (D2, D19)
+counted-signal window        SIGNALS#<cluster>#<instance> / SIGNAL#<signal>   occurrences of a Warning Event
 re-evaluation counter        REEVALUATION#<cluster> / COUNTER         N of the -r<N> names (D3)
 dropped event                DROPPED#<yyyy-mm-dd> / <t>#<id>          why an event started nothing
 ===========================  =======================================  ======================================
@@ -26,6 +27,7 @@ DynamoDB deletes expired items lazily (up to days later), so every read that car
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -47,6 +49,7 @@ from nodeheal.workflow.records import (
     RecordWrite,
     RemediationRecord,
 )
+from nodeheal.workflow.signal_windows import SignalWindow, window_from_item, window_to_item
 
 #: Records are history, not state: kept ~13 months so a year-over-year question has an answer.
 RECORD_RETENTION = timedelta(days=400)
@@ -613,6 +616,60 @@ class Ledger:
                 return False
             raise
         return True
+
+    # -- counted-signal windows (nodeheal.workflow.signal_windows) -------------------------------
+    #
+    # Only the counting function writes them, under a grant of its own: its role may touch no
+    # other item of the table (the construct conditions it on dynamodb:LeadingKeys SIGNALS#*).
+
+    @staticmethod
+    def signal_window_key(cluster: str, instance_id: str, signal: str) -> dict[str, str]:
+        return {"pk": f"SIGNALS#{cluster}#{instance_id}", "sk": f"SIGNAL#{signal}"}
+
+    def read_signal_window(self, cluster: str, instance_id: str, signal: str) -> SignalWindow | None:
+        """The window of one instance and signal; None when none is stored or it has expired."""
+        response = self._client.get_item(
+            TableName=self._table,
+            Key=serialize_item(self.signal_window_key(cluster, instance_id, signal)),
+            ConsistentRead=True,
+        )
+        raw = response.get("Item")
+        if not raw:
+            return None
+        item = deserialize_item(raw)
+        if int(item.get("expiresAt", 0)) <= _epoch(self._clock()):
+            return None  # expired, and DynamoDB deletes lazily: an empty window
+        return window_from_item(item)
+
+    def write_signal_window(self, window: SignalWindow, *, expires_at: datetime) -> SignalWindow:
+        """Store ``window`` only if the stored item still has ``window.version`` (0: no item, or an
+        expired one); the window with its new version. Otherwise LedgerContentionError."""
+        written = dataclasses.replace(window, version=window.version + 1)
+        item = {
+            **self.signal_window_key(window.cluster, window.instance_id, window.signal),
+            **window_to_item(written),
+            "expiresAt": _epoch(expires_at),
+        }
+        if window.version == 0:
+            condition = "attribute_not_exists(pk) OR expiresAt <= :now"
+            values: dict[str, Any] = {":now": _epoch(self._clock())}
+        else:
+            condition = "version = :version"
+            values = {":version": window.version}
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=serialize_item(item),
+                ConditionExpression=condition,
+                ExpressionAttributeValues=serialize_item(values),
+            )
+        except ClientError as error:
+            if _is_conditional_failure(error):
+                raise LedgerContentionError(
+                    f"the {window.signal} window of {window.instance_id} changed since it was read"
+                ) from error
+            raise
+        return written
 
     def clear_sightings(self, cluster: str, subject: str, sightings: list[Sighting], at: datetime) -> int:
         """End the episode of ``sightings`` (a read at ``at`` saw the node healthy, D19): mark each

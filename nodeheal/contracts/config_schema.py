@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeheal.actions import Action
+from nodeheal.counted_signals import DEFINITIONS as COUNTED_SIGNALS
 from nodeheal.deploy_config import CONTEXT_KEY, NodeHealConfig
 from nodeheal.settings_reader import SettingRead, recording_reads
 
@@ -86,6 +87,7 @@ EVERY_SETTING: dict[str, Any] = {
         "optOutLabel": "nodeheal.io/disabled",
         "nodePoolLabel": "karpenter.sh/nodepool",
         "nodePools": {"gpu": _OVERRIDES},
+        "countedSignals": {key: signal.default.to_json() for key, signal in COUNTED_SIGNALS.items()},
     },
     "budgets": {},
     "drain": {

@@ -155,8 +155,23 @@ CONDITION_NAME_CHARS = 12
 def _named(event: NodeConditionEvent, suffix: str) -> str:
     transition = event.condition.last_transition_time or event.observed_at
     stamp = transition.strftime("%Y%m%dT%H%M%SZ")
-    key = "\x1f".join(
-        (
+    counted = event.counted_signal
+    if counted is not None:
+        # A counted signal's crossing (nodeheal.workflow.counting): the cluster, the node, the
+        # signal, the instance and the start of the window that crossed. Every delivery of the
+        # Event that crossed, and every retry of the invocation, builds the same name.
+        label = str(counted.get("signal", "")) or event.condition.type
+        key_parts: tuple[str, ...] = (
+            event.cluster,
+            event.node.name,
+            event.node.uid,
+            label,
+            str(counted.get("instanceId", "")),
+            str(counted.get("windowStart", "")),
+        )
+    else:
+        label = event.condition.type
+        key_parts = (
             event.cluster,
             event.node.name,
             event.node.uid,
@@ -165,7 +180,7 @@ def _named(event: NodeConditionEvent, suffix: str) -> str:
             event.condition.reason,
             stamp,
         )
-    )
+    key = "\x1f".join(key_parts)
     digest = hashlib.sha256(key.encode()).hexdigest()[:_DIGEST_CHARS]
     tail = f"-{digest}{suffix}"
     # Room for "<cluster>-<node>[-<condition>][-<time>]".
@@ -177,7 +192,7 @@ def _named(event: NodeConditionEvent, suffix: str) -> str:
     if node:
         head = f"{head}-{node}"
     left = room - len(head)
-    condition = _clean(event.condition.type)
+    condition = _clean(label)
     minutes = transition.strftime("%Y%m%dT%H%MZ")
     for time_part in (stamp, minutes):
         if len(condition) + len(time_part) + 2 <= left:
@@ -247,6 +262,11 @@ def ingest(
 
     def drop(category: str, reason: str) -> IngestResult:
         return _drop(ledger, now, event_id, category, reason, payload=payload, event=event)
+
+    if event.counted_signal is not None:
+        # Only the counting function starts a counted execution, and never through the bus: a
+        # detail that claims one would ask Admit to judge a condition no detector set.
+        return drop("malformed", "countedSignal is NodeHeal's own field; a detector's event never carries it")
 
     refusal = check_source(
         payload.get("source"),

@@ -19,6 +19,7 @@ from nodeheal.workflow.budget import ClusterAdmissionState
 from nodeheal.workflow.episode import Sighting
 from nodeheal.workflow.locks import LockClaim, LockView
 from nodeheal.workflow.records import DroppedEvent, ExecutionEnd, RecordWrite, RemediationRecord
+from nodeheal.workflow.signal_windows import SignalWindow
 
 TABLE = "nodeheal-ledger"
 #: Records are read back from this far before the simulation's start.
@@ -135,6 +136,14 @@ class DynamoLedger:
     def remember_sighting(self, cluster: str, subject: str, sighting: Sighting) -> bool:
         self.on_call("remember_sighting")
         return self._ledger.remember_sighting(cluster, subject, sighting)
+
+    def read_signal_window(self, cluster: str, instance_id: str, signal: str) -> SignalWindow | None:
+        self.on_call("read_signal_window")
+        return self._ledger.read_signal_window(cluster, instance_id, signal)
+
+    def write_signal_window(self, window: SignalWindow, *, expires_at: datetime) -> SignalWindow:
+        self.on_call("write_signal_window")
+        return self._ledger.write_signal_window(window, expires_at=expires_at)
 
     def sightings(self, cluster: str, subject: str) -> list[Sighting]:
         self.on_call("sightings")

@@ -34,6 +34,7 @@ from nodeheal.workflow.records import (
     replaces_end,
     replaces_record,
 )
+from nodeheal.workflow.signal_windows import SignalWindow
 
 _EPOCH = datetime(2026, 11, 21, 10, 5, tzinfo=UTC)
 
@@ -64,6 +65,8 @@ class MemoryLedger:
     ended: dict[str, ExecutionEnd] = field(default_factory=dict)
     #: (cluster, instance, condition type) -> the remembered sighting (the episode memory, D2).
     remembered: dict[tuple[str, str, str], Sighting] = field(default_factory=dict)
+    #: (cluster, instance, signal) -> (counted-signal window, when it expires).
+    windows: dict[tuple[str, str, str], tuple[SignalWindow, datetime]] = field(default_factory=dict)
     now: datetime = _EPOCH
     #: The next write of the admission state loses a race (then behaves normally again).
     contention_once: bool = False
@@ -251,6 +254,28 @@ class MemoryLedger:
             return False
         self.remembered[key] = sighting
         return True
+
+    def read_signal_window(self, cluster: str, instance_id: str, signal: str) -> SignalWindow | None:
+        self.on_call("read_signal_window")
+        stored = self.windows.get((cluster, instance_id, signal))
+        if stored is None or stored[1] <= self._now():
+            return None
+        return stored[0]
+
+    def write_signal_window(self, window: SignalWindow, *, expires_at: datetime) -> SignalWindow:
+        """Conditional on the version read, as :meth:`nodeheal.aws.ledger.Ledger.write_signal_window`."""
+        self.on_call("write_signal_window")
+        key = (window.cluster, window.instance_id, window.signal)
+        stored = self.windows.get(key)
+        live = stored is not None and stored[1] > self._now()
+        stored_version = stored[0].version if stored is not None and live else 0
+        if stored_version != window.version:
+            raise LedgerContentionError(
+                f"the {window.signal} window of {window.instance_id} changed since it was read"
+            )
+        written = replace(window, version=window.version + 1)
+        self.windows[key] = (written, expires_at)
+        return written
 
     def sightings(self, cluster: str, subject: str) -> list[Sighting]:
         self.on_call("sightings")
