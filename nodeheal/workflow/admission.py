@@ -27,6 +27,7 @@ from nodeheal.kube_views import NODEGROUP_LABEL, UNHEALTHY_TAINT_KEY, LiveNode
 from nodeheal.policy.decide import Decision, NodeHistory, decide
 from nodeheal.timestamps import parse_timestamp
 from nodeheal.workflow import budget, step_events
+from nodeheal.workflow.counted_condition import live_condition
 from nodeheal.workflow.episode import (
     Sighting,
     episode_ended_at,
@@ -94,7 +95,7 @@ def _admit(
                 f"{previous.node.instance_id or '-'}); nothing done to the new node"
             ),
         )
-    live = node.condition(state.condition_type)
+    live = live_condition(state, node, ledger, now)
     gone_note = _not_bad_note(state.condition_type, live)
     stop_note = gone_note or _scope_note(state, node, live)
     switched = ""

@@ -24,6 +24,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from nodeheal.actions import Action, Mode
+from nodeheal.conditions import Condition
 from nodeheal.errors import (
     ConditionClearedError,
     ConfigurationError,
@@ -32,6 +33,7 @@ from nodeheal.errors import (
     RemediationPausedError,
 )
 from nodeheal.kube_views import LiveNode
+from nodeheal.workflow.counted_condition import live_condition
 from nodeheal.workflow.episode import sightings_on, worse_than
 from nodeheal.workflow.ports import KubeAccess, LedgerPort
 from nodeheal.workflow.scope import out_of_scope
@@ -88,8 +90,17 @@ def prove_admitted(state: WorkflowState, kube: KubeAccess, *, require_taint: boo
     return node
 
 
-def require_still_bad(state: WorkflowState, node: LiveNode, *, not_ready_counts: bool = False) -> None:
-    live = node.condition(state.condition_type)
+def require_still_bad(
+    state: WorkflowState,
+    node: LiveNode,
+    *,
+    not_ready_counts: bool = False,
+    live: Condition | None = None,
+) -> None:
+    """``live`` is the condition as read now (a counted signal's is the ledger's window,
+    nodeheal.workflow.counted_condition); left out, the Node's is read."""
+    if live is None:
+        live = node.condition(state.condition_type)
     if live is not None and live.is_bad:
         return
     if not_ready_counts and not node.is_ready:
@@ -143,7 +154,9 @@ def before_mutation(
     node = prove_admitted(state, kube, require_taint=require_taint)
     remember_worse(state, ledger, node, now)
     if require_bad:
-        require_still_bad(state, node, not_ready_counts=not_ready_counts)
+        require_still_bad(
+            state, node, not_ready_counts=not_ready_counts, live=live_condition(state, node, ledger, now)
+        )
     ledger.claim_mutation(
         state.cluster, admitted_node(state).subject, state.execution.name, step=step, busy_for=MUTATION_BUSY
     )

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from nodeheal.conditions import Condition
 from nodeheal.config import ScopeSettings
+from nodeheal.counted_signals import COUNTED_CONDITION_TYPE
 
 
 def out_of_scope(scope: ScopeSettings, labels: Mapping[str, str], condition: Condition) -> str:
@@ -22,14 +23,17 @@ def out_of_scope(scope: ScopeSettings, labels: Mapping[str, str], condition: Con
     statuses. Labels: every configured label must be present with one of its accepted values (the
     same AND-of-labels, OR-of-values the EventBridge pattern applies).
     """
-    statuses = {status for c in scope.conditions if c.type == condition.type for status in c.statuses}
-    if not statuses:
-        return f"condition {condition.type} is not one of the rule's conditions"
-    if condition.status not in statuses:
-        return (
-            f"live {condition.type}={condition.status} is not one of the rule's statuses "
-            f"({', '.join(sorted(statuses))})"
-        )
+    # A counted signal's condition is no detector's: the counting rule and policy.countedSignals
+    # are its scope. The labels hold for it as for every fault.
+    if condition.type != COUNTED_CONDITION_TYPE:
+        statuses = {status for c in scope.conditions if c.type == condition.type for status in c.statuses}
+        if not statuses:
+            return f"condition {condition.type} is not one of the rule's conditions"
+        if condition.status not in statuses:
+            return (
+                f"live {condition.type}={condition.status} is not one of the rule's statuses "
+                f"({', '.join(sorted(statuses))})"
+            )
     for key, accepted in sorted(scope.node_labels.items()):
         value = labels.get(key)
         if value in accepted:
