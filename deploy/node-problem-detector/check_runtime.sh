@@ -5,8 +5,10 @@
 # containerd when RUNTIME_SOCKET (/run/containerd/containerd.sock) is a socket: `ctr --address
 # SOCKET version` makes one Version call over containerd's gRPC socket, the cheapest call that
 # goes through the daemon. Else Docker when DOCKER_SOCKET (/var/run/docker.sock) is a socket:
-# `curl --unix-socket SOCKET http://localhost/_ping`, Docker Engine API's health check, answers
-# "OK" with HTTP 200. Neither socket is the monitor's failure (nothing to check, or not visible).
+# `curl --unix-socket SOCKET http://localhost/_ping`: the Docker Engine API's SystemPing, "a
+# dummy endpoint you can use to test if the server is accessible", answers "OK" with HTTP 200
+# (docs.docker.com, reference/api/engine/version/v1.57, operations/SystemPing). Neither socket is
+# the monitor's failure (nothing to check, or not visible).
 #
 # The NPD image has neither ctr nor curl (kubernetes/node-problem-detector v1.35.1, Dockerfile:
 # debian-base plus util-linux, bash and libsystemd-dev only). HOST_EXEC runs the node's own ctr
