@@ -15,22 +15,23 @@
 # Exit codes per NPD's plugin protocol (pkg/custompluginmonitor/plugin/plugin.go, Plugin.run):
 # 0 OK, 1 NonOK (GPUThermalThrottling=True), 2 Unknown. nvidia-smi that does not answer, or
 # answers with an error, is GPUUnavailable's fault (check_gpu.sh): here it is Unknown, said so,
-# so one hung driver is not decided twice. Each query is bounded by timeout -k 5 SMI_TIMEOUT
-# (10 s), two at most: inside the rule's 45 s NPD timeout.
+# so one hung driver is not decided twice. Each query is bounded by timeout -k SMI_KILL_AFTER (5)
+# SMI_TIMEOUT (10 s), two at most: inside the rule's 45 s NPD timeout.
 set -u
 
 NVIDIA_SMI="${NVIDIA_SMI:-nvidia-smi}"
 SMI_TIMEOUT="${SMI_TIMEOUT:-10}"
+SMI_KILL_AFTER="${SMI_KILL_AFTER:-5}"
 GPU_TEMP_MAX="${GPU_TEMP_MAX:-87}"
 
 OK=0
 NONOK=1
 UNKNOWN=2
 
-for bound in "$SMI_TIMEOUT" "$GPU_TEMP_MAX"; do
+for bound in "$SMI_TIMEOUT" "$SMI_KILL_AFTER" "$GPU_TEMP_MAX"; do
     case "$bound" in
         ''|*[!0-9]*|0*)
-            echo "monitor misconfigured: SMI_TIMEOUT=$SMI_TIMEOUT GPU_TEMP_MAX=$GPU_TEMP_MAX"
+            echo "monitor misconfigured: SMI_TIMEOUT=$SMI_TIMEOUT SMI_KILL_AFTER=$SMI_KILL_AFTER GPU_TEMP_MAX=$GPU_TEMP_MAX"
             exit $UNKNOWN
             ;;
     esac
@@ -42,7 +43,7 @@ fi
 
 query() {
     prefix=$1
-    timeout -k 5 "$SMI_TIMEOUT" "$NVIDIA_SMI" --format=csv,noheader,nounits \
+    timeout -k "$SMI_KILL_AFTER" "$SMI_TIMEOUT" "$NVIDIA_SMI" --format=csv,noheader,nounits \
         --query-gpu=index,temperature.gpu,$prefix.hw_thermal_slowdown,$prefix.sw_thermal_slowdown,$prefix.hw_power_brake_slowdown 2>&1
 }
 

@@ -108,12 +108,14 @@ DEFAULT_CONDITION_RULES: Mapping[str, ConditionRule] = MappingProxyType(
         # (cooling, the rack's power) where a new instance may land again. A person should know;
         # five minutes (about three runs) first, so a burst of heat under a new job is not a page.
         "GPUThermalThrottling": ConditionRule(Action.ALERT, confirm_seconds=300),
-        # The subnet's router does not answer this node's pings (check_gateway.sh) while the node
-        # still reaches the API server to say so: its own network path (ENI, ENA, the host) is
-        # broken, which a new instance on other hardware fixes, as EC2 stop/start does. Five
-        # minutes first, so a brief loss is not a replacement; a fault every node shares (the
-        # VPC's) is what the breaker and the budgets bound.
-        "GatewayUnreachable": ConditionRule(Action.REPLACE, confirm_seconds=300),
+        # The subnet's router stopped answering this node's pings after answering earlier on the
+        # same boot (check_gateway.sh) while the node still reaches the API server to say so. ICMP
+        # to the gateway failing on one node is a person's call, not a replacement: a node whose
+        # network is truly broken goes NotReady, which Karpenter and EKS node repair own (the
+        # plain Ready rule below only alerts, for that reason), and a change across the VPC or an
+        # AZ (a security group or network ACL dropping ICMP, the router itself) would otherwise
+        # replace nodes into the same fault. Five minutes first, so a brief loss is not a page.
+        "GatewayUnreachable": ConditionRule(Action.ALERT, confirm_seconds=300),
         # The node does not resolve its configured name (check_dns.sh): almost always the
         # resolver's fault or the VPC's, which no new node fixes. A person should know, after five
         # minutes.

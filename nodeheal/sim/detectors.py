@@ -130,7 +130,7 @@ CONDITIONS: Mapping[str, Owner] = MappingProxyType(
             Detector.NPD_CUSTOM_PLUGIN,
             "False",
             "ContainerRuntimeResponsive",
-            "containerd answers on its socket within the bound",
+            "the container runtime answers on its socket within the bound",
             "deploy/node-problem-detector/runtime-monitor.json",
         ),
         "XfsShutdown": Owner(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeheal.actions import Action
 from nodeheal.commands.demo import CliOperator
 from nodeheal.kube_views import ANNOTATION_EXECUTION
 from nodeheal.sim.local_pipeline.scenarios.play import ScenarioRun, task_outputs
@@ -337,15 +338,17 @@ def test_api_server_outage_is_ridden_out_by_the_exporter_and_fails_the_workflow_
 
 def test_a_gateway_unreachable_goes_from_the_condition_to_its_decision(play) -> None:
     """A network fault NodeHeal's NPD plugin reports: GatewayUnreachable, decided by its condition
-    rule after its confirmation, the node replaced."""
+    rule after its confirmation: the shipped default alerts and leaves the node as it is."""
     run = play("gateway-unreachable")
 
     assert run.problems == []
     kinds = kinds_in_order(run)
-    path = ["fault", "transition", "published", "matched", "started", "decision", "cordoned", "terminated"]
+    path = ["fault", "transition", "published", "matched", "started", "decision", "recorded"]
     positions = [kinds.index(kind) for kind in path]
     assert positions == sorted(positions), kinds
+    assert "cordoned" not in kinds and "terminated" not in kinds, kinds
     (record,) = run.pipeline.records(run.subject)
+    assert record.planned_action is Action.ALERT and record.outcome is Outcome.ALERTED
     assert record.execution.startswith(f"training-on-eks-{short_node(run.subject)}-GatewayUnreachable-")
     assert "GatewayUnreachable=True (reason GatewayNotAnswering)" in record.reason
     assert "once it has stayed bad for 5 s" in record.reason

@@ -15,8 +15,19 @@ because there is no helm on this machine to render it:
   ``extraVolumeMounts`` to its own (``log`` at ``/var/log/``, ``custom-config``), and its
   ``values.yaml`` defaults ``securityContext`` to ``privileged: true``, which gives the container
   the host's devices (``/dev/kmsg``, ``/dev/nvidia*``) and every capability (``NET_RAW`` for ping).
-* The NPD v1.35.1 image (its ``Dockerfile``: debian-base plus util-linux, bash, libsystemd-dev)
-  has ``timeout``, ``getent``, ``date``, but no ``ping`` and no ``ctr``.
+* The NPD v1.35.1 image (kubernetes/node-problem-detector, tag v1.35.1, ``Dockerfile``:
+  ``registry.k8s.io/build-image/debian-base:bookworm-v1.0.6`` plus ``clean-install util-linux bash
+  libsystemd-dev``; debian-base is Debian bookworm-slim minus a few packages, kubernetes/release
+  ``images/build/debian-base/bookworm/Dockerfile.build``) has ``timeout``, ``test`` and ``date``
+  (coreutils), ``getent`` (libc-bin) and ``nsenter`` (util-linux), but no ``ping``, ``ctr``,
+  ``curl`` or ``nvidia-smi``. The plugins run the node's ``ping``, ``ctr`` and ``curl`` through
+  ``HOST_EXEC`` (``nsenter`` into PID 1's mount namespace, which needs ``hostPID`` and the
+  privileged ``securityContext``); ``nvidia-smi`` is injected by the NVIDIA container runtime,
+  containerd's default runtime on the EKS accelerated AL2023 AMIs (awslabs/amazon-eks-ami,
+  ``nodeadm/internal/containerd/runtime_config_nvidia.go``).
+* Chart 2.4.1 mounts its own volumes read-only (``log``, ``localtime``, ``custom-config``) and
+  sets no ``readOnlyRootFilesystem``: the container's own filesystem is writable, and a hostPath
+  from ``extraVolumes`` keeps ``check_gateway.sh``'s record of this boot across container restarts.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 VALUES = ROOT / "deploy" / "node-problem-detector" / "values.yaml"
+GATEWAY = (ROOT / "deploy" / "node-problem-detector" / "check_gateway.sh").read_text()
 DOCS = [
     ROOT / "README.md",
     ROOT / "deploy" / "exporter" / "README.md",
@@ -152,18 +164,25 @@ def test_the_daemonset_gets_what_the_detectors_need() -> None:
     values = yaml.safe_load(VALUES.read_text())
     # ping and the node's resolver (check_gateway.sh, check_dns.sh).
     assert values["hostNetwork"] is True and values["dnsPolicy"] == "Default"
-    # The host's processes in /proc (check_gpu_zombies.sh).
+    # The host's processes in /proc (check_gpu_zombies.sh), and its init as PID 1 (HOST_EXEC).
     assert values["hostPID"] is True
-    # Devices and NET_RAW: the chart's default privileged securityContext, not overridden away.
+    # Devices, NET_RAW and entering PID 1's mount namespace: the chart's default privileged
+    # securityContext, not overridden away.
     assert "securityContext" not in values or values["securityContext"].get("privileged") is True
     mounts = {m["name"]: m["mountPath"] for m in values["extraVolumeMounts"]}
     volumes = {v["name"]: v["hostPath"] for v in values["extraVolumes"]}
     assert set(mounts) == set(volumes)
-    # containerd's socket directory (not the socket file, which a restart replaces) and the
-    # node's ctr and ping, on the plugins' PATH.
-    assert volumes["containerd-socket"] == {"path": "/run/containerd", "type": "Directory"}
-    assert mounts["containerd-socket"] == "/run/containerd"
-    assert mounts["host-ctr"] == "/usr/local/bin/ctr" and volumes["host-ctr"]["path"] == "/usr/bin/ctr"
-    assert mounts["host-ping"] == "/usr/local/bin/ping" and volumes["host-ping"]["path"] == "/usr/bin/ping"
     env = {e["name"]: e["value"] for e in values["env"]}
     assert env["DNS_CHECK_NAME"] and env["NVIDIA_VISIBLE_DEVICES"] == "all"
+    # The node's ping, ctr and curl (the image has none) run in the node's mount namespace, where
+    # containerd's and Docker's sockets are too: nsenter into PID 1, the node's init with hostPID.
+    # No hostPath of a binary or a socket, which would keep the pod from starting where it is absent.
+    assert env["HOST_EXEC"].split() == ["nsenter", "--target", "1", "--mount", "--"]
+    for volume in volumes.values():
+        assert volume["type"] in ("Directory", "DirectoryOrCreate"), volume
+    # check_gateway.sh's record of the gateway's answer on this boot, on the node.
+    state = env["GATEWAY_STATE_FILE"]
+    directory = state.rsplit("/", 1)[0]
+    assert mounts["gateway-state"] == directory
+    assert volumes["gateway-state"] == {"path": directory, "type": "DirectoryOrCreate"}
+    assert re.search(rf'^GATEWAY_STATE_FILE="\$\{{GATEWAY_STATE_FILE:-{re.escape(state)}\}}"$', GATEWAY, re.M)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nodeheal.policy.classify import DEFAULT_CONDITION_RULES
 from nodeheal.sim.detectors import CONDITIONS, Detector
@@ -67,14 +68,12 @@ def script_default(script: str, variable: str) -> int:
     return int(match.group(1))
 
 
-#: Kill-after seconds written into a script rather than read from a variable.
-KILL_AFTER = {
+#: Seconds a script spends in bounded steps other than its probe's variables: the HOST_EXEC
+#: check and socket tests (timeout -k 1 2 each), the /proc scan's kill-after.
+FIXED_BOUNDS = {
     "check_gpu_zombies.sh": 2,
-    "check_gpu_thermal.sh": 10,
-    "check_dns.sh": 2,
-    # timeout -k 2 10 around ping.
-    "check_gateway.sh": 12,
-    "check_runtime.sh": 2,
+    "check_gateway.sh": 3,
+    "check_runtime.sh": 6,
 }
 
 
@@ -178,11 +177,15 @@ def test_gpu_check_non_executable_nvidia_smi_is_unknown(tmp_path: Path) -> None:
         ("gpu-plugin-monitor.json", "check_gpu.sh", ("SMI_TIMEOUT", "SMI_KILL_AFTER")),
         # 2: the scan's kill-after.
         ("gpu-zombie-monitor.json", "check_gpu_zombies.sh", ("SCAN_TIMEOUT",)),
-        # Two queries at most (new field names, then the old ones), each TERM + 5 s KILL.
-        ("gpu-thermal-monitor.json", "check_gpu_thermal.sh", ("SMI_TIMEOUT", "SMI_TIMEOUT")),
-        ("dns-monitor.json", "check_dns.sh", ("DNS_TIMEOUT",)),
-        ("gateway-monitor.json", "check_gateway.sh", ()),
-        ("runtime-monitor.json", "check_runtime.sh", ("RUNTIME_TIMEOUT",)),
+        # Two queries at most (new field names, then the old ones), each TERM then KILL.
+        (
+            "gpu-thermal-monitor.json",
+            "check_gpu_thermal.sh",
+            ("SMI_TIMEOUT", "SMI_KILL_AFTER", "SMI_TIMEOUT", "SMI_KILL_AFTER"),
+        ),
+        ("dns-monitor.json", "check_dns.sh", ("DNS_TIMEOUT", "DNS_KILL_AFTER")),
+        ("gateway-monitor.json", "check_gateway.sh", ("PING_TIMEOUT", "PING_KILL_AFTER")),
+        ("runtime-monitor.json", "check_runtime.sh", ("RUNTIME_TIMEOUT", "RUNTIME_KILL_AFTER")),
     ],
 )
 def test_each_plugin_ends_its_probe_before_npd_kills_it(
@@ -193,7 +196,7 @@ def test_each_plugin_ends_its_probe_before_npd_kills_it(
     config = plugin_monitor(monitor)
     (rule,) = [r for r in config["rules"] if r["path"].endswith(script)]
     npd_timeout = min(seconds(rule["timeout"]), seconds(config["pluginConfig"]["timeout"]))
-    worst = sum(script_default(script, variable) for variable in bounds) + KILL_AFTER.get(script, 0)
+    worst = sum(script_default(script, variable) for variable in bounds) + FIXED_BOUNDS.get(script, 0)
     assert worst + 5 <= npd_timeout, (script, worst, npd_timeout)
     assert npd_timeout < seconds(config["pluginConfig"]["invoke_interval"])
 
@@ -330,7 +333,6 @@ def test_thermal_check_unsupported_fields_read_as_not_throttled(tmp_path: Path) 
     assert run_plugin("check_gpu_thermal.sh", tmp_path, {"nvidia-smi": smi_printing(na)})[0] == 0
 
 
-@pytest.mark.slow  # waits on a real timeout
 @pytest.mark.parametrize(
     ("tools", "env", "expected"),
     [
@@ -338,7 +340,7 @@ def test_thermal_check_unsupported_fields_read_as_not_throttled(tmp_path: Path) 
         (
             {"nvidia-smi": smi_printing(COOL)},
             {"GPU_TEMP_MAX": "hot"},
-            "monitor misconfigured: SMI_TIMEOUT=10 GPU_TEMP_MAX=hot",
+            "monitor misconfigured: SMI_TIMEOUT=10 SMI_KILL_AFTER=5 GPU_TEMP_MAX=hot",
         ),
         # nvidia-smi answering with an error is GPUUnavailable's to decide, not a thermal fault.
         (
@@ -346,10 +348,11 @@ def test_thermal_check_unsupported_fields_read_as_not_throttled(tmp_path: Path) 
             {},
             "nvidia-smi could not report temperatures (6): No devices were found",
         ),
-        # So is one that does not answer: the plugin ends it and says so.
+        # So is one that does not answer, even to TERM: the plugin ends it and says so. The fake
+        # hangs 30 s, far past the 1 s bound plus the 1 s kill-after.
         (
-            {"nvidia-smi": "trap '' TERM\nsleep 20 &\nwait\nwait\n"},
-            {"SMI_TIMEOUT": "1"},
+            {"nvidia-smi": "trap '' TERM\nsleep 30 &\nwait\nwait\n"},
+            {"SMI_TIMEOUT": "1", "SMI_KILL_AFTER": "1"},
             "nvidia-smi timed out (1s); thermal state unknown",
         ),
     ],
@@ -363,7 +366,7 @@ def test_thermal_check_unknown_when_it_cannot_read(
     assert out.startswith(expected)
 
 
-# --- check_gateway.sh: the default gateway answers ping --------------------------------------
+# --- check_gateway.sh: the default gateway answers ping, and did earlier on this boot ----------
 
 #: /proc/net/route of an EKS node: the default route via 172.31.64.1 (little-endian hex), then
 #: the subnet's own route.
@@ -372,6 +375,9 @@ ROUTES = (
     "ens5\t00000000\t01401FAC\t0003\t0\t0\t512\t00000000\t0\t0\t0\n"
     "ens5\t00401FAC\t00000000\t0001\t0\t0\t512\t00F0FFFF\t0\t0\t0\n"
 )
+#: /proc/sys/kernel/random/boot_id on this boot, and on an earlier one.
+BOOT_ID = "2f6a3b1c-9d4e-4f7a-8b2c-5e1d0a9c7b36"
+EARLIER_BOOT_ID = "0c1d2e3f-4a5b-4c6d-8e7f-901a2b3c4d5e"
 #: iputils ping's summary, as `ping -n -q -c 3` prints it.
 PING_OK = (
     'echo "$*" > "$(dirname "$0")/../ping-args"\n'
@@ -382,17 +388,42 @@ PING_LOST = (
     "echo 'PING 172.31.64.1 (172.31.64.1) 56(84) bytes of data.'\n"
     "echo '3 packets transmitted, 0 received, 100% packet loss, time 2040ms'\nexit 1\n"
 )
+#: Stands in for util-linux nsenter: drops its options up to ``--`` and runs the command, as
+#: ``nsenter --target 1 --mount --`` does (exec in place: no --pid, so no fork).
+NSENTER = 'while [ "$1" != "--" ]; do shift; done\nshift\nexec "$@"\n'
+#: nsenter without hostPID or privilege (util-linux exits 1, as ping does for no reply).
+NSENTER_DENIED = 'echo "nsenter: cannot open /proc/1/ns/mnt: Permission denied" >&2\nexit 1\n'
 
 
-def run_gateway(tmp_path: Path, ping: str | None, routes: str = ROUTES, **env: str) -> tuple[int, str]:
+def shipped_env(name: str) -> str:
+    """An environment variable as values.yaml sets it for the NPD container."""
+    values = yaml.safe_load((NPD / "values.yaml").read_text())
+    (value,) = [e["value"] for e in values["env"] if e["name"] == name]
+    return str(value)
+
+
+def run_gateway(
+    tmp_path: Path,
+    ping: str | None,
+    routes: str = ROUTES,
+    tools: dict[str, str] | None = None,
+    **env: str,
+) -> tuple[int, str]:
     route_file = tmp_path / "route"
     route_file.write_text(routes)
-    tools = {"ping": ping} if ping is not None else {}
+    boot_id = tmp_path / "boot_id"
+    if not boot_id.exists():
+        boot_id.write_text(BOOT_ID + "\n")
+    tools = {**({"ping": ping} if ping is not None else {}), **(tools or {})}
     env.setdefault("PING", "ping")
+    env.setdefault("BOOT_ID_FILE", str(boot_id))
+    env.setdefault("GATEWAY_STATE_FILE", str(tmp_path / "state" / "gateway-baseline"))
     return run_plugin("check_gateway.sh", tmp_path, tools, ROUTE_FILE=str(route_file), **env)
 
 
-def test_gateway_check_healthy_pings_the_default_route(tmp_path: Path) -> None:
+def test_gateway_check_healthy_pings_the_default_route_and_records_it_for_this_boot(
+    tmp_path: Path,
+) -> None:
     assert run_gateway(tmp_path, PING_OK) == (0, "gateway 172.31.64.1 answers ping")
     assert (tmp_path / "ping-args").read_text().split() == [
         "-n",
@@ -405,10 +436,70 @@ def test_gateway_check_healthy_pings_the_default_route(tmp_path: Path) -> None:
         "6",
         "172.31.64.1",
     ]
+    assert (tmp_path / "state" / "gateway-baseline").read_text() == f"{BOOT_ID} 172.31.64.1\n"
+    # Already recorded: the next answer leaves the record as it is.
+    assert run_gateway(tmp_path, PING_OK) == (0, "gateway 172.31.64.1 answers ping")
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["gateway-baseline"]
 
 
-def test_gateway_check_no_reply_is_the_fault(tmp_path: Path) -> None:
-    assert run_gateway(tmp_path, PING_LOST) == (1, "gateway 172.31.64.1 unreachable: no reply to 3 pings")
+def test_gateway_check_no_reply_after_answers_on_this_boot_is_the_fault(tmp_path: Path) -> None:
+    assert run_gateway(tmp_path, PING_OK)[0] == 0
+    assert run_gateway(tmp_path, PING_LOST) == (
+        1,
+        "gateway 172.31.64.1 unreachable: no reply to 3 pings, answered this boot",
+    )
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [None, f"{EARLIER_BOOT_ID} 172.31.64.1\n", f"{BOOT_ID} 172.31.0.1\n"],
+    ids=["never", "an-earlier-boot", "another-gateway"],
+)
+def test_gateway_check_no_reply_without_an_answer_this_boot_asks_for_icmp(
+    tmp_path: Path, recorded: str | None
+) -> None:
+    """A VPC whose router never answers this node (security group egress without ICMP, a network
+    ACL) would make every node report the fault: Unknown instead, saying what to allow."""
+    state = tmp_path / "state" / "gateway-baseline"
+    if recorded is not None:
+        state.parent.mkdir()
+        state.write_text(recorded)
+    code, out = run_gateway(tmp_path, PING_LOST)
+    assert (code, out) == (2, "monitor failed: allow ICMP to VPC router 172.31.64.1: no ping reply this boot")
+    # NPD keeps the first max_output_length characters of the message: the advice is in them.
+    assert len(out) <= plugin_monitor("gateway-monitor.json")["pluginConfig"]["max_output_length"]
+
+
+def test_gateway_check_runs_the_nodes_ping_through_host_exec(tmp_path: Path) -> None:
+    """values.yaml's HOST_EXEC (nsenter into the node's mount namespace) runs the node's ping; the
+    image has none. nsenter failing, or the node without ping, is the monitor's failure."""
+    host_exec = shipped_env("HOST_EXEC")
+    assert host_exec.split()[0] == "nsenter"
+    code, out = run_gateway(tmp_path, PING_OK, tools={"nsenter": NSENTER}, HOST_EXEC=host_exec)
+    assert (code, out) == (0, "gateway 172.31.64.1 answers ping")
+    assert (tmp_path / "ping-args").read_text().split()[-1] == "172.31.64.1"
+    code, out = run_gateway(tmp_path, PING_LOST, tools={"nsenter": NSENTER_DENIED}, HOST_EXEC=host_exec)
+    assert (code, out) == (
+        2,
+        "monitor failed: HOST_EXEC cannot run: nsenter: cannot open /proc/1/ns/mnt: Permission denied",
+    )
+    code, out = run_gateway(
+        tmp_path, None, tools={"nsenter": NSENTER}, HOST_EXEC=host_exec, PING="ping-missing"
+    )
+    assert (code, out) == (2, "monitor failed: ping not found or not executable (127)")
+    code, out = run_gateway(tmp_path, PING_OK, HOST_EXEC="nsenter-missing --")
+    assert (code, out) == (2, "monitor failed: nsenter-missing not found (HOST_EXEC)")
+
+
+def test_gateway_check_failing_to_record_or_read_the_boot_is_unknown(tmp_path: Path) -> None:
+    # Run as root, no permission bit stops the write: a regular file where the directory should be.
+    (tmp_path / "not-a-directory").write_text("")
+    code, out = run_gateway(
+        tmp_path, PING_OK, GATEWAY_STATE_FILE=str(tmp_path / "not-a-directory" / "gateway-baseline")
+    )
+    assert (code, out) == (2, f"monitor failed: cannot write {tmp_path}/not-a-directory/gateway-baseline")
+    code, out = run_gateway(tmp_path, PING_OK, BOOT_ID_FILE=str(tmp_path / "no-boot-id"))
+    assert (code, out) == (2, f"monitor failed: cannot read {tmp_path}/no-boot-id")
 
 
 @pytest.mark.parametrize(
@@ -423,8 +514,9 @@ def test_gateway_check_no_reply_is_the_fault(tmp_path: Path) -> None:
             "monitor failed: ping 172.31.64.1 could not run (2): ping: socket: Operation not permitted",
         ),
         (PING_OK, ROUTES.splitlines(keepends=True)[0], {}, "monitor failed: no IPv4 default route in"),
+        (PING_OK, ROUTES, {"PING_TIMEOUT": "ten"}, "monitor misconfigured: PING_DEADLINE=6 PING_TIMEOUT=ten"),
     ],
-    ids=["missing", "no-net-raw", "no-default-route"],
+    ids=["missing", "no-net-raw", "no-default-route", "bad-bound"],
 )
 def test_gateway_check_failing_for_its_own_reasons_is_unknown(
     tmp_path: Path, ping: str | None, routes: str, env: dict[str, str], expected: str
@@ -434,12 +526,22 @@ def test_gateway_check_failing_for_its_own_reasons_is_unknown(
     assert out.startswith(expected)
 
 
-@pytest.mark.slow  # waits on a real timeout
 def test_gateway_check_decides_when_ping_hangs(tmp_path: Path) -> None:
+    """A ping that ignores TERM and would hang 30 s is ended at the 1 s bound plus the 1 s
+    kill-after: the plugin still decides (Unknown), long before the fake would have returned."""
     started = time.monotonic()
-    code, out = run_gateway(tmp_path, "trap '' TERM\nsleep 30 &\nwait\nwait\n")
+    code, out = run_gateway(
+        tmp_path, "trap '' TERM\nsleep 30 &\nwait\nwait\n", PING_TIMEOUT="1", PING_KILL_AFTER="1"
+    )
     assert (code, out) == (2, "monitor failed: ping 172.31.64.1 hung past its 6s deadline")
     assert time.monotonic() - started < 20
+
+
+def test_gateway_check_ping_ends_itself_before_its_outer_bound() -> None:
+    """ping's own deadline (-w) comes first, so a lost gateway is a no-reply exit 1, not a kill."""
+    assert script_default("check_gateway.sh", "PING_DEADLINE") < script_default(
+        "check_gateway.sh", "PING_TIMEOUT"
+    )
 
 
 # --- check_dns.sh: the configured name resolves ------------------------------------------------
@@ -457,14 +559,16 @@ def test_dns_check_healthy(tmp_path: Path) -> None:
     assert run_dns(tmp_path, answer) == (0, "sts.amazonaws.com resolves")
 
 
-@pytest.mark.slow  # waits on a real timeout
 def test_dns_check_tells_a_failed_lookup_from_a_silent_resolver(tmp_path: Path) -> None:
     # getent(1): exit 2, "One or more supplied key could not be found in the database".
     assert run_dns(tmp_path, "exit 2\n") == (1, "DNS: sts.amazonaws.com does not resolve")
-    assert run_dns(tmp_path, "trap '' TERM\nsleep 30 &\nwait\nwait\n", DNS_TIMEOUT="1") == (
+    # A resolver that ignores TERM and would hang 30 s, against a 1 s bound and 1 s kill-after.
+    started = time.monotonic()
+    assert run_dns(tmp_path, HANGS, DNS_TIMEOUT="1", DNS_KILL_AFTER="1") == (
         1,
         "DNS: no answer for sts.amazonaws.com within 1s",
     )
+    assert time.monotonic() - started < 20
 
 
 @pytest.mark.parametrize(
@@ -473,13 +577,14 @@ def test_dns_check_tells_a_failed_lookup_from_a_silent_resolver(tmp_path: Path) 
         (None, {"GETENT": "getent-missing"}, "monitor failed: getent not found"),
         ("exit 0\n", {"DNS_CHECK_NAME": ""}, "monitor misconfigured: DNS_CHECK_NAME is not set"),
         ("exit 0\n", {"DNS_TIMEOUT": "ten"}, "monitor misconfigured: DNS_TIMEOUT=ten"),
+        ("exit 0\n", {"DNS_KILL_AFTER": "0"}, "monitor misconfigured: DNS_TIMEOUT=10 DNS_KILL_AFTER=0"),
         (
             "echo 'Unknown database: ahosts' >&2\nexit 1\n",
             {},
             "monitor failed: getent could not run (1): Unknown database",
         ),
     ],
-    ids=["missing", "no-name", "bad-timeout", "getent-error"],
+    ids=["missing", "no-name", "bad-timeout", "zero-kill-after", "getent-error"],
 )
 def test_dns_check_failing_for_its_own_reasons_is_unknown(
     tmp_path: Path, getent: str | None, env: dict[str, str], expected: str
@@ -489,69 +594,180 @@ def test_dns_check_failing_for_its_own_reasons_is_unknown(
     assert out.startswith(expected)
 
 
-# --- check_runtime.sh: containerd answers on its socket within a bound ------------------------
+# --- check_runtime.sh: containerd (or Docker) answers on its socket within a bound --------------
 
 
-def run_runtime(tmp_path: Path, ctr: str | None, socket: bool = True, **env: str) -> tuple[int, str]:
-    path = tmp_path / "containerd.sock"
+def run_runtime(
+    tmp_path: Path,
+    tool: str | None,
+    socket: str | None = "containerd",
+    tools: dict[str, str] | None = None,
+    **env: str,
+) -> tuple[int, str]:
+    """Runs the plugin with one listening socket, containerd's or Docker's (or none), and a fake
+    ctr or curl (whichever the socket calls for)."""
+    paths = {"containerd": tmp_path / "containerd.sock", "docker": tmp_path / "docker.sock"}
     listener = None
-    if socket and not path.exists():
+    if socket is not None:
         listener = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
-        listener.bind(str(path))
-    tools = {"ctr": ctr} if ctr is not None else {}
+        listener.bind(str(paths[socket]))
+    name = "curl" if socket == "docker" else "ctr"
+    tools = {**({name: tool} if tool is not None else {}), **(tools or {})}
     env.setdefault("CTR", "ctr")
+    env.setdefault("CURL", "curl")
     try:
-        return run_plugin("check_runtime.sh", tmp_path, tools, RUNTIME_SOCKET=str(path), **env)
+        return run_plugin(
+            "check_runtime.sh",
+            tmp_path,
+            tools,
+            RUNTIME_SOCKET=str(paths["containerd"]),
+            DOCKER_SOCKET=str(paths["docker"]),
+            **env,
+        )
     finally:
         if listener is not None:
             listener.close()
-            path.unlink()
+            paths[socket].unlink()
 
 
 CTR_VERSION = "echo 'Client:'\necho '  Version:  1.7.27'\necho 'Server:'\necho '  Version:  1.7.27'\n"
+#: curl -sS -o /dev/null -w '%{http_code}\n' ...: Docker's /_ping answers "OK" with HTTP 200.
+DOCKER_PING = 'echo "$*" > "$(dirname "$0")/../curl-args"\necho 200\n'
+#: A fake that ignores TERM and would hang 30 s: far past a 1 s bound plus a 1 s kill-after.
+HANGS = "trap '' TERM\nsleep 30 &\nwait\nwait\n"
+#: Bounds for the healthy runs, so a slow start of the fake on a loaded machine is not "slow".
+GENEROUS = {"RUNTIME_SLOW_MS": "60000"}
 
 
 def test_runtime_check_healthy(tmp_path: Path) -> None:
-    code, out = run_runtime(tmp_path, CTR_VERSION)
+    code, out = run_runtime(tmp_path, CTR_VERSION, **GENEROUS)
     assert code == 0 and re.fullmatch(r"containerd answered in [0-9]+ ms", out), out
 
 
-@pytest.mark.slow  # waits on a real timeout
 def test_runtime_check_slow_refused_and_silent_are_the_fault(tmp_path: Path) -> None:
-    code, out = run_runtime(tmp_path, "sleep 1.3\n" + CTR_VERSION, RUNTIME_SLOW_MS="1000")
-    assert code == 1 and re.fullmatch(r"containerd answered in 1[0-9]{3} ms \(bound 1000 ms\)", out), out
+    # 1 s asleep against a 100 ms bound: slow whatever the machine's load.
+    code, out = run_runtime(tmp_path, "sleep 1\n" + CTR_VERSION, RUNTIME_SLOW_MS="100")
+    assert code == 1 and re.fullmatch(r"containerd answered in [0-9]{4,} ms \(bound 100 ms\)", out), out
     refused = (
         'echo \'ctr: failed to dial "/run/containerd/containerd.sock": connection error: desc = '
         '"transport: error while dialing: dial unix /run/containerd/containerd.sock: connect: '
         "connection refused\"' >&2\nexit 1\n"
     )
-    code, out = run_runtime(tmp_path, refused)
+    code, out = run_runtime(tmp_path, refused, **GENEROUS)
     assert code == 1 and out.startswith(
         'containerd not answering (1): ctr: failed to dial "/run/containerd'
     ), out
-    code, out = run_runtime(tmp_path, "trap '' TERM\nsleep 30 &\nwait\nwait\n", RUNTIME_TIMEOUT="1")
+    started = time.monotonic()
+    code, out = run_runtime(tmp_path, HANGS, RUNTIME_TIMEOUT="1", RUNTIME_KILL_AFTER="1")
     assert (code, out) == (1, "containerd did not answer within 1s")
+    assert time.monotonic() - started < 20
+
+
+def test_runtime_check_asks_docker_when_containerds_socket_is_absent(tmp_path: Path) -> None:
+    code, out = run_runtime(tmp_path, DOCKER_PING, socket="docker", **GENEROUS)
+    assert code == 0 and re.fullmatch(r"docker answered in [0-9]+ ms", out), out
+    assert (tmp_path / "curl-args").read_text().split() == [
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--unix-socket",
+        str(tmp_path / "docker.sock"),
+        "http://localhost/_ping",
+    ]
+
+
+def test_docker_slow_refused_silent_and_failing_are_the_fault(tmp_path: Path) -> None:
+    code, out = run_runtime(tmp_path, "sleep 1\necho 200\n", socket="docker", RUNTIME_SLOW_MS="100")
+    assert code == 1 and re.fullmatch(r"docker answered in [0-9]{4,} ms \(bound 100 ms\)", out), out
+    # curl(1) exit 7: the connection failed (the daemon is gone, its socket left behind).
+    refused = (
+        "echo 'curl: (7) Failed to connect to localhost port 80 after 0 ms: "
+        "Couldn'\"'\"'t connect to server' >&2\nexit 7\n"
+    )
+    code, out = run_runtime(tmp_path, refused, socket="docker", **GENEROUS)
+    assert (code, out) == (
+        1,
+        "docker not answering (7): curl: (7) Failed to connect to localhost port 80 after 0 ms: "
+        "Couldn't connect to server",
+    )
+    code, out = run_runtime(tmp_path, "echo 500\n", socket="docker", **GENEROUS)
+    assert (code, out) == (1, "docker answered /_ping with HTTP 500")
+    started = time.monotonic()
+    code, out = run_runtime(tmp_path, HANGS, socket="docker", RUNTIME_TIMEOUT="1", RUNTIME_KILL_AFTER="1")
+    assert (code, out) == (1, "docker did not answer within 1s")
+    assert time.monotonic() - started < 20
+
+
+def test_runtime_check_runs_the_nodes_tools_through_host_exec(tmp_path: Path) -> None:
+    """values.yaml's HOST_EXEC (nsenter into the node's mount namespace) runs the node's ctr and
+    curl and looks for the sockets there; the image has neither tool."""
+    host_exec = shipped_env("HOST_EXEC")
+    nsenter = {"nsenter": NSENTER}
+    code, out = run_runtime(tmp_path, CTR_VERSION, tools=nsenter, HOST_EXEC=host_exec, **GENEROUS)
+    assert code == 0 and out.startswith("containerd answered in "), out
+    code, out = run_runtime(
+        tmp_path, DOCKER_PING, socket="docker", tools=nsenter, HOST_EXEC=host_exec, **GENEROUS
+    )
+    assert code == 0 and out.startswith("docker answered in "), out
+    # nsenter itself failing is not "no socket", and not the runtime's fault.
+    code, out = run_runtime(tmp_path, CTR_VERSION, tools={"nsenter": NSENTER_DENIED}, HOST_EXEC=host_exec)
+    assert code == 2 and out.startswith(
+        f"monitor failed: cannot look for {tmp_path}/containerd.sock (1): nsenter: cannot open"
+    ), out
+    # The node without ctr: nsenter exits 127 ("failed to execute").
+    code, out = run_runtime(tmp_path, None, tools=nsenter, HOST_EXEC=host_exec, CTR="ctr-missing")
+    assert (code, out) == (2, "monitor failed: ctr-missing not found or not executable (127)")
 
 
 @pytest.mark.parametrize(
-    ("ctr", "socket", "env", "expected"),
+    ("tool", "socket", "env", "expected"),
     [
-        (None, True, {"CTR": "ctr-missing"}, "monitor failed: ctr not found"),
-        (CTR_VERSION, False, {}, "monitor failed: "),
+        (None, "containerd", {"CTR": "ctr-missing"}, "monitor failed: ctr-missing not found"),
+        (None, "docker", {"CURL": "curl-missing"}, "monitor failed: curl-missing not found"),
+        # Neither socket here: not mounted, not visible, or no runtime to check.
+        (CTR_VERSION, None, {}, "monitor failed: no runtime socket: "),
         (
             "echo 'ctr: failed to dial: connect: permission denied' >&2\nexit 1\n",
-            True,
+            "containerd",
             {},
             "monitor failed: no permission on ",
         ),
-        (CTR_VERSION, True, {"RUNTIME_SLOW_MS": "fast"}, "monitor misconfigured: RUNTIME_SLOW_MS=fast"),
+        (
+            "echo 'curl: (7) Failed to connect to localhost port 80 after 0 ms: Permission denied' >&2\n"
+            "exit 7\n",
+            "docker",
+            {},
+            "monitor failed: no permission on ",
+        ),
+        (
+            CTR_VERSION,
+            "containerd",
+            {"RUNTIME_SLOW_MS": "fast"},
+            "monitor misconfigured: RUNTIME_SLOW_MS=fast",
+        ),
+        (
+            CTR_VERSION,
+            "containerd",
+            {"RUNTIME_KILL_AFTER": "0"},
+            "monitor misconfigured: RUNTIME_SLOW_MS=2000 RUNTIME_TIMEOUT=15 RUNTIME_KILL_AFTER=0",
+        ),
     ],
-    ids=["missing", "socket-not-mounted", "permission", "bad-bound"],
+    ids=[
+        "ctr-missing",
+        "curl-missing",
+        "no-socket",
+        "permission",
+        "docker-permission",
+        "bad-bound",
+        "zero-kill-after",
+    ],
 )
 def test_runtime_check_failing_for_its_own_reasons_is_unknown(
-    tmp_path: Path, ctr: str | None, socket: bool, env: dict[str, str], expected: str
+    tmp_path: Path, tool: str | None, socket: str | None, env: dict[str, str], expected: str
 ) -> None:
-    code, out = run_runtime(tmp_path, ctr, socket, **env)
+    code, out = run_runtime(tmp_path, tool, socket, **env)
     assert code == 2
     assert out.startswith(expected)
 

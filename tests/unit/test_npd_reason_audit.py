@@ -221,7 +221,7 @@ PLUGIN_FAULTS: dict[str, list[str]] = {
         "1 GPU(s) throttled or hot; GPU 3: hw-thermal 91C",
         "8 GPU(s) throttled or hot; GPU 0: power-brake",
     ],
-    "gateway-monitor.json": ["gateway 172.31.64.1 unreachable: no reply to 3 pings"],
+    "gateway-monitor.json": ["gateway 172.31.64.1 unreachable: no reply to 3 pings, answered this boot"],
     "dns-monitor.json": [
         "DNS: sts.amazonaws.com does not resolve",
         "DNS: no answer for sts.amazonaws.com within 10s",
@@ -230,6 +230,10 @@ PLUGIN_FAULTS: dict[str, list[str]] = {
         "containerd answered in 3412 ms (bound 2000 ms)",
         "containerd did not answer within 15s",
         'containerd not answering (1): ctr: failed to dial "/run/containerd/containerd.sock": connecti',
+        "docker answered in 2950 ms (bound 2000 ms)",
+        "docker did not answer within 15s",
+        "docker not answering (7): curl: (7) Failed to connect to localhost port 80 after 0 ms: Couldn",
+        "docker answered /_ping with HTTP 500",
     ],
 }
 

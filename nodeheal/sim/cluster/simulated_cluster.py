@@ -113,14 +113,14 @@ DCGM_ERROR = Fault(
 )
 
 #: A network fault as NodeHeal's NPD plugin writes it: check_gateway.sh got no reply from the
-#: node's default gateway (deploy/node-problem-detector/gateway-monitor.json; the message is the
-#: plugin's first line).
+#: node's default gateway, which answered earlier on this boot
+#: (deploy/node-problem-detector/gateway-monitor.json; the message is the plugin's first line).
 GATEWAY_UNREACHABLE = Fault(
     "default gateway unreachable",
     "GatewayUnreachable",
     "True",
     "GatewayNotAnswering",
-    "gateway 10.0.0.1 unreachable: no reply to 3 pings",
+    "gateway 10.0.0.1 unreachable: no reply to 3 pings, answered this boot",
 )
 
 
