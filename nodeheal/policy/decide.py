@@ -23,8 +23,10 @@ from typing import Any
 from nodeheal.actions import Action, Mode, action_at
 from nodeheal.conditions import Condition
 from nodeheal.config import PolicySettings
+from nodeheal.counted_signals import COUNTED_CONDITION_TYPE
 from nodeheal.errors import InvalidEventError
 from nodeheal.policy.classify import classify
+from nodeheal.policy.counted_signals import classify_counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +109,11 @@ def decide(
     rises (docs/architecture.md, D2), because NPD keeps only the latest message and a lesser fault
     overwriting a worse one does not mean the worse one healed."""
     pool = labels.get(policy.node_pool_label)
-    classification = classify(condition, policy.for_pool(pool), policy.unknown_action)
+    classification = (
+        classify_counted(condition, policy)
+        if condition.type == COUNTED_CONDITION_TYPE
+        else classify(condition, policy.for_pool(pool), policy.unknown_action)
+    )
     planned = classification.action
     xid, signal, confirm_seconds = classification.xid, classification.signal, classification.confirm_seconds
     notes: list[str] = []
