@@ -61,6 +61,7 @@ from nodeheal.exporter.publisher import fit_detail
 from nodeheal.exporter.queue import QueuedEvent
 from nodeheal.exporter.transitions import CachedNode
 from nodeheal.kube_event_body import is_nodeheal_event
+from nodeheal.payload import MAX_REASON_BYTES, bound_message, cut_text
 from nodeheal.timestamps import format_timestamp, parse_timestamp, utc_now
 
 NODE_EVENTS_PATH = "/api/v1/events"
@@ -128,8 +129,10 @@ def node_event_detail(
         "event": {
             "uid": str(metadata.get("uid") or ""),
             "type": str(event.get("type") or ""),
-            "reason": str(event.get("reason") or ""),
-            "message": str(event.get("message") or ""),
+            # Bounded as a condition's are (D17): the message to 4 KiB keeping the most severe
+            # Xid lines whole, so the counted Xid survives a long aggregated message.
+            "reason": cut_text(str(event.get("reason") or ""), MAX_REASON_BYTES),
+            "message": bound_message(str(event.get("message") or "")),
             # Occurrences so far, whichever API counted them.
             "count": max(_occurrence(event)),
             "source": str(source.get("component") or event.get("reportingComponent") or ""),
