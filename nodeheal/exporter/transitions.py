@@ -77,6 +77,9 @@ class _NodeState:
     provider_id: str = ""
     boot_id: str = ""
     created: datetime | None = None
+    #: The last :class:`CachedNode` handed out, until one of the above changes: a Node Event per
+    #: node a minute should not re-parse the providerID each time.
+    view: CachedNode | None = None
 
 
 def _provider_id(obj: Mapping[str, Any]) -> str:
@@ -126,13 +129,15 @@ class TransitionTracker:
         state = self._nodes.get(name)
         if state is None:
             return None
-        return CachedNode(
-            name=name,
-            uid=state.uid,
-            created=state.created,
-            instance_id=instance_id_from_provider_id(state.provider_id) or "",
-            boot_id=state.boot_id,
-        )
+        if state.view is None:
+            state.view = CachedNode(
+                name=name,
+                uid=state.uid,
+                created=state.created,
+                instance_id=instance_id_from_provider_id(state.provider_id) or "",
+                boot_id=state.boot_id,
+            )
+        return state.view
 
     def _watched(self, obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
         watched: dict[str, Mapping[str, Any]] = {}
@@ -216,8 +221,10 @@ class TransitionTracker:
         if state is not None and not resync and current == state.seen:
             # The hot path: heartbeats and resourceVersion churn. A reboot changes no condition
             # but does change bootID, which a Node Event must be attributed with (D19).
-            state.provider_id = provider_id
-            state.boot_id = boot_id
+            if provider_id != state.provider_id or boot_id != state.boot_id:
+                state.provider_id = provider_id
+                state.boot_id = boot_id
+                state.view = None
             return []
         previous_seen = state.seen if state is not None else {}
         events: list[NodeConditionEvent] = []
