@@ -65,7 +65,7 @@ class ExporterSettings:
     backoff_initial_seconds: float = 1.0
     backoff_max_seconds: float = 30.0
     #: Events held in memory between the watch and EventBridge; beyond it the oldest
-    #: healthy-direction transitions are dropped first.
+    #: healthy-direction transitions are dropped first, then Node Events, bad transitions last.
     queue_capacity: int = 10_000
     #: Entries per PutEvents call (EventBridge allows at most 10) and bytes per call (256 KB).
     publish_batch_entries: int = 10
