@@ -1,8 +1,10 @@
-"""Optional: ship Kubernetes Events about Nodes as ``Node Event Observed``.
+"""Ship Kubernetes Events about Nodes as ``Node Event Observed`` (on by default; Warnings only).
 
 NPD reports temporary problems (a single Xid, an OOM kill) and the EKS node monitoring agent its
-``*Warning`` findings as Events, not conditions. They are context for a person or a rule, never a
-trigger on their own, so they travel under their own detail type.
+``*Warning`` findings as Events, not conditions. No single one is a fault to act on, but repeated
+ones predict a failing GPU (issue 31): each shipped detail is one occurrence, counted per
+instance downstream, so they travel under their own detail type and contract
+(nodeheal/contracts/node-event-observed-1.1.json).
 
 A recurring Event is one object updated in place, and which counter rises depends on the API
 that recorded it. Through core/v1 (client-go's ``tools/record``, NPD, the kubelet) ``count`` and
