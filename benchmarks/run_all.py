@@ -109,9 +109,10 @@ def cost_model(paths: dict[str, Any], cold: dict[str, Any], exporter: dict[str, 
     }
     raw = exporter["raw"]
     # The exporter benchmark flips a GPU condition on 1 of every 100 status updates and publishes
-    # only transitions: whatever it publishes beyond the flips is what heartbeats alone would cost.
+    # transitions and the Node Events it is fed: whatever it publishes beyond those is what
+    # heartbeats alone would cost.
     flips = raw["updates"] // 100
-    heartbeat_events = raw["published"] - flips
+    heartbeat_events = raw["published"] - flips - raw.get("node_events_shipped", 0)
     heartbeat_events_per_day = heartbeat_events / raw["updates"] * FLEET_NODES * STATUS_UPDATES_PER_NODE_DAY
     return {
         "speed": paths["speed"],

@@ -24,7 +24,7 @@ test) and the fake API server's authorizer, under which the workflow tests and t
 run every function with its own role: a verb the code needs but the table lacks is a 403 in a
 test, and a verb the table grants but no scenario uses is reported.
 
-The exporter's rules live in ``deploy/exporter`` (a kustomize base plus an optional component);
+The exporter's rules live in ``deploy/exporter`` (a kustomize base);
 :data:`EXPORTER_ROLES` states them here for the authorizer, and a test holds the two equal.
 """
 
@@ -210,7 +210,6 @@ EXPORTER_ROLES: tuple[ExporterRole, ...] = (
     ExporterRole(
         "nodeheal-exporter-node-events",
         (PolicyRule(("",), ("events",), ("list", "watch"), "List, then watch, Events about Nodes."),),
-        component="components/node-events",
     ),
 )
 

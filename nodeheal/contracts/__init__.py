@@ -1,16 +1,18 @@
 """JSON Schemas of what NodeHeal puts on the bus, for the people who code against it.
 
 The files beside this module are the published contract: the ``detail`` of a ``Node Condition
-Changed`` event (contract 1.1, and the legacy "1" accepted until 0.2.0, D9 in docs/architecture.md)
-and of an
-``Exporter Heartbeat``. They are JSON Schema draft 4 because that is the dialect the EventBridge
-Schema Registry accepts (``JSONSchemaDraft4``), and the stack publishes the same documents there
-(:func:`registry_schema`), so a consumer can generate code bindings from the registry.
+Changed`` event (contract 1.1, and the legacy "1" accepted until 0.2.0, D9 in docs/architecture.md),
+of a ``Node Event Observed`` (contract 1.1, written by
+:func:`nodeheal.exporter.node_events.node_event_detail`) and of an ``Exporter Heartbeat``. They are
+JSON Schema draft 4 because that is the dialect the EventBridge Schema Registry accepts
+(``JSONSchemaDraft4``), and the stack publishes the same documents there (:func:`registry_schema`),
+so a consumer can generate code bindings from the registry.
 
 The Python parsers in :mod:`nodeheal.events` stay the authority at ingest; the schemas say what a
 producer must send. Every document a schema accepts, the parser accepts too (tested in
 ``tests/unit/test_contract_schemas.py``), and the schema names every problem at once where the
-parser stops at the first, which is what ``nodeheal explain`` shows for a hand-written event.
+parser stops at the first, which is what ``nodeheal explain`` shows for a hand-written event. The
+Node Event schema is held there against what the exporter's shipper really sends.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from nodeheal.events import (
     DETAIL_TYPE_CONDITION_CHANGED,
     DETAIL_TYPE_EXPORTER_HEARTBEAT,
+    DETAIL_TYPE_NODE_EVENT,
     LEGACY_SCHEMA_VERSION,
     SCHEMA_VERSION,
 )
@@ -33,13 +36,16 @@ CONDITION_CHANGED_SCHEMAS = {
     LEGACY_SCHEMA_VERSION: "node-condition-changed-1.json",
 }
 HEARTBEAT_SCHEMA = "exporter-heartbeat.json"
+#: The ``Node Event Observed`` detail. Its schemaVersion is the exporter's contract version, the
+#: same "1.1" its condition events carry; there was never a published "1" of it.
+NODE_EVENT_SCHEMA = "node-event-observed-1.1.json"
 #: The schemas' timestamps: RFC 3339 with a zone, as :func:`nodeheal.timestamps.parse_timestamp`
 #: accepts them (a naive time is ambiguous and refused).
 TIMESTAMP_PATTERN = (
     r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$"
 )
 #: Every schema file of the package, in the order the stack publishes them.
-ALL_SCHEMAS = (*CONDITION_CHANGED_SCHEMAS.values(), HEARTBEAT_SCHEMA)
+ALL_SCHEMAS = (*CONDITION_CHANGED_SCHEMAS.values(), HEARTBEAT_SCHEMA, NODE_EVENT_SCHEMA)
 
 
 @cache
@@ -101,6 +107,7 @@ def _path(parts: Any) -> str:
 _DETAIL_TYPES = {
     **dict.fromkeys(CONDITION_CHANGED_SCHEMAS.values(), DETAIL_TYPE_CONDITION_CHANGED),
     HEARTBEAT_SCHEMA: DETAIL_TYPE_EXPORTER_HEARTBEAT,
+    NODE_EVENT_SCHEMA: DETAIL_TYPE_NODE_EVENT,
 }
 
 

@@ -1,8 +1,9 @@
 """The exporter process: wires settings, adapters and threads, and decides the exit code.
 
-Threads: the Node watcher, the Node Events watcher (optional), the publisher, the leader elector
-(optional), the resync timer and the HTTP server. The process exits non-zero when a watcher thread
-dies: a running pod that silently stopped watching would be the worst failure mode of all.
+Threads: the Node watcher, the Node Events watcher (unless ``ship_node_events`` is false), the
+publisher, the leader elector (optional), the resync timer and the HTTP server. The process exits
+non-zero when a watcher thread dies: a running pod that silently stopped watching would be the
+worst failure mode of all.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ class Exporter:
                 settings.cluster_name,
                 self._submit_node_events,
                 self.metrics,
+                self.pipeline.cached_node,
                 reasons=settings.node_event_reasons,
                 types=settings.node_event_types,
             )
@@ -170,7 +172,10 @@ class Exporter:
         logger.warning(
             "queue full; dropped an event",
             extra=fields(
-                node=item.key, detail_type=item.detail_type, healthy_direction=item.healthy_direction
+                node=item.key,
+                detail_type=item.detail_type,
+                healthy_direction=item.healthy_direction,
+                drop_order=item.drop_order.name.lower(),
             ),
         )
 

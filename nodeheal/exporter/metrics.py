@@ -97,6 +97,11 @@ FAMILIES: tuple[_Family, ...] = (
     _Family(
         "node_events_seen_total", "counter", "Kubernetes Events about Nodes shipped or skipped.", ("outcome",)
     ),
+    _Family(
+        "node_events_unattributed_total",
+        "counter",
+        "Node Events shipped without an instance: no cached Node of that name, or not that Node's (D10).",
+    ),
 )
 
 

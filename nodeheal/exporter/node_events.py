@@ -1,8 +1,10 @@
-"""Optional: ship Kubernetes Events about Nodes as ``Node Event Observed``.
+"""Ship Kubernetes Events about Nodes as ``Node Event Observed`` (on by default; Warnings only).
 
 NPD reports temporary problems (a single Xid, an OOM kill) and the EKS node monitoring agent its
-``*Warning`` findings as Events, not conditions. They are context for a person or a rule, never a
-trigger on their own, so they travel under their own detail type.
+``*Warning`` findings as Events, not conditions. No single one is a fault to act on, but repeated
+ones predict a failing GPU (issue 31): each shipped detail is one occurrence, counted per
+instance downstream, so they travel under their own detail type and contract
+(nodeheal/contracts/node-event-observed-1.1.json).
 
 A recurring Event is one object updated in place, and which counter rises depends on the API
 that recorded it. Through core/v1 (client-go's ``tools/record``, NPD, the kubelet) ``count`` and
@@ -18,6 +20,33 @@ shipped.
 NodeHeal's own Events (``reportingComponent`` ``nodeheal.io/remediation``, what
 :mod:`nodeheal.workflow.step_events` writes) are never shipped back (docs/architecture.md, D10): the
 story of a remediation is not a signal that the node degraded. They are counted as ``outcome="nodeheal"``.
+
+Which instance an Event is about (D10). Counts are kept per EC2 instance (D1), and a Node name
+outlives its instance (EC2 reuses private IPs, so a new Node can take an old name), so the
+shipper names ``detail.node.instanceId`` and ``bootId`` only when the Event is provably about the
+Node object it has cached under that name (:func:`attributed_node`):
+
+* the Event's ``involvedObject.uid`` is that Node's uid; or
+* the Event carries no usable uid and it is not older than that Node object: its
+  ``firstTimestamp`` (``eventTime`` through events.k8s.io) is not before the Node's
+  ``creationTimestamp``.
+
+Otherwise (another uid, an Event older than the Node, no cached Node of that name) both are
+empty and the Event counts for no instance. A uid is unusable when it is empty or the Node's
+name. What node-problem-detector puts there depends on its version
+(kubernetes/node-problem-detector, pkg/exporters/k8sexporter/problemclient/problem_client.go):
+
+* v1.34.x and older (last checked: tag v1.34.4) record against ``getNodeRef``, whose UID is
+  ``types.UID(nodeName)``: the name, not a uid ("Remove the invalid node.UID", 88446920);
+* v1.35.0 to v1.37.0-alpha.1 (the newest tag checked) record with no UID at all;
+* master since c1d461ff ("Set the Node UID on recorded events", 2026-07-23, in no tag yet)
+  records against ``nodeRefWithUID()``: the real Node UID, from the Node read at start or any
+  status patch, or no UID before the first of those succeeds. It is resolved once, so after the
+  Node object is deleted and created again under the same name NPD keeps sending the old uid
+  until it restarts; such Events match no cached Node and count for no instance.
+
+The uid is trusted over the timestamps whenever it is usable: ``firstTimestamp`` is written on
+the reporting host's clock and ``creationTimestamp`` on the API server's.
 """
 
 from __future__ import annotations
@@ -27,12 +56,15 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from nodeheal.errors import InvalidEventError
 from nodeheal.events import DETAIL_TYPE_NODE_EVENT, SCHEMA_VERSION
 from nodeheal.exporter.metrics import Metrics
 from nodeheal.exporter.publisher import fit_detail
 from nodeheal.exporter.queue import QueuedEvent
+from nodeheal.exporter.transitions import CachedNode
 from nodeheal.kube_event_body import is_nodeheal_event
-from nodeheal.timestamps import format_timestamp, utc_now
+from nodeheal.payload import MAX_REASON_BYTES, bound_message, cut_text
+from nodeheal.timestamps import format_timestamp, parse_timestamp, utc_now
 
 NODE_EVENTS_PATH = "/api/v1/events"
 NODE_EVENTS_FIELD_SELECTOR = "involvedObject.kind=Node"
@@ -45,7 +77,44 @@ def _occurrence(event: Mapping[str, Any]) -> tuple[int, int]:
     return int(event.get("count") or 1), int(series.get("count") or 0)
 
 
-def node_event_detail(cluster: str, event: Mapping[str, Any], observed_at: datetime) -> dict[str, Any]:
+def _first_seen(event: Mapping[str, Any]) -> datetime | None:
+    """When the Event first occurred: core ``firstTimestamp``, else events.k8s.io ``eventTime``."""
+    for key in ("firstTimestamp", "eventTime"):
+        value = event.get(key)
+        if value:
+            try:
+                return parse_timestamp(value, key)
+            except InvalidEventError:
+                return None
+    return None
+
+
+def attributed_node(event: Mapping[str, Any], cached: CachedNode | None) -> CachedNode | None:
+    """``cached`` (the exporter's Node of the Event's name) when the Event is about that very Node
+    object, else None (D10; the rules are in the module's docstring)."""
+    if cached is None:
+        return None
+    involved = event.get("involvedObject") or {}
+    uid = str(involved.get("uid") or "")
+    if uid and uid != str(involved.get("name") or ""):
+        return cached if uid == cached.uid else None
+    first = _first_seen(event)
+    if first is None or cached.created is None:
+        return None  # nothing to prove the Event is not about an earlier Node of that name
+    return cached if first >= cached.created else None
+
+
+def node_event_detail(
+    cluster: str,
+    event: Mapping[str, Any],
+    observed_at: datetime,
+    node: CachedNode | None = None,
+) -> dict[str, Any]:
+    """The ``Node Event Observed`` detail (nodeheal/contracts/node-event-observed-1.1.json).
+
+    ``node`` is the Node the Event was attributed to (:func:`attributed_node`); without one,
+    ``instanceId`` and ``bootId`` are empty and the Event counts for no instance.
+    """
     metadata = event.get("metadata") or {}
     involved = event.get("involvedObject") or {}
     source = event.get("source") or {}
@@ -53,12 +122,19 @@ def node_event_detail(cluster: str, event: Mapping[str, Any], observed_at: datet
     return {
         "schemaVersion": SCHEMA_VERSION,
         "cluster": cluster,
-        "node": {"name": str(involved.get("name") or ""), "uid": str(involved.get("uid") or "")},
+        "node": {
+            "name": str(involved.get("name") or ""),
+            "uid": str(involved.get("uid") or ""),
+            "instanceId": node.instance_id if node is not None else "",
+            "bootId": node.boot_id if node is not None else "",
+        },
         "event": {
             "uid": str(metadata.get("uid") or ""),
             "type": str(event.get("type") or ""),
-            "reason": str(event.get("reason") or ""),
-            "message": str(event.get("message") or ""),
+            # Bounded as a condition's are (D17): the message to 4 KiB keeping the most severe
+            # Xid lines whole, so the counted Xid survives a long aggregated message.
+            "reason": cut_text(str(event.get("reason") or ""), MAX_REASON_BYTES),
+            "message": bound_message(str(event.get("message") or "")),
             # Occurrences so far, whichever API counted them.
             "count": max(_occurrence(event)),
             "source": str(source.get("component") or event.get("reportingComponent") or ""),
@@ -80,6 +156,7 @@ class NodeEventShipper:
         cluster: str,
         submit: Callable[[list[QueuedEvent]], None],
         metrics: Metrics,
+        nodes: Callable[[str], CachedNode | None],
         *,
         reasons: Sequence[str] = (),
         types: Sequence[str] = ("Warning",),
@@ -89,6 +166,8 @@ class NodeEventShipper:
         self._cluster = cluster
         self._submit = submit
         self._metrics = metrics
+        # Read-only: the Node watch's cache (Pipeline.cached_node); the shipper never watches Nodes.
+        self._nodes = nodes
         self._reasons = frozenset(reasons)
         self._types = frozenset(types)
         self._memory = memory
@@ -141,14 +220,20 @@ class NodeEventShipper:
                 self._metrics.inc("node_events_seen_total", outcome="history")
                 continue
             self._metrics.inc("node_events_seen_total", outcome="shipped")
-            detail = node_event_detail(self._cluster, event, now)
+            name = str((event.get("involvedObject") or {}).get("name") or "")
+            node = attributed_node(event, self._nodes(name))
+            if node is None:
+                self._metrics.inc("node_events_unattributed_total")
+            detail = node_event_detail(self._cluster, event, now, node)
             items.append(
                 QueuedEvent(
-                    key=f"event/{detail['node']['name']}",
+                    key=f"event/{name}",
                     detail_type=DETAIL_TYPE_NODE_EVENT,
                     detail=fit_detail(detail),
-                    # Events are context, not state: the first thing to give up under pressure.
-                    healthy_direction=True,
+                    # An occurrence a count rests on and nothing re-emits: given up after healthy
+                    # transitions, before bad ones (nodeheal.exporter.queue).
+                    healthy_direction=False,
+                    node_event=True,
                 )
             )
         if items:

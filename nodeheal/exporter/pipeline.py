@@ -7,11 +7,18 @@ followed by a resync of every currently-bad condition from memory. Replayed dupl
 the workflow deduplicates. A lost transition is not.
 
 One lock serialises tracker updates and their hand-off to the queue, so per-node order holds
-across the watcher, the elector and the resync timer.
+across the watcher, the elector and the resync timer. The Node Events shipper reads the tracker's
+Nodes through :meth:`Pipeline.cached_node` under the same lock: one Node watch feeds both.
+
+A standby keeps Node Events in a replay buffer of their own: Events are far more numerous than
+transitions (one Warning per node per minute on a large cluster fills 10,000 entries in two
+minutes), and sharing one bounded buffer would let a flood of them push a "GPU broke" out of
+what the next leader replays.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -24,7 +31,7 @@ from nodeheal.exporter.logs import fields
 from nodeheal.exporter.metrics import Metrics
 from nodeheal.exporter.publisher import fit_detail
 from nodeheal.exporter.queue import EventQueue, QueuedEvent
-from nodeheal.exporter.transitions import TransitionTracker
+from nodeheal.exporter.transitions import CachedNode, TransitionTracker
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +64,7 @@ class Pipeline:
         self._leading = leading
         self._replay_seconds = replay_seconds
         self._recent: deque[tuple[float, QueuedEvent]] = deque(maxlen=replay_capacity)
+        self._recent_node_events: deque[tuple[float, QueuedEvent]] = deque(maxlen=replay_capacity)
         self._clock = clock
         self._lock = threading.RLock()
         metrics.set("is_leader", 1.0 if leading else 0.0)
@@ -95,7 +103,12 @@ class Pipeline:
             self._leading = True
             self._metrics.set("is_leader", 1.0)
             self._prune()
-            replay = [item for _, item in self._recent if not item.resync]
+            # Both buffers in the order they were observed (each is already in that order).
+            replay = [
+                item
+                for _, item in heapq.merge(self._recent, self._recent_node_events, key=lambda entry: entry[0])
+                if not item.resync
+            ]
             for item in replay:
                 self._queue.put(item)
             resync = self._tracker.resync_from_memory()
@@ -125,6 +138,13 @@ class Pipeline:
             for item in items:
                 self._put(item)
 
+    # --- for the Node Events shipper -----------------------------------------------------------
+
+    def cached_node(self, name: str) -> CachedNode | None:
+        """The Node of this name as the Node watch last saw it (read-only; None if unknown)."""
+        with self._lock:
+            return self._tracker.cached(name)
+
     # --- internals ------------------------------------------------------------------------------
 
     def _emit(self, events: Iterable[NodeConditionEvent]) -> None:
@@ -152,17 +172,19 @@ class Pipeline:
             self._put(to_queued(event))
 
     def _put(self, item: QueuedEvent) -> None:
-        self._recent.append((self._clock(), item))
+        recent = self._recent_node_events if item.node_event else self._recent
+        recent.append((self._clock(), item))
         if self._leading:
             self._queue.put(item)
             self._metrics.set("queue_depth", len(self._queue))
-        elif len(self._recent) % 256 == 0:
+        elif len(recent) % 256 == 0:
             self._prune()
 
     def _prune(self) -> None:
         horizon = self._clock() - self._replay_seconds
-        while self._recent and self._recent[0][0] < horizon:
-            self._recent.popleft()
+        for recent in (self._recent, self._recent_node_events):
+            while recent and recent[0][0] < horizon:
+                recent.popleft()
 
 
 class NodeWatchHandler:

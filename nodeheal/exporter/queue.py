@@ -1,10 +1,19 @@
 """The bounded buffer between the watch and EventBridge.
 
 The watch must never wait for EventBridge (a slow bus would make the watch fall behind until its
-resourceVersion expires), so :meth:`EventQueue.put` never blocks. When the buffer is full the
-oldest *healthy-direction* event is dropped first: losing a "GPU recovered" costs at most a
-redundant alert, losing a "GPU broke" costs a training job. Only when every queued event is bad is
-the oldest one dropped, and the periodic resync re-emits it while it is still bad.
+resourceVersion expires), so :meth:`EventQueue.put` never blocks. When the buffer is full it
+gives up entries in this order (:class:`DropOrder`), the oldest of a class first:
+
+1. *healthy-direction* transitions (and heartbeats): losing a "GPU recovered" costs at most a
+   redundant alert;
+2. Node Events: each is one occurrence a count of a degrading GPU rests on, and, unlike a bad
+   condition, nothing re-emits it; but a flood of Warning Events must never push out a
+   transition that starts a remediation;
+3. bad transitions: losing a "GPU broke" costs a training job. Only when every queued entry is
+   a bad transition is the oldest one dropped, and the periodic resync re-emits it while it is
+   still bad.
+
+An incoming entry of a class below everything droppable in the queue is itself the one dropped.
 
 Per-node order: a batch holds at most one event per node, and the publisher finishes a batch
 (every entry delivered or given up) before it takes the next, so a node's events reach the bus in
@@ -17,6 +26,15 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import IntEnum
+
+
+class DropOrder(IntEnum):
+    """Which entries a full queue gives up first: the lowest class, oldest first."""
+
+    HEALTHY = 0
+    NODE_EVENT = 1
+    BAD = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +50,14 @@ class QueuedEvent:
     healthy_direction: bool
     #: Re-emission of a known state rather than an observed change.
     resync: bool = False
+    #: A ``Node Event Observed``: dropped after healthy-direction entries, before bad transitions.
+    node_event: bool = False
+
+    @property
+    def drop_order(self) -> DropOrder:
+        if self.healthy_direction:
+            return DropOrder.HEALTHY
+        return DropOrder.NODE_EVENT if self.node_event else DropOrder.BAD
 
     @property
     def size(self) -> int:
@@ -45,7 +71,9 @@ class EventQueue:
         self._capacity = capacity
         self._on_drop = on_drop
         self._items: dict[int, QueuedEvent] = {}  # insertion-ordered: the FIFO
-        self._healthy: deque[int] = deque()  # sequence numbers of healthy-direction items, oldest first
+        # Sequence numbers of the droppable classes (all but BAD), oldest first, one deque per
+        # class in DropOrder; taken items leave stale numbers behind, skipped and pruned lazily.
+        self._droppable: tuple[deque[int], ...] = tuple(deque() for _ in range(DropOrder.BAD))
         self._next = 0
         self._cond = threading.Condition()
 
@@ -63,21 +91,22 @@ class EventQueue:
                 seq = self._next
                 self._next += 1
                 self._items[seq] = item
-                if item.healthy_direction:
-                    self._healthy.append(seq)
+                order = item.drop_order
+                if order < DropOrder.BAD:
+                    self._droppable[order].append(seq)
                 self._cond.notify()
         if dropped is not None and self._on_drop is not None:
             self._on_drop(dropped)
 
     def _make_room(self, incoming: QueuedEvent) -> QueuedEvent:
-        while self._healthy:
-            seq = self._healthy.popleft()
-            victim = self._items.pop(seq, None)
-            if victim is not None:
-                return victim
-        if incoming.healthy_direction:
-            return incoming  # every queued event is bad: the new healthy one is the cheapest loss
-        oldest = next(iter(self._items))
+        for order, sequence in enumerate(self._droppable):
+            while sequence:
+                victim = self._items.pop(sequence.popleft(), None)
+                if victim is not None:
+                    return victim
+            if incoming.drop_order == order:
+                return incoming  # nothing queued is cheaper to lose than the newcomer
+        oldest = next(iter(self._items))  # every queued entry is a bad transition, and so is this
         return self._items.pop(oldest)
 
     def take_batch(self, max_entries: int, max_bytes: int, timeout: float | None) -> list[QueuedEvent]:
@@ -105,22 +134,26 @@ class EventQueue:
                 size += item.size
             for seq in taken:
                 del self._items[seq]
-            self._prune_healthy()
+            self._prune_droppable()
             return batch
 
-    def _prune_healthy(self) -> None:
-        # Taken events leave stale sequence numbers behind; drop them so the index stays bounded.
-        while self._healthy and self._healthy[0] not in self._items:
-            self._healthy.popleft()
-        if len(self._healthy) > 2 * self._capacity:
-            self._healthy = deque(seq for seq in self._healthy if seq in self._items)
+    def _prune_droppable(self) -> None:
+        # Taken events leave stale sequence numbers behind; drop them so the indexes stay bounded.
+        for sequence in self._droppable:
+            while sequence and sequence[0] not in self._items:
+                sequence.popleft()
+            if len(sequence) > 2 * self._capacity:
+                live = [seq for seq in sequence if seq in self._items]
+                sequence.clear()
+                sequence.extend(live)
 
     def clear(self) -> int:
         """Drop everything (this replica stopped leading); returns how many were queued."""
         with self._cond:
             count = len(self._items)
             self._items.clear()
-            self._healthy.clear()
+            for sequence in self._droppable:
+                sequence.clear()
             return count
 
     def wake(self) -> None:

@@ -65,7 +65,7 @@ class ExporterSettings:
     backoff_initial_seconds: float = 1.0
     backoff_max_seconds: float = 30.0
     #: Events held in memory between the watch and EventBridge; beyond it the oldest
-    #: healthy-direction transitions are dropped first.
+    #: healthy-direction transitions are dropped first, then Node Events, bad transitions last.
     queue_capacity: int = 10_000
     #: Entries per PutEvents call (EventBridge allows at most 10) and bytes per call (256 KB).
     publish_batch_entries: int = 10
@@ -97,8 +97,10 @@ class ExporterSettings:
     #: it takes over, so one that the dead leader never published is not lost (duplicates are
     #: deduplicated by the workflow).
     standby_replay_seconds: float = 300.0
-    #: Also ship Kubernetes Events about Nodes as ``Node Event Observed``.
-    ship_node_events: bool = False
+    #: Also ship Kubernetes Events about Nodes as ``Node Event Observed`` (on by default: the
+    #: Warning Events of NPD and the node monitoring agent are what the counts of a degrading GPU
+    #: rest on, issue 31). Needs events list/watch, which deploy/exporter grants.
+    ship_node_events: bool = True
     #: Event reasons to ship (empty: all); types to ship (empty: all).
     node_event_reasons: tuple[str, ...] = ()
     node_event_types: tuple[str, ...] = ("Warning",)
@@ -244,7 +246,7 @@ OPTIONS: tuple[_Option, ...] = (
     _Option("renew_deadline_seconds", _number(0.05, 3600), "leader steps down after failing to renew"),
     _Option("retry_period_seconds", _number(0.01, 600), "seconds between acquire/renew attempts"),
     _Option("standby_replay_seconds", _number(0, 86_400), "transitions a standby replays on takeover"),
-    _Option("ship_node_events", _boolean, "also ship Kubernetes Events about Nodes"),
+    _Option("ship_node_events", _boolean, "also ship Kubernetes Events about Nodes (false: off)"),
     _Option("node_event_reasons", _csv, "Event reasons to ship (empty: all)"),
     _Option("node_event_types", _csv, "Event types to ship (empty: all)"),
     _Option("kubeconfig", _string, "kubeconfig file when not in a cluster"),

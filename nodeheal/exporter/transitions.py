@@ -16,6 +16,10 @@ Rules:
   workflow deduplicates), and a condition that recovered while the watch was down emits its
   transition; nodes gone from the list are forgotten silently;
 * a deleted node emits nothing, bad or not: there is nothing left to remediate;
+* the tracker also keeps, per node, what a Node Event needs to name its instance (D10): the Node's
+  uid, creationTimestamp, EC2 instance (from ``spec.providerID``) and ``status.nodeInfo.bootID``,
+  read-only through :meth:`TransitionTracker.cached` (:class:`CachedNode`). The exporter watches
+  Nodes once; the Node Events shipper reads this cache instead of watching them a second time;
 * what an event carries is bounded (D17): the condition's message is cut to 4 KiB keeping its Xid
   lines whole, its reason to 1 KiB, and the labels to 16 KiB, so the workflow's state stays small
   whatever a detector or a user writes on the Node (``nodeheal.payload``, ``bound_labels``).
@@ -34,12 +38,29 @@ from nodeheal.events import (
     NodeConditionEvent,
     NodeIdentity,
     PreviousState,
+    instance_id_from_provider_id,
     node_identity,
 )
 from nodeheal.payload import bounded_condition
-from nodeheal.timestamps import utc_now
+from nodeheal.timestamps import parse_timestamp, utc_now
 
 _StatusReason = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedNode:
+    """What the exporter last saw of one Node object: enough to tell whether a Node Event is about
+    it, and to name its instance and boot (docs/architecture.md, D10 and D19)."""
+
+    name: str
+    #: metadata.uid: a new Node object under a reused name has another.
+    uid: str
+    #: metadata.creationTimestamp; None when absent or unreadable.
+    created: datetime | None
+    #: The EC2 instance from spec.providerID ("" when it is not an EC2 providerID).
+    instance_id: str
+    #: status.nodeInfo.bootID ("" when the kubelet has not reported it).
+    boot_id: str
 
 
 @dataclass(slots=True)
@@ -51,6 +72,29 @@ class _NodeState:
     #: resync from memory (periodic, or on becoming leader) can re-emit them without an API call.
     bad: dict[str, Condition] = field(default_factory=dict)
     identity: NodeIdentity | None = None
+    #: For :class:`CachedNode`: kept raw and compared on every update (two dict reads), so a
+    #: reboot (new bootID) is seen even on the heartbeat path; parsed only when they change.
+    provider_id: str = ""
+    boot_id: str = ""
+    created: datetime | None = None
+    #: The last :class:`CachedNode` handed out, until one of the above changes: a Node Event per
+    #: node a minute should not re-parse the providerID each time.
+    view: CachedNode | None = None
+
+
+def _provider_id(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("spec") or {}).get("providerID") or "")
+
+
+def _boot_id(obj: Mapping[str, Any]) -> str:
+    return str(((obj.get("status") or {}).get("nodeInfo") or {}).get("bootID") or "")
+
+
+def _created(metadata: Mapping[str, Any]) -> datetime | None:
+    try:
+        return parse_timestamp(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
+    except InvalidEventError:
+        return None
 
 
 class TransitionTracker:
@@ -78,6 +122,22 @@ class TransitionTracker:
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def cached(self, name: str) -> CachedNode | None:
+        """The Node of this name as last seen on the watch; None when it is not (or no longer) known:
+        never listed, outside the label selector, or deleted."""
+        state = self._nodes.get(name)
+        if state is None:
+            return None
+        if state.view is None:
+            state.view = CachedNode(
+                name=name,
+                uid=state.uid,
+                created=state.created,
+                instance_id=instance_id_from_provider_id(state.provider_id) or "",
+                boot_id=state.boot_id,
+            )
+        return state.view
 
     def _watched(self, obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
         watched: dict[str, Mapping[str, Any]] = {}
@@ -156,8 +216,16 @@ class TransitionTracker:
         if state is not None and state.uid != uid:
             # Same name, new object (an instance replaced under a reused hostname): no earlier view.
             state = None
+        provider_id = _provider_id(obj)
+        boot_id = _boot_id(obj)
         if state is not None and not resync and current == state.seen:
-            return []  # the hot path: heartbeats and resourceVersion churn
+            # The hot path: heartbeats and resourceVersion churn. A reboot changes no condition
+            # but does change bootID, which a Node Event must be attributed with (D19).
+            if provider_id != state.provider_id or boot_id != state.boot_id:
+                state.provider_id = provider_id
+                state.boot_id = boot_id
+                state.view = None
+            return []
         previous_seen = state.seen if state is not None else {}
         events: list[NodeConditionEvent] = []
         identity: NodeIdentity | None = None
@@ -192,5 +260,14 @@ class TransitionTracker:
                 )
         if bad and identity is None:
             identity = node_identity(obj)
-        self._nodes[name] = _NodeState(uid=uid, seen=current, bad=bad, identity=identity if bad else None)
+        self._nodes[name] = _NodeState(
+            uid=uid,
+            seen=current,
+            bad=bad,
+            identity=identity if bad else None,
+            provider_id=provider_id,
+            boot_id=boot_id,
+            # Same object: its creationTimestamp cannot change, so it is parsed once per object.
+            created=state.created if state is not None else _created(metadata),
+        )
         return events

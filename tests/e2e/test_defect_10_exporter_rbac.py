@@ -1,7 +1,6 @@
 """Defect 10: the exporter, too, runs under its own roles (deploy/exporter, D8 in docs/architecture.md).
 
-With leader election and Node Events shipping on (the deployed shape plus the optional
-component), every request the exporter makes is authorized against its ClusterRoles and its
+With leader election and Node Events shipping on (the deployed shape), every request the exporter makes is authorized against its ClusterRoles and its
 leader-election Role, and every permission those grant is used.
 """
 

@@ -8,9 +8,9 @@ import json
 from jsonschema import Draft4Validator
 
 from nodeheal import contracts
-from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED
+from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, DETAIL_TYPE_NODE_EVENT
 from tests.infrastructure.conftest import Synthesized
-from tests.unit.test_contract_schemas import a_detail
+from tests.unit.test_contract_schemas import a_detail, a_node_event_detail
 
 
 def test_the_stack_publishes_every_contract_schema_in_its_own_registry(default_stack: Synthesized) -> None:
@@ -39,6 +39,16 @@ def test_the_stack_publishes_every_contract_schema_in_its_own_registry(default_s
         "detail": a_detail(),
     }
     assert list(Draft4Validator(current).iter_errors(event)) == []
+    node_events = published[f"{prefix}@NodeEventObserved-1.1"]
+    Draft4Validator.check_schema(node_events)
+    node_event = {
+        "detail-type": DETAIL_TYPE_NODE_EVENT,
+        "source": f"{prefix}.{default_stack.config.clusters[0]}",
+        "detail": a_node_event_detail(),
+    }
+    assert list(Draft4Validator(node_events).iter_errors(node_event)) == []
+    del node_event["detail"]["node"]["instanceId"]
+    assert list(Draft4Validator(node_events).iter_errors(node_event))
 
 
 def test_the_registry_name_is_a_stack_output(default_stack: Synthesized) -> None:

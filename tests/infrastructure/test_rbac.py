@@ -123,7 +123,7 @@ def test_defect_10_exporter_manifests_match_the_python_table() -> None:
     declared = {
         **of_kind("ClusterRole", EXPORTER / "clusterrole.yaml"),
         **of_kind("Role", EXPORTER / "role.yaml"),
-        **of_kind("ClusterRole", EXPORTER / "components" / "node-events" / "clusterrole.yaml"),
+        **of_kind("ClusterRole", EXPORTER / "clusterrole-node-events.yaml"),
     }
     assert set(declared) == {role.name for role in EXPORTER_ROLES}
     for role in EXPORTER_ROLES:
@@ -133,7 +133,7 @@ def test_defect_10_exporter_manifests_match_the_python_table() -> None:
     bindings = [
         *documents(EXPORTER / "clusterrolebinding.yaml"),
         *documents(EXPORTER / "rolebinding.yaml"),
-        *documents(EXPORTER / "components" / "node-events" / "clusterrolebinding.yaml"),
+        *documents(EXPORTER / "clusterrolebinding-node-events.yaml"),
     ]
     assert {binding["roleRef"]["name"] for binding in bindings} == set(declared)
     for binding in bindings:

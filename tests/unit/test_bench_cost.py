@@ -55,6 +55,12 @@ def test_idle_fleet_pays_only_for_what_heartbeats_alone_publish() -> None:
     assert leaky["idleDollarsPerMonth"] == pytest.approx(per_day * 30 * EVENT)
 
 
+def test_the_node_events_the_exporter_bench_ships_are_not_counted_as_heartbeats() -> None:
+    paths, cold, exporter = _inputs(published=1000 + 16_667)
+    exporter["raw"]["node_events_shipped"] = 16_667  # one Warning per node per minute
+    assert cost_model(paths, cold, exporter)["idleDollarsPerMonth"] == 0.0
+
+
 def test_every_path_gets_a_verdict_against_one_cent() -> None:
     paths, cold, exporter = _inputs(published=1000)
     paths["paths"]["pdb"] = {**paths["paths"]["replace"], "title": "pdb", "transitions": 500}

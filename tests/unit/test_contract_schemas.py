@@ -1,6 +1,7 @@
 """The event contract's JSON Schemas (nodeheal/contracts) against the code that produces and parses
 events: what the exporter sends meets them, what they accept the parser accepts, and what they
-refuse names every problem."""
+refuse names every problem. The Node Event schema is held against the exporter's real output
+(its shipper, fed Events as the API server serves them)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,16 @@ from nodeheal.conditions import Condition
 from nodeheal.errors import InvalidEventError
 from nodeheal.events import (
     DETAIL_TYPE_CONDITION_CHANGED,
+    DETAIL_TYPE_NODE_EVENT,
     ExporterHeartbeat,
     NodeConditionEvent,
     NodeIdentity,
     PreviousState,
 )
+from nodeheal.exporter.metrics import Metrics
+from nodeheal.exporter.node_events import NodeEventShipper
+from nodeheal.exporter.queue import QueuedEvent
+from nodeheal.exporter.transitions import CachedNode
 from nodeheal.payload import bounded_condition
 
 V11 = contracts.CONDITION_CHANGED_SCHEMAS["1.1"]
@@ -292,3 +298,203 @@ def test_the_registry_schema_describes_the_whole_event_on_its_source() -> None:
 def test_an_unknown_schema_name_is_a_clear_error() -> None:
     with pytest.raises(KeyError, match=r"no contract schema 'nope\.json'"):
         contracts.load("nope.json")
+
+
+# -- Node Event Observed ----------------------------------------------------------------------------
+
+NODE_EVENT = contracts.NODE_EVENT_SCHEMA
+NODE_UID = "5f0c1f3e-8a51-4a8e-9d59-3f6a0e1e2b7c"
+CACHED = CachedNode(
+    name="ip-10-0-1-23.us-west-2.compute.internal",
+    uid=NODE_UID,
+    created=datetime(2026, 11, 21, 9, 0, tzinfo=UTC),
+    instance_id="i-0123456789abcdef0",
+    boot_id="0e5a6f1c-4c1b-4a55-9a43-3c8d2b1f0a77",
+)
+
+
+def kube_event(**overrides: Any) -> dict[str, Any]:
+    """A core/v1 Warning Event about the Node as NPD's recorder writes it (master: with the uid)."""
+    event: dict[str, Any] = {
+        "metadata": {"uid": "a1b2c3d4-0000-4000-8000-000000000001", "name": "gpu.1", "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": CACHED.name, "uid": NODE_UID, "apiVersion": "v1"},
+        "type": "Warning",
+        "reason": "GPUInformationalXid",
+        "message": "NVRM: Xid (PCI:0000:53:00): 92, pid=2731, High single-bit ECC error rate",
+        "count": 1,
+        "firstTimestamp": "2026-11-21T10:00:00Z",
+        "lastTimestamp": "2026-11-21T10:00:00Z",
+        "source": {"component": "custom-plugin-monitor", "host": CACHED.name},
+    }
+    event.update(overrides)
+    return event
+
+
+def shipped(*events: dict[str, Any], nodes: dict[str, CachedNode] | None = None) -> list[dict[str, Any]]:
+    """The details the exporter's Node Events shipper puts on the bus for these Events."""
+    items: list[QueuedEvent] = []
+    known = {CACHED.name: CACHED} if nodes is None else nodes
+    shipper = NodeEventShipper("training-on-eks", items.extend, Metrics(), known.get)
+    shipper.begin_list()
+    shipper.end_list()
+    for event in events:
+        shipper.on_event("ADDED", event)
+    return [json.loads(item.detail) for item in items]
+
+
+def a_node_event_detail() -> dict[str, Any]:
+    (detail,) = shipped(kube_event())
+    return detail
+
+
+def test_a_node_event_the_exporter_ships_meets_its_schema_with_and_without_an_instance() -> None:
+    attributed, about_another_node, no_uid_older, series = shipped(
+        kube_event(),
+        kube_event(
+            metadata={"uid": "e-2"}, involvedObject={"kind": "Node", "name": CACHED.name, "uid": "other"}
+        ),
+        kube_event(
+            metadata={"uid": "e-3"},
+            involvedObject={"kind": "Node", "name": CACHED.name},
+            firstTimestamp="2026-11-21T08:00:00Z",
+        ),
+        # Through events.k8s.io: no count, no first/lastTimestamp; eventTime and a series.
+        {
+            **{
+                k: v for k, v in kube_event().items() if k not in ("count", "firstTimestamp", "lastTimestamp")
+            },
+            "metadata": {"uid": "e-4"},
+            "eventTime": "2026-11-21T10:00:00.123456Z",
+            "series": {"count": 2, "lastObservedTime": "2026-11-21T10:05:00.123456Z"},
+            "reportingComponent": "nodeheal.io/gpu-checker",
+            "source": {},
+        },
+    )
+    assert attributed["node"] == {
+        "name": CACHED.name,
+        "uid": NODE_UID,
+        "instanceId": "i-0123456789abcdef0",
+        "bootId": CACHED.boot_id,
+    }
+    assert about_another_node["node"]["instanceId"] == no_uid_older["node"]["instanceId"] == ""
+    assert (
+        series["event"]["count"] == 2 and series["event"]["firstTimestamp"] == "2026-11-21T10:00:00.123456Z"
+    )
+    for detail in (attributed, about_another_node, no_uid_older, series):
+        assert contracts.violations(NODE_EVENT, detail) == [], detail
+
+
+def test_an_event_about_an_unknown_node_ships_with_no_instance_and_meets_the_schema() -> None:
+    (detail,) = shipped(kube_event(), nodes={})
+    assert (detail["node"]["instanceId"], detail["node"]["bootId"]) == ("", "")
+    assert contracts.violations(NODE_EVENT, detail) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    reason=st.text(max_size=60),
+    message=st.text(max_size=300) | st.just("NVRM: Xid (PCI:0000:53:00): 92, ECC\n" + "x" * 10_000),
+    count=st.none() | st.integers(min_value=1, max_value=10_000),
+    first=st.none() | times,
+    event_type=st.sampled_from(["Warning", "Normal"]),
+)
+def test_what_the_exporter_ships_for_any_event_meets_the_node_event_schema(
+    reason: str, message: str, count: int | None, first: datetime | None, event_type: str
+) -> None:
+    event = kube_event(
+        reason=reason,
+        message=message,
+        type=event_type,
+        firstTimestamp=None if first is None else first.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    if count is None:
+        del event["count"]
+    else:
+        event["count"] = count
+    items: list[QueuedEvent] = []
+    shipper = NodeEventShipper(
+        "training-on-eks", items.extend, Metrics(), {CACHED.name: CACHED}.get, types=()
+    )
+    shipper.begin_list()
+    shipper.end_list()
+    shipper.on_event("ADDED", event)
+    (detail,) = [json.loads(item.detail) for item in items]
+    assert contracts.violations(NODE_EVENT, detail) == []
+    assert len(detail["event"]["message"].encode()) <= 4096
+    if "Xid" in message:
+        assert detail["event"]["message"].startswith("NVRM: Xid (PCI:0000:53:00): 92, ECC")
+
+
+@pytest.mark.parametrize(
+    "required",
+    [
+        "schemaVersion",
+        "cluster",
+        "node",
+        "event",
+        "observedAt",
+        "node.name",
+        "node.uid",
+        "node.instanceId",
+        "node.bootId",
+        "event.uid",
+        "event.type",
+        "event.reason",
+        "event.message",
+        "event.count",
+        "event.source",
+        "event.firstTimestamp",
+        "event.lastTimestamp",
+    ],
+)
+def test_a_node_event_missing_a_required_field_is_refused(required: str) -> None:
+    detail = a_node_event_detail()
+    container = detail
+    *parents, key = required.split(".")
+    for parent in parents:
+        container = container[parent]
+    del container[key]
+    assert any(
+        f"'{key}' is a required property" in problem for problem in contracts.violations(NODE_EVENT, detail)
+    )
+
+
+NODE_EVENT_BREAKAGES: list[tuple[str, Any]] = [
+    ("schemaVersion", "1"),
+    ("cluster", ""),
+    ("node.name", ""),
+    ("node.instanceId", "ip-10-0-1-23"),
+    ("node.instanceId", None),
+    ("node.bootId", None),
+    ("event.count", 0),
+    ("event.count", "3"),
+    ("event.message", None),
+    ("event.firstTimestamp", "2026-11-21T10:00:00"),
+    ("observedAt", "yesterday"),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), NODE_EVENT_BREAKAGES, ids=[f"{f}={v!r}"[:40] for f, v in NODE_EVENT_BREAKAGES]
+)
+def test_a_broken_node_event_is_refused(field: str, value: Any) -> None:
+    detail = a_node_event_detail()
+    container = detail
+    *parents, key = field.split(".")
+    for parent in parents:
+        container = container[parent]
+    container[key] = value
+    assert contracts.violations(NODE_EVENT, detail), f"the schema accepts {field}={value!r}"
+
+
+def test_the_registry_schema_describes_a_whole_node_event_on_its_source() -> None:
+    schema = contracts.registry_schema(NODE_EVENT, "nodeheal.exporter")
+    Draft4Validator.check_schema(schema)
+    event = {
+        "detail-type": DETAIL_TYPE_NODE_EVENT,
+        "source": "nodeheal.exporter.training-on-eks",
+        "detail": a_node_event_detail(),
+    }
+    assert list(Draft4Validator(schema).iter_errors(event)) == []
+    assert list(Draft4Validator(schema).iter_errors({**event, "source": "nodeheal.exporter"}))
+    assert list(Draft4Validator(schema).iter_errors({**event, "detail-type": DETAIL_TYPE_CONDITION_CHANGED}))

@@ -1,6 +1,8 @@
 """The event contract in the EventBridge Schema Registry: a registry of the stack's own, holding
-the schemas of every event the exporter publishes (nodeheal/contracts), so a consumer can browse
-them in the console and download code bindings instead of reading NodeHeal's source."""
+the schemas of every event the exporter publishes (nodeheal/contracts: Node Condition Changed,
+Node Event Observed, Exporter Heartbeat), so a consumer can browse them in the console and
+download code bindings instead of reading NodeHeal's source. Every file of ``ALL_SCHEMAS`` is
+published; a new detail type is published by adding its file there."""
 
 from __future__ import annotations
 

@@ -392,8 +392,7 @@ class RbacAuthorizer:
 
 def nodeheal_authorizer(prefix: str = DEFAULT_GROUP_PREFIX) -> RbacAuthorizer:
     """An authorizer holding NodeHeal's roles, bound as ``deploy/rbac`` and ``deploy/exporter`` bind
-    them: each function's ClusterRole to its group, the exporter's roles (optional component
-    included) to its service account."""
+    them: each function's ClusterRole to its group, the exporter's roles to its service account."""
     bindings = [
         RoleBinding(role.name(prefix), role.rules, groups=(role.name(prefix),)) for role in function_roles()
     ]

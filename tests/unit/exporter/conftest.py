@@ -81,6 +81,9 @@ def exporter_settings(**overrides: Any) -> ExporterSettings:
         "lease_duration_seconds": 1.0,
         "renew_deadline_seconds": 0.6,
         "retry_period_seconds": 0.1,
+        # On by default; off here so the tests of the Node watch count its requests alone. The
+        # tests of Node Events turn it on.
+        "ship_node_events": False,
     }
     values.update(overrides)
     return ExporterSettings(**values)

@@ -142,3 +142,50 @@ def test_lease_writes_meet_the_real_lease_rules(server: FakeKubeApiServer) -> No
     assert lease["spec"]["holderIdentity"] == ""
     assert lease["spec"]["renewTime"].endswith(".000000Z")
     assert lease["spec"]["acquireTime"] == "2026-11-21T10:00:00.000000Z"
+
+
+def test_a_flood_of_node_events_does_not_push_a_transition_out_of_the_standbys_replay() -> None:
+    """A standby keeps what it saw for the next leader to replay, in bounded buffers. Node Events
+    have a buffer of their own: a noisy fleet's Warnings (far more than its transitions) must not
+    evict the "GPU broke" a dead leader may never have shipped."""
+    from nodeheal.exporter.metrics import Metrics
+    from nodeheal.exporter.pipeline import Pipeline
+    from nodeheal.exporter.queue import EventQueue, QueuedEvent
+    from nodeheal.exporter.transitions import TransitionTracker
+    from tests.unit.exporter.helpers import with_condition
+
+    ticks = itertools.count()
+    queue = EventQueue(10_000)
+    pipeline = Pipeline(
+        TransitionTracker("training-on-eks", lambda _: True),
+        queue,
+        Metrics(),
+        leading=False,
+        replay_seconds=300,
+        replay_capacity=100,
+        clock=lambda: float(next(ticks)) / 1000,
+    )
+    gpu_a = node("gpu-a", instance="i-0aaa1234567890aaa")
+    pipeline.begin_list()
+    pipeline.list_page([gpu_a])
+    pipeline.end_list()
+
+    def event(n: int) -> QueuedEvent:
+        return QueuedEvent(
+            key="event/gpu-b",
+            detail_type="Node Event Observed",
+            detail=str(n),
+            healthy_direction=False,
+            node_event=True,
+        )
+
+    pipeline.submit([event(0)])
+    pipeline.node_changed(with_condition(gpu_a, "GPUProblem", "True", "GPUFellOffBus", "Xid 79"))
+    pipeline.submit(event(n) for n in range(1, 1000))
+    pipeline.start_leading()
+    replayed = []
+    while batch := queue.take_batch(10, 256 * 1024, timeout=0):
+        replayed.extend(batch)
+    broke = [e for e in replayed if e.detail_type == "Node Condition Changed" and not e.resync]
+    assert len(broke) == 1
+    assert [e.detail for e in replayed if e.node_event] == [str(n) for n in range(900, 1000)]

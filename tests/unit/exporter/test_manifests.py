@@ -19,7 +19,6 @@ from nodeheal.exporter.settings import OPTIONS, default_text, env_name, load_set
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ROOT / "deploy" / "exporter"
 COMPONENTS = BASE / "components"
-COMPONENT = COMPONENTS / "node-events"
 SERVICE_MONITOR = COMPONENTS / "servicemonitor"
 VERSIONS = ("1.33.0", "1.34.0", "1.35.0")
 #: Kinds that come from CRDs, validated against the schema next to them instead of Kubernetes'.
@@ -115,7 +114,7 @@ def test_deployment_runs_two_hardened_replicas_with_probes() -> None:
     assert pod["serviceAccountName"] == by_kind("ServiceAccount")["metadata"]["name"]
 
 
-def test_rbac_is_read_only_on_nodes_and_lease_scoped() -> None:
+def test_rbac_is_read_only_on_nodes_and_events_and_lease_scoped() -> None:
     (rule,) = by_kind("ClusterRole")["rules"]
     assert (rule["resources"], sorted(rule["verbs"])) == (["nodes"], ["list", "watch"])
     lease_rules = by_kind("Role")["rules"]
@@ -123,24 +122,30 @@ def test_rbac_is_read_only_on_nodes_and_lease_scoped() -> None:
     scoped = [r for r in lease_rules if "resourceNames" in r]
     config = by_kind("ConfigMap")["data"]
     assert scoped[0]["resourceNames"] == [config["NODEHEAL_LEASE_NAME"]]
-    events_rules = documents(COMPONENT / "clusterrole.yaml")[0]["rules"]
+    # Node Events ship by default, so the base grants what their watch needs, and only that.
+    events_rules = documents(BASE / "clusterrole-node-events.yaml")[0]["rules"]
     assert events_rules == [{"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]}]
 
 
 def test_configmap_keys_are_exporter_settings() -> None:
     known = {env_name(option.name) for option in OPTIONS} | {"AWS_REGION"}
     config = by_kind("ConfigMap")["data"]
-    patch = documents(COMPONENT / "configmap-patch.yaml")[0]["data"]
-    assert set(config) <= known and set(patch) <= known
+    assert set(config) <= known
     assert config["NODEHEAL_LEADER_ELECTION"] == "true"
+
+
+def test_the_shipped_configmap_ships_warning_node_events_as_the_default_does() -> None:
+    config = by_kind("ConfigMap")["data"]
+    shipped = load_settings({}, config)
+    default = load_settings({}, {"NODEHEAL_CLUSTER_NAME": "c", "AWS_REGION": "us-west-2"})
+    assert shipped.ship_node_events is default.ship_node_events is True
+    assert shipped.node_event_types == default.node_event_types == ("Warning",)
+    assert shipped.node_event_reasons == default.node_event_reasons == ()
 
 
 def test_the_shipped_configmap_loads_and_names_the_region_explicitly() -> None:
     config = by_kind("ConfigMap")["data"]
-    patch = documents(COMPONENT / "configmap-patch.yaml")[0]["data"]
-    for data in (config, {**config, **patch}):
-        settings = load_settings({}, data)
-        assert settings.aws_region == config["AWS_REGION"] != ""
+    assert load_settings({}, config).aws_region == config["AWS_REGION"] != ""
     # The bus given as the stack's EventBusArn output agrees with the region, or start is refused.
     arn = f"arn:aws:events:{config['AWS_REGION']}:111122223333:event-bus/{config['NODEHEAL_EVENT_BUS']}"
     assert load_settings({}, {**config, "NODEHEAL_EVENT_BUS": arn}).aws_region == config["AWS_REGION"]

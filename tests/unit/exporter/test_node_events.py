@@ -17,12 +17,14 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from nodeheal.exporter.app import Exporter
 from nodeheal.exporter.metrics import Metrics
-from nodeheal.exporter.node_events import NODE_EVENTS_PATH, NodeEventShipper
+from nodeheal.exporter.node_events import NODE_EVENTS_PATH, NodeEventShipper, attributed_node
 from nodeheal.exporter.queue import QueuedEvent
+from nodeheal.exporter.transitions import CachedNode
 from nodeheal.kube.client import StaticClientProvider
 from nodeheal.kube.event_writer import EventOperations
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
@@ -34,6 +36,11 @@ Start = Callable[..., tuple[Exporter, RecordingEvents]]
 EVENTS = f"^{NODE_EVENTS_PATH}$"
 DETAIL_TYPE = "Node Event Observed"
 FIRST_SEEN = "2026-11-21T10:00:00.123456Z"
+
+
+def no_nodes(name: str) -> CachedNode | None:
+    """A Node cache that knows no Node: every Event ships without an instance."""
+    return None
 
 
 def observed(minutes: int) -> str:
@@ -144,7 +151,7 @@ def test_either_counter_rising_is_a_new_occurrence() -> None:
     ``count`` or its ``series.count`` rose past what was seen; the same counters again (a replay,
     a heartbeat) are not shipped, and a counter that falls back does not hide the other's rise."""
     shipped_items: list[QueuedEvent] = []
-    shipper = NodeEventShipper("training-on-eks", shipped_items.extend, Metrics())
+    shipper = NodeEventShipper("training-on-eks", shipped_items.extend, Metrics(), no_nodes)
     shipper.begin_list()
     shipper.end_list()
 
@@ -194,7 +201,7 @@ def test_nodeheals_own_events_are_never_shipped_other_controllers_are() -> None:
     controller is dropped, not every controller under the nodeheal.io prefix."""
     shipped_items: list[QueuedEvent] = []
     metrics = Metrics()
-    shipper = NodeEventShipper("training-on-eks", shipped_items.extend, metrics)
+    shipper = NodeEventShipper("training-on-eks", shipped_items.extend, metrics, no_nodes)
     shipper.begin_list()
     shipper.end_list()
 
@@ -237,3 +244,149 @@ def test_the_events_a_remediation_writes_are_watched_and_dropped(
         what="both of NodeHeal's Events seen and dropped",
     )
     assert [e["reason"] for e in shipped(events, 1)] == ["XidError"]
+
+
+# -- which instance an Event counts for (D10) -------------------------------------------------
+
+NODE_UID = "5f0c1f3e-8a51-4a8e-9d59-3f6a0e1e2b7c"
+CACHED = CachedNode(
+    name="gpu-a",
+    uid=NODE_UID,
+    created=datetime(2026, 11, 21, 9, 0, tzinfo=UTC),
+    instance_id="i-0aaa1234567890aaa",
+    boot_id="b-1",
+)
+
+
+def about(uid: str | None, *, first: str | None = None, event_time: str | None = None) -> dict[str, Any]:
+    involved: dict[str, Any] = {"kind": "Node", "name": "gpu-a", "apiVersion": "v1"}
+    if uid is not None:
+        involved["uid"] = uid
+    event: dict[str, Any] = {"involvedObject": involved}
+    if first is not None:
+        event["firstTimestamp"] = first
+    if event_time is not None:
+        event["eventTime"] = event_time
+    return event
+
+
+ATTRIBUTION = [
+    # NPD master (c1d461ff): the real uid. It decides, whatever the timestamps say.
+    ("the cached Node's uid", about(NODE_UID, first="2026-11-21T08:00:00Z"), True),
+    (
+        "another Node's uid",
+        about("0d7c0000-0000-0000-0000-000000000000", first="2026-11-21T10:00:00Z"),
+        False,
+    ),
+    # NPD v1.35 to v1.37.0-alpha.1: no uid; the Event must not be older than the Node object.
+    ("no uid, newer than the Node", about(None, first="2026-11-21T10:00:00Z"), True),
+    ("no uid, same second as the Node", about("", first="2026-11-21T09:00:00Z"), True),
+    ("no uid, older than the Node", about("", first="2026-11-21T08:59:59Z"), False),
+    # NPD v1.34 and older: the node's name as uid, which is no uid.
+    ("the name as uid, newer", about("gpu-a", first="2026-11-21T10:00:00Z"), True),
+    ("the name as uid, older", about("gpu-a", first="2026-11-21T08:00:00Z"), False),
+    # events.k8s.io writes eventTime (a MicroTime) and no firstTimestamp.
+    ("no uid, eventTime newer", about(None, event_time="2026-11-21T09:00:00.000001Z"), True),
+    ("no uid, eventTime older", about(None, event_time="2026-11-21T08:59:59.999999Z"), False),
+    ("no uid and no time", about(None), False),
+    ("no uid, unreadable time", about(None, first="yesterday"), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("event", "attributed"), [(e, a) for _, e, a in ATTRIBUTION], ids=[i for i, _, _ in ATTRIBUTION]
+)
+def test_an_event_counts_for_the_cached_node_only_when_it_is_about_that_node_object(
+    event: dict[str, Any], attributed: bool
+) -> None:
+    assert attributed_node(event, CACHED) == (CACHED if attributed else None)
+
+
+def test_no_cached_node_or_no_creation_time_attributes_nothing() -> None:
+    newer = about(None, first="2026-11-21T10:00:00Z")
+    assert attributed_node(newer, None) is None
+    assert attributed_node(newer, CachedNode("gpu-a", NODE_UID, None, "i-0aaa1234567890aaa", "b-1")) is None
+    # A usable uid needs no creation time.
+    matching = about(NODE_UID)
+    assert attributed_node(matching, CachedNode("gpu-a", NODE_UID, None, "i-0aaa1234567890aaa", "b-1"))
+
+
+def test_the_detail_names_the_instance_and_boot_only_when_attributed() -> None:
+    items: list[QueuedEvent] = []
+    nodes = {"gpu-a": CACHED}
+    shipper = NodeEventShipper("training-on-eks", items.extend, Metrics(), nodes.get)
+    shipper.begin_list()
+    shipper.end_list()
+    base = {"type": "Warning", "reason": "GPUInformationalXid", "message": "NVRM: Xid (PCI:0000:53:00): 92"}
+    shipper.on_event("ADDED", {**about(NODE_UID), **base, "metadata": {"uid": "e-1"}})
+    shipper.on_event(
+        "ADDED", {**about("0d7c0000-0000-0000-0000-000000000000"), **base, "metadata": {"uid": "e-2"}}
+    )
+    shipper.on_event(
+        "ADDED", {**about(None, first="2026-11-21T08:00:00Z"), **base, "metadata": {"uid": "e-3"}}
+    )
+    details = [json.loads(item.detail) for item in items]
+    assert [d["node"] for d in details] == [
+        {"name": "gpu-a", "uid": NODE_UID, "instanceId": "i-0aaa1234567890aaa", "bootId": "b-1"},
+        {"name": "gpu-a", "uid": "0d7c0000-0000-0000-0000-000000000000", "instanceId": "", "bootId": ""},
+        {"name": "gpu-a", "uid": "", "instanceId": "", "bootId": ""},
+    ]
+    assert [(item.node_event, item.healthy_direction) for item in items] == [(True, False)] * 3
+
+
+def test_an_event_about_an_earlier_node_of_the_same_name_counts_for_no_instance(
+    server: FakeKubeApiServer, running: Start
+) -> None:
+    """Through the real path: the Node gpu-a is replaced by another instance under the same name
+    (EC2 reuses private IPs). An Event carrying the old Node's uid (NPD resolves the uid once, so
+    one that kept running sends it until restarted) gets no instance; one with no uid, written
+    after the new Node was created, gets the new instance and its boot; a reboot's new bootID is
+    seen although no condition changed."""
+    exporter, events = start_watching(server, running)
+    core = client.CoreV1Api(server.api_client())
+    old = server.store.get("nodes", "gpu-a")
+    core.create_namespaced_event(
+        "default", make_event("gpu-a.1", "default", involved=old, reason="GPUInformationalXid", message="92")
+    )
+    (first,) = [d["node"] for d in (shipped_details(events, 1))]
+    assert first == {
+        "name": "gpu-a",
+        "uid": old["metadata"]["uid"],
+        "instanceId": "i-0aaa1234567890aaa",
+        "bootId": old["status"]["nodeInfo"]["bootID"],
+    }
+
+    server.store.delete("nodes", "gpu-a")
+    new = server.store.add(node("gpu-a", instance="i-0bbb1234567890bbb"))[0]
+    wait_for(
+        lambda: (exporter.pipeline.cached_node("gpu-a") or CACHED).uid == new["metadata"]["uid"],
+        what="the new Node cached",
+    )
+    core.create_namespaced_event(
+        "default", make_event("gpu-a.2", "default", involved=old, reason="GPUInformationalXid", message="92")
+    )
+    no_uid = {"kind": "Node", "name": "gpu-a", "apiVersion": "v1"}
+    earlier = make_event("gpu-a.3", "default", involved=no_uid, reason="GPUInformationalXid", message="92")
+    earlier["firstTimestamp"] = "2020-01-01T00:00:00Z"
+    core.create_namespaced_event("default", earlier)
+    server.store.reboot_node("gpu-a")
+    rebooted = server.store.get("nodes", "gpu-a")["status"]["nodeInfo"]["bootID"]
+    wait_for(
+        lambda: (exporter.pipeline.cached_node("gpu-a") or CACHED).boot_id == rebooted, what="the reboot seen"
+    )
+    core.create_namespaced_event(
+        "default",
+        make_event("gpu-a.4", "default", involved=no_uid, reason="GPUInformationalXid", message="92"),
+    )
+    later = [d["node"] for d in shipped_details(events, 4)[1:]]
+    assert later == [
+        {"name": "gpu-a", "uid": old["metadata"]["uid"], "instanceId": "", "bootId": ""},
+        {"name": "gpu-a", "uid": "", "instanceId": "", "bootId": ""},
+        {"name": "gpu-a", "uid": "", "instanceId": "i-0bbb1234567890bbb", "bootId": rebooted},
+    ]
+    assert exporter.metrics.value("node_events_unattributed_total") == 2
+
+
+def shipped_details(events: RecordingEvents, count: int) -> list[dict[str, Any]]:
+    wait_for(lambda: len(events.details(DETAIL_TYPE)) >= count, what=f"{count} node events")
+    return events.details(DETAIL_TYPE)

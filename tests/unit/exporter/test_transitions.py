@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from nodeheal.events import NodeConditionEvent, node_identity
@@ -213,3 +214,42 @@ def test_event_detail_round_trips_through_the_contract() -> None:
     parsed = NodeConditionEvent.from_detail(event.to_json())
     assert parsed == event
     assert event.to_detail()["observedAt"] == "2026-11-21T10:00:01.234Z"
+
+
+def test_the_cached_node_follows_the_object_its_boot_and_its_instance() -> None:
+    """What a Node Event is attributed with (D10, D19): the Node object's uid and creation time,
+    its instance and its current boot, kept up to date on the heartbeat path too (a reboot changes
+    no condition), and nothing once the Node is gone."""
+    tracker = TransitionTracker("training-on-eks", lambda _: True)
+    assert tracker.cached("gpu-a") is None
+    gpu_a = node("gpu-a", instance="i-0aaa1234567890aaa")
+    gpu_a["metadata"].update({"uid": "uid-1", "creationTimestamp": "2026-11-21T09:00:00Z"})
+    gpu_a["status"]["nodeInfo"]["bootID"] = "boot-1"
+    tracker.observe(gpu_a)
+    first = tracker.cached("gpu-a")
+    assert first is not None
+    assert (first.uid, first.created, first.instance_id, first.boot_id) == (
+        "uid-1",
+        datetime(2026, 11, 21, 9, 0, tzinfo=UTC),
+        "i-0aaa1234567890aaa",
+        "boot-1",
+    )
+    assert tracker.cached("gpu-a") is first  # unchanged: the same view
+
+    rebooted = heartbeat(gpu_a)
+    rebooted["status"]["nodeInfo"]["bootID"] = "boot-2"
+    assert tracker.observe(rebooted) == []
+    assert tracker.cached("gpu-a") == replace(first, boot_id="boot-2")
+
+    replaced = node("gpu-a", instance="i-0bbb1234567890bbb")
+    replaced["metadata"].update({"uid": "uid-2", "creationTimestamp": "2026-11-21T11:00:00Z"})
+    tracker.observe(replaced)
+    second = tracker.cached("gpu-a")
+    assert second is not None
+    assert (second.uid, second.created, second.instance_id) == (
+        "uid-2",
+        datetime(2026, 11, 21, 11, 0, tzinfo=UTC),
+        "i-0bbb1234567890bbb",
+    )
+    tracker.forget(replaced)
+    assert tracker.cached("gpu-a") is None
