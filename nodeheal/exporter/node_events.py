@@ -23,7 +23,7 @@ story of a remediation is not a signal that the node degraded. They are counted 
 
 Which instance an Event is about (D10). Counts are kept per EC2 instance (D1), and a Node name
 outlives its instance (EC2 reuses private IPs, so a new Node can take an old name), so the
-shipper names ``detail.node.instanceId`` and ``bootId`` only when the Event is provably about the
+shipper names ``detail.node.instanceID`` and ``bootID`` only when the Event is provably about the
 Node object it has cached under that name (:func:`attributed_node`):
 
 * the Event's ``involvedObject.uid`` is that Node's uid; or
@@ -113,7 +113,7 @@ def node_event_detail(
     """The ``Node Event Observed`` detail (nodeheal/contracts/node-event-observed-1.1.json).
 
     ``node`` is the Node the Event was attributed to (:func:`attributed_node`); without one,
-    ``instanceId`` and ``bootId`` are empty and the Event counts for no instance.
+    ``instanceID`` and ``bootID`` are empty and the Event counts for no instance.
     """
     metadata = event.get("metadata") or {}
     involved = event.get("involvedObject") or {}
@@ -124,9 +124,10 @@ def node_event_detail(
         "cluster": cluster,
         "node": {
             "name": str(involved.get("name") or ""),
-            "uid": str(involved.get("uid") or ""),
-            "instanceId": node.instance_id if node is not None else "",
-            "bootId": node.boot_id if node is not None else "",
+            # The Node the Event was attributed to names its own uid: NPD v1.35 records no uid.
+            "uid": node.uid if node is not None else str(involved.get("uid") or ""),
+            "instanceID": node.instance_id if node is not None else "",
+            "bootID": node.boot_id if node is not None else "",
         },
         "event": {
             "uid": str(metadata.get("uid") or ""),

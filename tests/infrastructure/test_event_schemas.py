@@ -47,7 +47,7 @@ def test_the_stack_publishes_every_contract_schema_in_its_own_registry(default_s
         "detail": a_node_event_detail(),
     }
     assert list(Draft4Validator(node_events).iter_errors(node_event)) == []
-    del node_event["detail"]["node"]["instanceId"]
+    del node_event["detail"]["node"]["instanceID"]
     assert list(Draft4Validator(node_events).iter_errors(node_event))
 
 

@@ -373,10 +373,10 @@ def test_a_node_event_the_exporter_ships_meets_its_schema_with_and_without_an_in
     assert attributed["node"] == {
         "name": CACHED.name,
         "uid": NODE_UID,
-        "instanceId": "i-0123456789abcdef0",
-        "bootId": CACHED.boot_id,
+        "instanceID": "i-0123456789abcdef0",
+        "bootID": CACHED.boot_id,
     }
-    assert about_another_node["node"]["instanceId"] == no_uid_older["node"]["instanceId"] == ""
+    assert about_another_node["node"]["instanceID"] == no_uid_older["node"]["instanceID"] == ""
     assert (
         series["event"]["count"] == 2 and series["event"]["firstTimestamp"] == "2026-11-21T10:00:00.123456Z"
     )
@@ -386,7 +386,7 @@ def test_a_node_event_the_exporter_ships_meets_its_schema_with_and_without_an_in
 
 def test_an_event_about_an_unknown_node_ships_with_no_instance_and_meets_the_schema() -> None:
     (detail,) = shipped(kube_event(), nodes={})
-    assert (detail["node"]["instanceId"], detail["node"]["bootId"]) == ("", "")
+    assert (detail["node"]["instanceID"], detail["node"]["bootID"]) == ("", "")
     assert contracts.violations(NODE_EVENT, detail) == []
 
 
@@ -435,8 +435,8 @@ def test_what_the_exporter_ships_for_any_event_meets_the_node_event_schema(
         "observedAt",
         "node.name",
         "node.uid",
-        "node.instanceId",
-        "node.bootId",
+        "node.instanceID",
+        "node.bootID",
         "event.uid",
         "event.type",
         "event.reason",
@@ -463,9 +463,9 @@ NODE_EVENT_BREAKAGES: list[tuple[str, Any]] = [
     ("schemaVersion", "1"),
     ("cluster", ""),
     ("node.name", ""),
-    ("node.instanceId", "ip-10-0-1-23"),
-    ("node.instanceId", None),
-    ("node.bootId", None),
+    ("node.instanceID", "ip-10-0-1-23"),
+    ("node.instanceID", None),
+    ("node.bootID", None),
     ("event.count", 0),
     ("event.count", "3"),
     ("event.message", None),

@@ -327,9 +327,9 @@ def test_the_detail_names_the_instance_and_boot_only_when_attributed() -> None:
     )
     details = [json.loads(item.detail) for item in items]
     assert [d["node"] for d in details] == [
-        {"name": "gpu-a", "uid": NODE_UID, "instanceId": "i-0aaa1234567890aaa", "bootId": "b-1"},
-        {"name": "gpu-a", "uid": "0d7c0000-0000-0000-0000-000000000000", "instanceId": "", "bootId": ""},
-        {"name": "gpu-a", "uid": "", "instanceId": "", "bootId": ""},
+        {"name": "gpu-a", "uid": NODE_UID, "instanceID": "i-0aaa1234567890aaa", "bootID": "b-1"},
+        {"name": "gpu-a", "uid": "0d7c0000-0000-0000-0000-000000000000", "instanceID": "", "bootID": ""},
+        {"name": "gpu-a", "uid": "", "instanceID": "", "bootID": ""},
     ]
     assert [(item.node_event, item.healthy_direction) for item in items] == [(True, False)] * 3
 
@@ -352,8 +352,8 @@ def test_an_event_about_an_earlier_node_of_the_same_name_counts_for_no_instance(
     assert first == {
         "name": "gpu-a",
         "uid": old["metadata"]["uid"],
-        "instanceId": "i-0aaa1234567890aaa",
-        "bootId": old["status"]["nodeInfo"]["bootID"],
+        "instanceID": "i-0aaa1234567890aaa",
+        "bootID": old["status"]["nodeInfo"]["bootID"],
     }
 
     server.store.delete("nodes", "gpu-a")
@@ -380,9 +380,15 @@ def test_an_event_about_an_earlier_node_of_the_same_name_counts_for_no_instance(
     )
     later = [d["node"] for d in shipped_details(events, 4)[1:]]
     assert later == [
-        {"name": "gpu-a", "uid": old["metadata"]["uid"], "instanceId": "", "bootId": ""},
-        {"name": "gpu-a", "uid": "", "instanceId": "", "bootId": ""},
-        {"name": "gpu-a", "uid": "", "instanceId": "i-0bbb1234567890bbb", "bootId": rebooted},
+        {"name": "gpu-a", "uid": old["metadata"]["uid"], "instanceID": "", "bootID": ""},
+        {"name": "gpu-a", "uid": "", "instanceID": "", "bootID": ""},
+        # Attributed: the detail names the Node it proved, uid included (the Event carried none).
+        {
+            "name": "gpu-a",
+            "uid": server.store.get("nodes", "gpu-a")["metadata"]["uid"],
+            "instanceID": "i-0bbb1234567890bbb",
+            "bootID": rebooted,
+        },
     ]
     assert exporter.metrics.value("node_events_unattributed_total") == 2
 

@@ -529,3 +529,33 @@ def test_the_policy_setting_overrides_a_default_and_refuses_an_unknown_signal() 
         RemediationSettings.from_json({"policy": {"countedSignals": {"xid-999": {}}}})
     with pytest.raises(ConfigurationError, match=r"countedSignals\.xid-92\.count"):
         RemediationSettings.from_json({"policy": {"countedSignals": {"xid-92": {"count": 0}}}})
+
+
+def test_the_exporters_detail_is_what_the_counting_function_reads() -> None:
+    """One contract, two ends: the shipper's detail of an NPD Event (no Node UID, as NPD v1.35
+    records it) attributed to the cached Node parses into the instance, boot and Node UID the
+    counting function keys on; an unattributed one names no instance."""
+    from nodeheal.events import NodeEventDetail
+    from nodeheal.exporter.node_events import attributed_node, node_event_detail
+    from nodeheal.exporter.transitions import CachedNode
+
+    cluster = Cluster()
+    cluster.npd.eventf("Warning", "gpu-monitor", "GPUInformationalXid", XID_92)
+    [stored] = cluster.store.objects()
+    assert "uid" not in stored["involvedObject"]
+    cached = CachedNode(
+        name=NODE, uid=NODE_UID, created=T0 - timedelta(days=1), instance_id=INSTANCE, boot_id=BOOT
+    )
+    shipped = node_event_detail(CLUSTER, stored, cluster.now(), attributed_node(stored, cached))
+    parsed = NodeEventDetail.from_detail(shipped)
+    assert (parsed.instance_id, parsed.boot_id, parsed.node_uid) == (INSTANCE, BOOT, NODE_UID)
+    assert (parsed.event.count, parsed.event.source, parsed.event.reason) == (
+        1,
+        "gpu-monitor",
+        "GPUInformationalXid",
+    )
+    newer = replace(cached, created=T0 + timedelta(days=1), uid="another-node-object")
+    unattributed = NodeEventDetail.from_detail(
+        node_event_detail(CLUSTER, stored, cluster.now(), attributed_node(stored, newer))
+    )
+    assert (unattributed.instance_id, unattributed.boot_id) == ("", "")
