@@ -84,7 +84,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 JSON = dict[str, Any]
 
@@ -547,6 +547,14 @@ def rfc3339(nanos: int) -> str:
     return datetime.fromtimestamp(nanos // _NANOS_PER_SECOND, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class EventSink(Protocol):
+    """Where the recorder writes: ``EventSinkImpl``'s create and patch. :class:`EventStore` here;
+    the local API server in the pipeline (``nodeheal.sim.cluster.npd_events``)."""
+
+    def create(self, event: Event, now_ns: int) -> StoredEvent | None: ...
+    def patch(self, event: Event) -> StoredEvent | None: ...
+
+
 class EventStore:
     """The API server's Events, as the recorder's sink sees them: a create of a taken name is
     409 AlreadyExists, a patch of a missing one 404. ``EventSinkImpl`` POSTs and PATCHes in the
@@ -650,7 +658,7 @@ class LegacyEventRecorder:
     def __init__(
         self,
         source: EventSource,
-        store: EventStore,
+        store: EventSink,
         clock: Callable[[], int],
         pop_any: PopAny = min,
         cache_size: int = MAX_LRU_CACHE_ENTRIES,
@@ -693,7 +701,7 @@ class NpdProblemClient:
     def __init__(
         self,
         node_name: str,
-        store: EventStore,
+        store: EventSink,
         clock: Callable[[], int],
         event_namespace: str = "",
         pop_any: PopAny = min,
