@@ -33,6 +33,9 @@ class ClusterLayout:
     training_workers: int | None = None
     #: GPUs of the ``karpenter.sh/do-not-disrupt`` notebook on the last GPU node (0: no notebook).
     notebook_gpus: int = 2
+    #: How long before the pipeline started the first GPU nodes joined (their creationTimestamp):
+    #: a cluster that has run for hours, whose nodes' Event history starts after they joined.
+    node_age_seconds: int = 0
 
     @property
     def workers(self) -> int:

@@ -26,10 +26,11 @@ import random
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from nodeheal.conditions import is_positive_condition
 from nodeheal.events import instance_id_from_provider_id
-from nodeheal.sim.apiserver.objects import make_node, make_nodeclaim, make_pdb, make_pod
+from nodeheal.sim.apiserver.objects import make_node, make_nodeclaim, make_pdb, make_pod, rfc3339
 from nodeheal.sim.apiserver.status import ApiError
 from nodeheal.sim.apiserver.store import ClusterStore
 from nodeheal.sim.cluster.controllers import KarpenterStandIn, NodeAgent, WorkloadControllers
@@ -191,7 +192,9 @@ class SimulatedCluster:
             else []
         )
         for instance_id in instances:
-            self.gpu_nodes.append(self.add_node(instance_id=instance_id))
+            self.gpu_nodes.append(
+                self.add_node(instance_id=instance_id, joined_seconds_ago=layout.node_age_seconds)
+            )
         self.store.add(
             *[
                 make_pod(
@@ -248,8 +251,10 @@ class SimulatedCluster:
         zone: str | None = None,
         gpus: int | None = None,
         instance_id: str | None = None,
+        joined_seconds_ago: int = 0,
     ) -> str:
-        """An EC2 instance tagged as Karpenter tags it, its Node, and the node's DaemonSet pods."""
+        """An EC2 instance tagged as Karpenter tags it, its Node, and the node's DaemonSet pods;
+        ``joined_seconds_ago`` dates the Node's creationTimestamp back that far."""
         pool = pool or self.layout.node_pool
         instance_type = instance_type or self.layout.instance_type
         zone = zone or self.layout.zone
@@ -258,29 +263,32 @@ class SimulatedCluster:
             cluster=self.cluster, node_pool=pool, instance_type=instance_type, zone=zone
         )
         name = self.node_name()
-        self.store.add(
-            make_node(
-                name,
-                instance_id=instance_id,
-                zone=zone,
-                instance_type=instance_type,
-                node_pool=pool,
-                gpus=gpus,
-                cluster=self.cluster,
-                extra_labels={"nvidia.com/gpu.present": "true" if gpus else "false"},
-                # The EKS node monitoring agent reports this on accelerated nodes from the start.
-                extra_conditions=[
-                    {
-                        "type": "AcceleratedHardwareReady",
-                        "status": "True",
-                        "reason": "NvidiaAcceleratedHardwareIsReady",
-                        "message": "NVIDIA accelerated hardware is ready",
-                    }
-                ]
-                if gpus
-                else None,
-            )
+        node = make_node(
+            name,
+            instance_id=instance_id,
+            zone=zone,
+            instance_type=instance_type,
+            node_pool=pool,
+            gpus=gpus,
+            cluster=self.cluster,
+            extra_labels={"nvidia.com/gpu.present": "true" if gpus else "false"},
+            # The EKS node monitoring agent reports this on accelerated nodes from the start.
+            extra_conditions=[
+                {
+                    "type": "AcceleratedHardwareReady",
+                    "status": "True",
+                    "reason": "NvidiaAcceleratedHardwareIsReady",
+                    "message": "NVIDIA accelerated hardware is ready",
+                }
+            ]
+            if gpus
+            else None,
         )
+        if joined_seconds_ago:
+            node["metadata"]["creationTimestamp"] = rfc3339(
+                datetime.now(UTC) - timedelta(seconds=joined_seconds_ago)
+            )
+        self.store.add(node)
         # Karpenter's record of the instance, bound to it by providerID as Karpenter binds it once
         # the node registered (what replace.method delete-nodeclaim deletes).
         node = self.store.get("nodes", name)

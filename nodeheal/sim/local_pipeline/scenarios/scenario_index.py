@@ -4,6 +4,7 @@ family by family, from one fault to an outage."""
 from __future__ import annotations
 
 from nodeheal.sim.local_pipeline.scenarios.capacity import CAPACITY_SCENARIOS
+from nodeheal.sim.local_pipeline.scenarios.counted import COUNTED_SCENARIOS
 from nodeheal.sim.local_pipeline.scenarios.drains import DRAINS_SCENARIOS
 from nodeheal.sim.local_pipeline.scenarios.event_checks import EVENT_CHECKS_SCENARIOS
 from nodeheal.sim.local_pipeline.scenarios.gpu_faults import GPU_FAULTS_SCENARIOS
@@ -16,6 +17,7 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         *GPU_FAULTS_SCENARIOS,
         *CAPACITY_SCENARIOS,
+        *COUNTED_SCENARIOS,
         *DRAINS_SCENARIOS,
         *STORMS_SCENARIOS,
         *EVENT_CHECKS_SCENARIOS,
