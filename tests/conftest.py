@@ -121,6 +121,26 @@ def _restore_the_environment() -> Iterator[None]:
         os.environ.update(saved)
 
 
+# -- botocore's service models, loaded once per worker ---------------------------------------------
+#
+# moto drops boto3's default session each time a mock starts, and botocore gives every session a
+# model loader of its own: each test that started a mock and made clients parsed the JSON models
+# (EC2's alone is megabytes) again, about 2 s a test for the CLI and adapter tests. The sessions of
+# the whole run share one loader per data path instead, as the local pipeline's already do
+# (nodeheal.sim.moto_patches.share_model_loaders): a loader never changes a model it loaded, and a
+# session with another data path (AWS_DATA_PATH, a directory of trimmed models) gets its own.
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _share_botocore_model_loaders() -> Iterator[None]:
+    from nodeheal.sim import moto_patches
+
+    patchers = moto_patches.share_model_loaders()
+    yield
+    for patcher in reversed(patchers):
+        patcher.stop()
+
+
 # -- the rewritten test modules, kept between runs ---------------------------------------------------
 #
 # pytest rewrites the asserts of every test module it imports and keeps the result in

@@ -2,11 +2,21 @@
 
 Synthesis runs in-process with the context of cdk.json (feature flags included) and the cdk-nag
 AwsSolutions pack, exactly as app.py registers it; bundling is skipped so no wheelhouse is needed.
+
+The session's stacks (default, keyed, full) are synthesized once per run, not once per
+pytest-xdist worker: the first worker to need one synthesizes it under a lock and leaves its
+template and validation report in the run's temporary directory, keyed by everything the synth
+reads (nodeheal.sim.stack.template_cache.cache_key: the context, NodeHeal's sources, the CDK
+versions); the other workers read them, and synthesize it themselves only if a test asks for the
+jsii objects (the stack, the assembly).
 """
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +28,7 @@ from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
 from nodeheal.deploy_config import CONTEXT_KEY, NodeHealConfig
+from nodeheal.sim.stack.template_cache import cache_key
 from stacks.nodeheal_stack import NodeHealStack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,10 +80,87 @@ def synthesize(outdir: Path, nodeheal_context: Mapping[str, Any] | None = None) 
     )
 
 
+class SharedSynthesized:
+    """A stack another worker of the run synthesized: its template and validation report as that
+    synth wrote them; the stack, the assembly and the assertions' Template made here on first use
+    (the stack and the assembly by synthesizing the same context in this worker)."""
+
+    def __init__(
+        self,
+        config: NodeHealConfig,
+        template_json: dict[str, Any],
+        report: dict[str, Any],
+        outdir: Path,
+        nodeheal_context: Mapping[str, Any] | None,
+    ) -> None:
+        self.config = config
+        self.json = template_json
+        self._report = report
+        self._outdir = outdir
+        self._context = nodeheal_context
+
+    @functools.cached_property
+    def _here(self) -> Synthesized:
+        synthesized = synthesize(self._outdir, self._context)
+        assert synthesized.json == self.json, "the same context synthesized a different template"
+        return synthesized
+
+    @property
+    def stack(self) -> NodeHealStack:
+        return self._here.stack
+
+    @property
+    def assembly(self) -> cx_api.CloudAssembly:
+        return self._here.assembly
+
+    @functools.cached_property
+    def template(self) -> Template:
+        return Template.from_json(self.json)
+
+    resources = Synthesized.resources
+
+    @property
+    def validation_report(self) -> dict[str, Any]:
+        return self._report
+
+
+def _run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary directory of the whole run: each pytest-xdist worker's is a child of it."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def synthesized_once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, nodeheal_context: Mapping[str, Any] | None = None
+) -> Synthesized | SharedSynthesized:
+    context = cdk_json_context()
+    if nodeheal_context is not None:
+        context[CONTEXT_KEY] = dict(nodeheal_context)
+    shared = _run_directory(tmp_path_factory) / "synthesized-stacks"
+    shared.mkdir(exist_ok=True)
+    key = cache_key({"infrastructure-tests": context})
+    template_file, report_file = shared / f"{key}.template.json", shared / f"{key}.validation-report.json"
+    with (shared / f"{key}.lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        if not report_file.exists():
+            synthesized = synthesize(tmp_path_factory.mktemp(name), nodeheal_context)
+            template_file.write_text(json.dumps(synthesized.json))
+            # Written last: its presence says both files are whole.
+            report_file.write_text(json.dumps(synthesized.validation_report))
+            return synthesized
+    return SharedSynthesized(
+        config=NodeHealConfig.from_cdk_context(context[CONTEXT_KEY]),
+        template_json=json.loads(template_file.read_text()),
+        report=json.loads(report_file.read_text()),
+        outdir=tmp_path_factory.mktemp(name),
+        nodeheal_context=nodeheal_context,
+    )
+
+
 @pytest.fixture(scope="session")
-def default_stack(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+def default_stack(tmp_path_factory: pytest.TempPathFactory) -> Synthesized | SharedSynthesized:
     """The stack exactly as cdk.json configures it."""
-    return synthesize(tmp_path_factory.mktemp("default"))
+    return synthesized_once_per_run(tmp_path_factory, "default")
 
 
 #: Two clusters, label filters, VPC placement, e-mails, a group prefix and node deletion after
@@ -109,14 +197,14 @@ def keyed_context() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def keyed_stack(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+def keyed_stack(tmp_path_factory: pytest.TempPathFactory) -> Synthesized | SharedSynthesized:
     """The stack as cdk.json configures it, with a customer managed key."""
-    return synthesize(tmp_path_factory.mktemp("keyed"), keyed_context())
+    return synthesized_once_per_run(tmp_path_factory, "keyed", keyed_context())
 
 
 @pytest.fixture(scope="session")
-def full_stack(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
-    return synthesize(tmp_path_factory.mktemp("full"), FULL_CONTEXT)
+def full_stack(tmp_path_factory: pytest.TempPathFactory) -> Synthesized | SharedSynthesized:
+    return synthesized_once_per_run(tmp_path_factory, "full", FULL_CONTEXT)
 
 
 def function_resource(synthesized: Synthesized, task_name: str) -> dict[str, Any]:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from nodeheal.kube_views import ANNOTATION_EXECUTION, UNHEALTHY_TAINT_KEY
+from nodeheal.sim.apiserver.objects import rfc3339
 from nodeheal.workflow.records import Outcome
 from tests.workflow.conftest import CLUSTER, XID_13, XID_48, XID_79, Pipeline, wait_until
 
@@ -126,7 +125,12 @@ def test_fault_again_after_reboot_escalates_to_replace(pipeline: Pipeline) -> No
     first = pipeline.run(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_48))
     assert first["status"] == "SUCCEEDED"
     pipeline.aws.on_instances_rebooted.clear()
-    time.sleep(1.1)  # condition timestamps have one-second resolution: a new transition needs a new second
+    # Condition timestamps have one-second resolution: a new transition needs a second later than
+    # the condition's last one, the recovery's (the run itself usually took longer than that).
+    node = pipeline.node("gpu-a")
+    assert node is not None
+    last = next(c for c in node["status"]["conditions"] if c["type"] == "GPUProblem")["lastTransitionTime"]
+    wait_until(lambda: rfc3339() > last, what="a second past the condition's last transition")
 
     second = pipeline.run(pipeline.fault("gpu-a", "GPUProblem", "True", "GPUHardwareError", XID_48))
 

@@ -17,18 +17,24 @@ An edited source file or an upgraded library is a new key, never a stale hit. Th
 ``NODEHEAL_TEMPLATE_CACHE=off`` turns the cache off. A cache that cannot be read or written is
 passed over: the template is synthesized as if there were none. The cache keeps its most recently
 used entries (:data:`MAX_ENTRIES`).
+
+Processes that miss the same entry at once (the workers of one ``pytest -n`` run, which start on
+the same few contexts) synthesize it once: the first holds a lock on the entry while it
+synthesizes, and the others wait for it and then read what it wrote. A lock that cannot be taken
+is passed over, as an unusable cache is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -104,14 +110,45 @@ def cached_template(
     if where is None:
         return synthesize(context)
     entry = where / f"{cache_key(context)}.json"
+    template = _read(entry)
+    if template is not None:
+        return template
+    with _entry_lock(where, entry):
+        # Another process may have written the entry while this one waited for the lock.
+        template = _read(entry)
+        if template is None:
+            template = synthesize(context)
+            _store(where, entry, template)
+    return template
+
+
+def _read(entry: Path) -> Mapping[str, Any] | None:
+    """The entry's template (marked most recently used), or None when it cannot be read."""
     with contextlib.suppress(OSError, ValueError):
         template: Mapping[str, Any] = json.loads(entry.read_text())
         with contextlib.suppress(OSError):
             os.utime(entry)  # most recently used
         return template
-    template = synthesize(context)
-    _store(where, entry, template)
-    return template
+    return None
+
+
+def _lock_path(entry: Path) -> Path:
+    return entry.with_name(f".{entry.stem}.lock")
+
+
+@contextlib.contextmanager
+def _entry_lock(directory: Path, entry: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``entry`` across processes (released when its file closes)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = _lock_path(entry).open("a")
+    except OSError:
+        yield  # no lock where no cache can be written: synthesize as if there were none
+        return
+    with handle:
+        with contextlib.suppress(OSError):
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 def _store(directory: Path, entry: Path, template: Mapping[str, Any]) -> None:
@@ -126,5 +163,6 @@ def _store(directory: Path, entry: Path, template: Mapping[str, Any]) -> None:
         entries = sorted(directory.glob("*.json"), key=lambda path: path.stat().st_mtime)
         for stale in entries[: max(len(entries) - MAX_ENTRIES, 0)]:
             stale.unlink(missing_ok=True)
+            _lock_path(stale).unlink(missing_ok=True)
     except OSError:
         return  # a cache that cannot be written is no cache, not an error

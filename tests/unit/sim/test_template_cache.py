@@ -3,7 +3,9 @@ same inputs, and a cache that cannot work is passed over, never an error."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -91,3 +93,46 @@ def test_only_the_most_recently_used_entries_are_kept(
         cached_template({"name": name}, synth, directory=tmp_path)
     assert len(list(tmp_path.glob("*.json"))) == 3
     assert not list(tmp_path.glob(".writing-*"))
+
+
+def test_a_process_that_misses_while_another_synthesizes_waits_and_reads_its_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers asking for one new context synthesize it once. The lock is per open file, so
+    two threads stand for two processes; the second's first read misses (the first is still
+    synthesizing), and it reaches for the lock before the first finishes."""
+    first_synthesizing, second_at_the_lock = threading.Event(), threading.Event()
+    real_flock = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        if threading.current_thread().name == "second":
+            second_at_the_lock.set()
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+
+    def slow_synth(context: Mapping[str, Any]) -> Mapping[str, Any]:
+        first_synthesizing.set()
+        assert second_at_the_lock.wait(timeout=60), "the second never reached the lock"
+        return CountingSynth()(context)
+
+    second_synth = CountingSynth()
+    results: dict[str, Mapping[str, Any]] = {}
+    first = threading.Thread(
+        target=lambda: results.update(first=cached_template({"name": "a"}, slow_synth, directory=tmp_path)),
+        name="first",
+    )
+    second = threading.Thread(
+        target=lambda: results.update(
+            second=cached_template({"name": "a"}, second_synth, directory=tmp_path)
+        ),
+        name="second",
+    )
+    first.start()
+    assert first_synthesizing.wait(timeout=60)
+    second.start()
+    first.join(timeout=60)
+    second.join(timeout=60)
+    assert not first.is_alive() and not second.is_alive()
+    assert second_synth.calls == []
+    assert results["second"] == results["first"]
