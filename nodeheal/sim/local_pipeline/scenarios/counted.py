@@ -131,6 +131,7 @@ def _expect_alert(run: ScenarioRun, signal: str, count: int, window_hours: int) 
     run.expect_outcome(record, Outcome.ALERTED)
     run.expect_untouched(node, instance)
     messages = run.expect_notifications(["action-required"])
+    run.facts["notifications"] = messages  # read once: the subscriber queue is drained
     text = " ".join(str(m.get("message", "")) for m in messages)
     named = f"{count} times within {window_hours}h"
     run.expect(named in text, f"the notification does not name {named!r}: {text[:400]}")
