@@ -84,6 +84,9 @@ class LedgerItem(Enum):
     EPISODE = "EPISODE#{cluster}#*"
     #: Dropped-event records, ``DROPPED#<date>`` (not per cluster: a dropped event may name none).
     DROPPED = "DROPPED#*"
+    #: Counted signals' windows, per instance: ``SIGNALS#<cluster>#<instance>`` (one item per
+    #: signal, ``SIGNAL#<signal>``; docs/architecture.md, D22).
+    SIGNALS = "SIGNALS#{cluster}#*"
 
     def leading_keys(self, clusters: Sequence[str]) -> list[str]:
         """``dynamodb:LeadingKeys`` patterns (StringLike) of these items in the configured clusters."""

@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodeheal.actions import Mode
+from nodeheal.config import PolicySettings
 from nodeheal.deadline import Deadline
 from nodeheal.deadline import current as current_deadline
 from nodeheal.errors import ConfigurationError, DeadlineExceededError, DuplicateExecutionError
 from nodeheal.events import DEFAULT_SOURCE
 from nodeheal.kube_event_body import EventTally
+from nodeheal.settings_reader import SettingsReader
 from nodeheal.timestamps import utc_now
 from nodeheal.workflow.ports import KubeAccess
 
@@ -37,6 +39,26 @@ if TYPE_CHECKING:
     from nodeheal.aws.notify import SnsNotifier
     from nodeheal.kube.client import KubeClientProvider
     from nodeheal.workflow.ingest import IngestSettings
+
+
+#: The variable that carries ``policy.countedSignals`` to the counting function, as JSON.
+COUNTED_SIGNALS_VARIABLE = "NODEHEAL_COUNTED_SIGNALS"
+
+
+def counting_policy(raw: str) -> PolicySettings:
+    """The policy of ``NODEHEAL_COUNTED_SIGNALS`` (empty: every signal's default rule), checked as
+    cdk.json's ``policy.countedSignals`` is: a value the deployment would have refused stops the
+    container at its first invocation with the key's path, rather than counting by a rule nobody set."""
+    if not raw.strip():
+        return PolicySettings()
+    try:
+        rules = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{COUNTED_SIGNALS_VARIABLE} is not JSON: {exc}") from exc
+    try:
+        return PolicySettings.read(SettingsReader({"countedSignals": rules}, "policy"))
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{COUNTED_SIGNALS_VARIABLE}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +79,11 @@ class LambdaEnvironment:
     #: workflow timeout (no execution runs longer, so the listing pages back no further).
     sweep_look_back_seconds: int = 86_400
     longest_execution_seconds: int = 3 * 3600
+    #: The counting function's policy (``NODEHEAL_COUNTED_SIGNALS``): the deployment's
+    #: ``policy.countedSignals``, the rules that differ from the defaults. The state machine's steps
+    #: read theirs from the settings each execution carries (Load settings); the counting function
+    #: runs outside it, so the stack gives it these in its environment.
+    counting_policy: PolicySettings = field(default_factory=PolicySettings)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> LambdaEnvironment:
@@ -92,6 +119,7 @@ class LambdaEnvironment:
             mode=Mode(mode_raw) if mode_raw else None,
             sweep_look_back_seconds=numbers["NODEHEAL_SWEEP_LOOK_BACK_SECONDS"],
             longest_execution_seconds=numbers["NODEHEAL_LONGEST_EXECUTION_SECONDS"],
+            counting_policy=counting_policy(environ.get(COUNTED_SIGNALS_VARIABLE, "")),
         )
 
     def require(self, name: str, value: str) -> str:

@@ -94,6 +94,12 @@ MUTATION_GUARD = (
 )
 
 
+#: A counted signal's execution (docs/architecture.md, D22) has no condition on the Node to prove:
+#: admit and every step that proves the condition still bad before it mutates re-read the
+#: instance's window instead (nodeheal.workflow.counted_condition, read_signal_window: GetItem).
+COUNTED_WINDOW_READ = LedgerGrant(("dynamodb:GetItem",), (LedgerItem.SIGNALS,))
+
+
 def _joined(grants: tuple[LedgerGrant, ...]) -> tuple[LedgerGrant, ...]:
     """Grants on the same items as one grant with the actions of all, in order: IAM's policy
     minimization joins such statements, so the role holds one statement per item set."""
@@ -254,6 +260,8 @@ ADMIT = Step(
         # remember_sighting: a conditional PutItem of an entry of the episode memory;
         # clear_sightings: a conditional UpdateItem marking one cleared (D19).
         LedgerGrant(("dynamodb:PutItem", "dynamodb:UpdateItem"), (LedgerItem.EPISODE,)),
+        # A counted signal's condition: the instance's window, still over its count (D22).
+        COUNTED_WINDOW_READ,
     ),
     # RemediationSkipped when it finds nothing to do; admit is told by its verdict, never stopped.
     event_reasons=(
@@ -331,6 +339,8 @@ CORDON = Step(
         ),
         EVENTS,
     ),
+    # Guard: a counted signal's condition, proven by its window (D22).
+    ledger=(COUNTED_WINDOW_READ,),
     event_reasons=("Cordoned", STOPPED_REASON),
     timeline=_cordon_line,
 )
@@ -382,6 +392,8 @@ DRAIN = Step(
         ),
         EVENTS,
     ),
+    # Guard: a counted signal's condition, proven by its window before each round (D22).
+    ledger=(COUNTED_WINDOW_READ,),
     memory_mb=512,
     event_reasons=(
         "Draining",
@@ -418,6 +430,8 @@ FORCE_DRAIN = Step(
         ),
         EVENTS,
     ),
+    # Guard: a counted signal's condition, proven by its window (D22).
+    ledger=(COUNTED_WINDOW_READ,),
     memory_mb=512,
     event_reasons=("DrainForced", "ForceDeleted", STOPPED_REASON),
     timeline=lambda result: ("forced", f"drain timed out: force-deleted {result.get('forced', 0)} pod(s)"),
@@ -460,6 +474,8 @@ TERMINATE = Step(
     mutating=True,
     # The optional node-delete and NodeClaim roles: nodeheal.rbac, NODE_DELETE and NODECLAIM_DELETE.
     kubernetes_rules=(_READ_NODE, EVENTS),
+    # Guard: a counted signal's condition, proven by its window (D22).
+    ledger=(COUNTED_WINDOW_READ,),
     ec2_mutations=("ec2:TerminateInstances",),
     ec2_describe=True,
     # The impaired-hardware report before the instance goes, whichever replace.method ends it.
@@ -479,8 +495,12 @@ REBOOT = Step(
     # A second RebootInstances is a second reboot.
     idempotent=False,
     kubernetes_rules=(_READ_NODE, EVENTS),
-    # sightings: a fault remembered in this episode that calls for replacement (D2).
-    ledger=(LedgerGrant(("dynamodb:Query",), (LedgerItem.EPISODE,)),),
+    ledger=(
+        # sightings: a fault remembered in this episode that calls for replacement (D2).
+        LedgerGrant(("dynamodb:Query",), (LedgerItem.EPISODE,)),
+        # Guard: a counted signal's condition, proven by its window (D22).
+        COUNTED_WINDOW_READ,
+    ),
     ec2_mutations=("ec2:RebootInstances",),
     ec2_describe=True,
     # RemediationSkipped also when the instance is already shutting down or gone.

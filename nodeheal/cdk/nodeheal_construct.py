@@ -49,6 +49,7 @@ from nodeheal.cdk.constructs.lambda_function import FunctionNetwork, NodeHealFun
 from nodeheal.cdk.constructs.ledger import LedgerConstruct
 from nodeheal.cdk.constructs.notifications import NotificationsConstruct
 from nodeheal.cdk.constructs.observability import ObservabilityConstruct
+from nodeheal.cdk.constructs.signal_counter import SignalCounterConstruct
 from nodeheal.cdk.constructs.workflow import WorkflowConstruct
 from nodeheal.cdk.lambda_asset import lambda_code
 from nodeheal.deploy_config import CONTEXT_KEY, NodeHealConfig
@@ -56,7 +57,8 @@ from nodeheal.events import cluster_source
 
 
 class NodeHeal(Construct):
-    """Ingest, the remediation workflow, the ledger, notifications, access and observability."""
+    """Ingest, the remediation workflow, the counting of signals, the ledger, notifications, access
+    and observability."""
 
     def __init__(
         self,
@@ -122,6 +124,17 @@ class NodeHeal(Construct):
             log_key=log_key,
             bus=event_bus,
         )
+        self.signal_counter = SignalCounterConstruct(
+            self,
+            "SignalCounter",
+            config=config,
+            code=code,
+            bus=self.ingest.bus,
+            ledger_table_name=self.ledger.table.table_name,
+            state_machine=self.workflow.state_machine,
+            queue_key=self.encryption.messages_key,
+            log_key=log_key,
+        )
         self.finalizer = FinalizerConstruct(
             self,
             "Finalizer",
@@ -138,6 +151,7 @@ class NodeHeal(Construct):
             config=config,
             workflow_functions=list(self.workflow.functions.values()),
             ingest_function=self.ingest.function,
+            counter_function=self.signal_counter.function,
             finalizer_function=self.finalizer.function,
             ledger_table=self.ledger.table,
             topic=self.notifications.topic,
@@ -164,7 +178,7 @@ class NodeHeal(Construct):
             self,
             "Observability",
             state_machine=self.workflow.state_machine,
-            dead_letter_queues=self.ingest.dead_letter_queues,
+            dead_letter_queues=(*self.ingest.dead_letter_queues, *self.signal_counter.dead_letter_queues),
             topic=self.notifications.topic,
             clusters=config.clusters,
             heartbeat_missing_minutes=config.heartbeat_missing_minutes,
@@ -261,10 +275,12 @@ class NodeHeal(Construct):
 
     @property
     def functions(self) -> dict[str, lambda_.Function]:
-        """Every NodeHeal Lambda function by task name: the workflow's, ``ingest`` and ``finalize``."""
+        """Every NodeHeal Lambda function by task name: the workflow's, ``ingest``,
+        ``count-signals`` and ``finalize``."""
         everything: list[NodeHealFunction] = [
             *self.workflow.functions.values(),
             self.ingest.function,
+            self.signal_counter.function,
             self.finalizer.function,
         ]
         return {function.spec.name: function.function for function in everything}

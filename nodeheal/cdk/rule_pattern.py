@@ -14,7 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from nodeheal.deploy_config import NodeHealConfig
-from nodeheal.events import DETAIL_TYPE_CONDITION_CHANGED, DETAIL_TYPE_EXPORTER_HEARTBEAT
+from nodeheal.events import (
+    DETAIL_TYPE_CONDITION_CHANGED,
+    DETAIL_TYPE_EXPORTER_HEARTBEAT,
+    DETAIL_TYPE_NODE_EVENT,
+)
+
+#: The only Node Events that can carry a counted signal (docs/architecture.md, D22).
+COUNTED_EVENT_TYPE = "Warning"
 
 
 def exporter_sources(config: NodeHealConfig) -> list[Any]:
@@ -57,4 +64,17 @@ def build_heartbeat_pattern(config: NodeHealConfig) -> dict[str, Any]:
         "source": exporter_sources(config),
         "detail-type": [DETAIL_TYPE_EXPORTER_HEARTBEAT],
         "detail": {"cluster": list(config.clusters)},
+    }
+
+
+def build_node_event_pattern(config: NodeHealConfig) -> dict[str, Any]:
+    """The counting function's rule: the Warning Node Events of the configured clusters.
+
+    Only the per-cluster sources (the prefix ``<prefix>.``): Node Events are contract 1.1, which
+    no exporter sends under the legacy bare source, and the counting function would drop such an
+    event as forged. Normal Events never reach it: they count for no signal."""
+    return {
+        "source": [{"prefix": f"{config.event_source}."}],
+        "detail-type": [DETAIL_TYPE_NODE_EVENT],
+        "detail": {"cluster": list(config.clusters), "event": {"type": [COUNTED_EVENT_TYPE]}},
     }

@@ -3,7 +3,8 @@
 What the workflow construct (one function and one least-privilege role per task), the access
 construct (which roles get an EKS access entry) and the state machine definition deploy. A step of
 the state machine is declared in the step registry (``nodeheal.steps``) and becomes a task here
-through :meth:`TaskSpec.of`; ingest and the finalizer are no steps and are declared here.
+through :meth:`TaskSpec.of`; ingest, the counting function and the finalizer are no steps and
+are declared here.
 """
 
 from __future__ import annotations
@@ -75,6 +76,21 @@ INGEST_TASK = TaskSpec(
     ledger=(LedgerGrant(("dynamodb:PutItem",), (LedgerItem.DROPPED,)),),
 )
 
+#: The counting function (D22) is not a workflow task either: EventBridge invokes it with each
+#: Warning Node Event, and a crossing starts an execution the way ingest does.
+COUNT_SIGNALS_TASK = TaskSpec(
+    "count-signals",
+    "lambdas.count_signals.handler",
+    "Count Warning Node Events per instance in sliding windows; start a remediation when one crosses",
+    ledger=(
+        # read_signal_window (GetItem, consistent) and write_signal_window (conditional PutItem),
+        # the only window operations; a window is never deleted, its TTL ends it.
+        LedgerGrant(("dynamodb:GetItem", "dynamodb:PutItem"), (LedgerItem.SIGNALS,)),
+        # put_dropped_event: a malformed, forged, foreign or unattributed Event is recorded.
+        LedgerGrant(("dynamodb:PutItem",), (LedgerItem.DROPPED,)),
+    ),
+)
+
 #: The finalizer and sweeper (D6): EventBridge invokes it on execution status changes and on a
 #: schedule; it reads executions back and ends them in the ledger like Record failure does, with
 #: the same grants.
@@ -86,3 +102,6 @@ FINALIZER_TASK = TaskSpec(
     publishes_notifications=True,
     timeout_seconds=120,
 )
+
+#: Every function the stack deploys, one role and one log group each.
+ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK, COUNT_SIGNALS_TASK, FINALIZER_TASK)

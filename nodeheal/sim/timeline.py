@@ -27,7 +27,8 @@ from nodeheal.workflow.records import RemediationRecord
 @dataclass(frozen=True, slots=True)
 class TimelineEvent:
     at: float  # time.monotonic()
-    #: Who did it: fault, exporter, eventbridge, ingest, workflow, ec2, karpenter, scheduler, node.
+    #: Who did it: fault, exporter, eventbridge, ingest, count-signals, workflow, ec2, karpenter,
+    #: scheduler, node.
     source: str
     #: What happened, for code: fault, published, matched, started, duplicate, dropped, decision,
     #: cordoned, drain-round, drained, forced, terminated, rebooted, recovered, uncordoned, recorded,

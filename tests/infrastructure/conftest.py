@@ -163,8 +163,8 @@ def default_stack(tmp_path_factory: pytest.TempPathFactory) -> Synthesized | Sha
     return synthesized_once_per_run(tmp_path_factory, "default")
 
 
-#: Two clusters, label filters, VPC placement, e-mails, a group prefix and node deletion after
-#: terminate: every optional branch of the stack.
+#: Two clusters, label filters, VPC placement, e-mails, a group prefix, node deletion after
+#: terminate and a counted signal's own rule: every optional branch of the stack.
 FULL_CONTEXT: dict[str, Any] = {
     "stackName": "NodeHealStaging",
     "clusters": ["training-a", "inference-b"],
@@ -184,6 +184,7 @@ FULL_CONTEXT: dict[str, Any] = {
     "logRetentionDays": 45,
     "kubernetesGroupPrefix": "acme-nodeheal",
     "deleteNodeAfterTerminate": True,
+    "policy": {"countedSignals": {"xid-92": {"count": 4, "windowHours": 12}}},
 }
 
 

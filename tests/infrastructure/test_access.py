@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, LedgerItem, TaskSpec
+from nodeheal.cdk.workflow_tasks import (
+    ALL_TASKS,
+    COUNT_SIGNALS_TASK,
+    FINALIZER_TASK,
+    INGEST_TASK,
+    WORKFLOW_TASKS,
+    LedgerItem,
+    TaskSpec,
+)
 from nodeheal.deploy_config import CONTEXT_KEY
 from tests.infrastructure.conftest import (
     ROOT,
@@ -18,8 +26,6 @@ from tests.infrastructure.conftest import (
     role_statements,
     synthesize,
 )
-
-ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)
 
 
 def statements_with(statements: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
@@ -233,6 +239,34 @@ def test_defect_10_ingest_writes_only_dropped_event_records(default_stack: Synth
     ]
 
 
+def test_the_counting_function_touches_only_windows_and_dropped_event_records(
+    full_stack: Synthesized,
+) -> None:
+    """D22: its own grant. It reads and writes the windows of the configured clusters' instances
+    and records the Events it drops; no lock, record, budget or episode of the steps."""
+    windows = sorted(f"SIGNALS#{cluster}#*" for cluster in full_stack.config.clusters)
+    assert ledger_grants(ledger_statements(full_stack, COUNT_SIGNALS_TASK)) == {
+        (frozenset({"dynamodb:GetItem", "dynamodb:PutItem"}), tuple(windows), str(table_arn(full_stack))),
+        (frozenset({"dynamodb:PutItem"}), ("DROPPED#*",), str(table_arn(full_stack))),
+    }
+
+
+def test_only_the_counting_function_writes_windows_and_only_the_provers_read_them() -> None:
+    """Admit and every step that proves the condition still bad before it mutates
+    (guard.before_mutation with require_bad) prove a counted signal by its window (D22): they
+    may read it (GetItem), never write it. Uncordon and the ends of an execution do not read it."""
+    access: dict[str, set[str]] = {}
+    for spec in ALL_TASKS:
+        for grant in spec.ledger:
+            if LedgerItem.SIGNALS in grant.items:
+                access.setdefault(spec.name, set()).update(grant.actions)
+    provers = {"admit", "cordon", "drain", "force-drain", "terminate", "reboot"}
+    assert access == {
+        **{name: {"dynamodb:GetItem"} for name in provers},
+        "count-signals": {"dynamodb:GetItem", "dynamodb:PutItem"},
+    }
+
+
 def test_defect_10_no_function_may_scan_delete_broadly_or_touch_the_index(full_stack: Synthesized) -> None:
     for spec in ALL_TASKS:
         for statement in ledger_statements(full_stack, spec):
@@ -300,7 +334,9 @@ def test_only_publishers_may_publish_and_only_to_the_topic(
 
 
 @pytest.mark.parametrize("spec", ALL_TASKS, ids=lambda spec: spec.name)
-def test_only_ingest_starts_executions(default_stack: Synthesized, spec: TaskSpec) -> None:
+def test_only_ingest_and_the_counting_function_start_executions(
+    default_stack: Synthesized, spec: TaskSpec
+) -> None:
     state_machine_id = next(iter(default_stack.resources("AWS::StepFunctions::StateMachine")))
     states = statements_with(role_statements(default_stack, spec.name), "states:")
     if spec is FINALIZER_TASK:
@@ -311,7 +347,7 @@ def test_only_ingest_starts_executions(default_stack: Synthesized, spec: TaskSpe
             "states:ListExecutions",
         ]
         return
-    if spec is not INGEST_TASK:
+    if spec not in (INGEST_TASK, COUNT_SIGNALS_TASK):
         assert states == []
         return
     assert [(actions_of(s), resources_of(s)) for s in states] == [

@@ -48,7 +48,7 @@ def test_a_passed_bus_is_used_and_no_bus_is_created(tmp_path: Path) -> None:
     rules = [
         rule for rule in resources_of(template, "AWS::Events::Rule") if "EventBusName" in rule["Properties"]
     ]
-    assert len(rules) == 2  # remediation and heartbeats
+    assert len(rules) == 3  # remediation, heartbeats and the counted signals' Node Events
     assert {rule["Properties"]["EventBusName"] for rule in rules} == {SHARED_BUS}
     (archive,) = resources_of(template, "AWS::Events::Archive")
     assert SHARED_BUS in str(archive["Properties"]["SourceArn"])
@@ -133,7 +133,15 @@ def test_typed_attributes_name_the_resources(tmp_path: Path) -> None:
     config = NodeHealConfig.from_cdk_context({"clusters": ["gpu-a"], "stackName": "GpuHeal"})
     nodeheal, template = synthesize(tmp_path, config=config)
     assert nodeheal.config is config
-    assert set(nodeheal.functions) >= {"ingest", "finalize", "cordon", "drain", "reboot", "terminate"}
+    assert set(nodeheal.functions) >= {
+        "ingest",
+        "count-signals",
+        "finalize",
+        "cordon",
+        "drain",
+        "reboot",
+        "terminate",
+    }
     names = {
         function["Properties"]["FunctionName"] for function in resources_of(template, "AWS::Lambda::Function")
     }

@@ -1,4 +1,5 @@
-"""Which key protects what (nodeheal/cdk/constructs/encryption.py), and ingest's reserved concurrency."""
+"""Which key protects what (nodeheal/cdk/constructs/encryption.py), and the event functions'
+reserved concurrency."""
 
 from __future__ import annotations
 
@@ -7,15 +8,14 @@ from typing import Any
 import pytest
 
 from nodeheal.cdk.constructs.access import LEDGER_KEY_ACTIONS
-from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS
+from nodeheal.cdk.constructs.signal_counter import RESERVED_CONCURRENCY as COUNTER_RESERVED_CONCURRENCY
+from nodeheal.cdk.workflow_tasks import ALL_TASKS, COUNT_SIGNALS_TASK, INGEST_TASK
 from tests.infrastructure.conftest import (
     CUSTOMER_KEY_ARN,
     Synthesized,
     function_resource,
     role_statements,
 )
-
-ALL_TASKS = (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)
 
 
 def only(resources: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -48,7 +48,8 @@ def test_without_a_key_the_stack_owns_one_for_the_topic_and_the_queues(default_s
     _, topic = only(default_stack.resources("AWS::SNS::Topic"))
     assert topic["Properties"]["KmsMasterKeyId"] == key_arn
     queues = default_stack.resources("AWS::SQS::Queue").values()
-    assert [q["Properties"]["KmsMasterKeyId"] for q in queues] == [key_arn, key_arn]
+    # Ingest's and the counting function's delivery and failure DLQs.
+    assert [q["Properties"]["KmsMasterKeyId"] for q in queues] == [key_arn] * 4
 
 
 @pytest.mark.parametrize("service", ["cloudwatch.amazonaws.com", "events.amazonaws.com"])
@@ -84,7 +85,8 @@ def test_a_customer_key_encrypts_ledger_logs_topic_and_queues(keyed_stack: Synth
     _, topic = only(keyed_stack.resources("AWS::SNS::Topic"))
     assert topic["Properties"]["KmsMasterKeyId"] == CUSTOMER_KEY_ARN
     queues = keyed_stack.resources("AWS::SQS::Queue").values()
-    assert [q["Properties"]["KmsMasterKeyId"] for q in queues] == [CUSTOMER_KEY_ARN] * 2
+    # Ingest's and the counting function's delivery and failure DLQs.
+    assert [q["Properties"]["KmsMasterKeyId"] for q in queues] == [CUSTOMER_KEY_ARN] * 4
 
 
 def test_a_deployment_outside_the_keys_region_is_refused_before_it_starts(keyed_stack: Synthesized) -> None:
@@ -108,13 +110,16 @@ def test_ledger_users_may_use_the_key_through_dynamodb_only(keyed_stack: Synthes
     assert via == {"Fn::Join": ["", ["dynamodb.", {"Ref": "AWS::Region"}, ".amazonaws.com"]]}
 
 
-def test_only_ingest_has_reserved_concurrency_and_it_is_configurable(
+def test_only_the_event_functions_have_reserved_concurrency_and_ingest_s_is_configurable(
     default_stack: Synthesized, full_stack: Synthesized
 ) -> None:
+    """Ingest and the counting function, which EventBridge invokes for every event they match: a
+    storm may not take the account's concurrency, nor the account's take theirs."""
     for synthesized, expected in ((default_stack, 10), (full_stack, 25)):
         assert synthesized.config.ingest_reserved_concurrency == expected
+        by_spec = {INGEST_TASK.name: expected, COUNT_SIGNALS_TASK.name: COUNTER_RESERVED_CONCURRENCY}
         for spec in ALL_TASKS:
             reserved = function_resource(synthesized, spec.name)["Properties"].get(
                 "ReservedConcurrentExecutions"
             )
-            assert reserved == (expected if spec is INGEST_TASK else None), spec.name
+            assert reserved == by_spec.get(spec.name), spec.name

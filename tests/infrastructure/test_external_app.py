@@ -30,7 +30,7 @@ import pytest
 
 from nodeheal import stack_outputs
 from nodeheal.cdk.lambda_asset import WHEELHOUSE
-from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS
+from nodeheal.cdk.workflow_tasks import ALL_TASKS
 from tests.infrastructure.conftest import ROOT
 from tests.infrastructure.test_cli import CDK, offline_environment
 
@@ -207,7 +207,7 @@ def test_the_readme_app_synthesizes_with_the_cdk_cli_from_the_built_wheel(tmp_pa
     (asset,) = [path for path in outdir.glob("asset.*") if path.is_dir()]
     functions = of_type("AWS::Lambda::Function")
     assert {function["Properties"]["FunctionName"] for function in functions} == {
-        f"NodeHeal-{spec.name}" for spec in (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)
+        f"NodeHeal-{spec.name}" for spec in ALL_TASKS
     }
     assert {function["Properties"]["Code"]["S3Key"] for function in functions} == {
         f"{asset.name.removeprefix('asset.')}.zip"

@@ -116,7 +116,18 @@ def test_event_age_is_bounded_by_the_stale_event_setting_and_eventbridge_minimum
 
 
 def test_handler_failures_go_to_their_own_dead_letter_queue(default_stack: Synthesized) -> None:
-    invoke_config = only(default_stack.resources("AWS::Lambda::EventInvokeConfig"))["Properties"]
+    ingest_id = next(
+        logical
+        for logical, function in default_stack.resources("AWS::Lambda::Function").items()
+        if function["Properties"]["Handler"] == "lambdas.ingest.handler"
+    )
+    invoke_config = only(
+        {
+            logical: config
+            for logical, config in default_stack.resources("AWS::Lambda::EventInvokeConfig").items()
+            if config["Properties"]["FunctionName"] == {"Ref": ingest_id}
+        }
+    )["Properties"]
     assert invoke_config["MaximumRetryAttempts"] == 2
     assert invoke_config["MaximumEventAgeInSeconds"] == 900
     failure_queue = invoke_config["DestinationConfig"]["OnFailure"]["Destination"]["Fn::GetAtt"][0]
@@ -127,7 +138,8 @@ def test_handler_failures_go_to_their_own_dead_letter_queue(default_stack: Synth
 
 def test_dead_letter_queues_are_encrypted_and_refuse_plain_http(default_stack: Synthesized) -> None:
     queues = default_stack.resources("AWS::SQS::Queue")
-    assert len(queues) == 2
+    # Ingest's two, and the counting function's (tests/infrastructure/test_signal_counter.py).
+    assert len(queues) == 4
     (key_id,) = default_stack.resources("AWS::KMS::Key")
     for queue in queues.values():
         # The stack's own customer managed key, which EventBridge may use (tests/infrastructure/test_encryption.py).

@@ -8,7 +8,11 @@ from typing import Any
 
 import pytest
 
-from nodeheal.cdk.rule_pattern import build_event_pattern, build_heartbeat_pattern
+from nodeheal.cdk.rule_pattern import (
+    build_event_pattern,
+    build_heartbeat_pattern,
+    build_node_event_pattern,
+)
 from nodeheal.commands.rule_matching import template_rules
 from nodeheal.events import DETAIL_TYPE_EXPORTER_HEARTBEAT
 from nodeheal.patterns import match
@@ -31,7 +35,9 @@ def by_metric(synthesized: Synthesized, name: str) -> list[dict[str, Any]]:
 
 def test_every_alarm_notifies_the_topic(default_stack: Synthesized) -> None:
     found = alarms(default_stack)
-    assert len(found) == 7
+    # Three execution ends, four dead-letter queues (ingest's and the counting function's), the
+    # breaker, one heartbeat per cluster.
+    assert len(found) == 9
     for properties in found.values():
         assert properties["AlarmActions"] == [topic_ref(default_stack)]
         assert properties["AlarmDescription"]
@@ -148,7 +154,7 @@ def test_dashboard_widgets(default_stack: Synthesized) -> None:
         "KubernetesEventsFailed",
         "KubernetesEventsSkipped",
     }
-    assert len(titled(body, "Alarms")["properties"]["alarms"]) == 7
+    assert len(titled(body, "Alarms")["properties"]["alarms"]) == 9
 
 
 def test_dashboard_url_output(default_stack: Synthesized) -> None:
@@ -164,7 +170,11 @@ def test_heartbeat_rule_routes_only_heartbeats_to_ingest(default_stack: Synthesi
     assert sorted(map(canonical, rules.values())) == sorted(
         map(
             canonical,
-            [build_event_pattern(default_stack.config), build_heartbeat_pattern(default_stack.config)],
+            [
+                build_event_pattern(default_stack.config),
+                build_heartbeat_pattern(default_stack.config),
+                build_node_event_pattern(default_stack.config),
+            ],
         )
     )
     heartbeat = build_heartbeat_pattern(default_stack.config)
@@ -175,6 +185,7 @@ def test_heartbeat_rule_routes_only_heartbeats_to_ingest(default_stack: Synthesi
     }
     assert match(heartbeat, beat).matched
     assert not match(build_event_pattern(default_stack.config), beat).matched
+    assert not match(build_node_event_pattern(default_stack.config), beat).matched
     ingest_rules = [
         r
         for r in default_stack.resources("AWS::Events::Rule").values()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from nodeheal.cdk.constructs.lambda_function import CLOUDWATCH_RETENTION_DAYS, retention_in_days
-from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
+from nodeheal.cdk.workflow_tasks import ALL_TASKS, WORKFLOW_TASKS, TaskSpec
 from nodeheal.rbac import KUBERNETES_RULES
 from nodeheal.stack_outputs import required_outputs
 from nodeheal.steps import MUTATION_GUARD
@@ -24,8 +24,6 @@ from nodeheal.worst_case import (
     task_worst_case_seconds,
 )
 from tests.infrastructure.conftest import Synthesized, function_resource
-
-ALL_TASKS: tuple[TaskSpec, ...] = (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)
 
 
 def only(resources: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -268,7 +266,7 @@ def test_alarms_notify_the_topic(default_stack: Synthesized) -> None:
         ("NodeHeal", "BreakerOpened"),
         ("NodeHeal", "ExporterHeartbeats"),
     }
-    assert len(alarms) == 7, "one depth alarm per dead-letter queue, one heartbeat alarm per cluster"
+    assert len(alarms) == 9, "one depth alarm per dead-letter queue, one heartbeat alarm per cluster"
     queue_ids = set(default_stack.resources("AWS::SQS::Queue"))
     alarmed_queues = {
         a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]

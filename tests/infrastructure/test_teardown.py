@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS
+from nodeheal.cdk.workflow_tasks import ALL_TASKS
 from tests.infrastructure.conftest import Synthesized
 
 #: The DeletionPolicy values under which a resource outlives its stack.
@@ -25,7 +25,7 @@ KEPT = {"Retain", "RetainExceptOnCreate", "Snapshot"}
 
 
 def expected_log_groups(config_stack_name: str, state_machine_name: str) -> set[str]:
-    functions = [spec.name for spec in (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)]
+    functions = [spec.name for spec in ALL_TASKS]
     return {f"/aws/lambda/{config_stack_name}-{name}" for name in functions} | {
         f"/aws/vendedlogs/states/{state_machine_name}"
     }

@@ -16,7 +16,7 @@ import yaml
 from benchmarks.cost_scenarios import PATHS
 from benchmarks.run_all import PRICES
 from nodeheal.cdk.constructs.finalizer import SWEEP_INTERVAL
-from nodeheal.cdk.workflow_tasks import FINALIZER_TASK, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
+from nodeheal.cdk.workflow_tasks import ALL_TASKS, INGEST_TASK, WORKFLOW_TASKS, TaskSpec
 from nodeheal.deploy_config import NodeHealConfig
 from nodeheal.exporter.settings import ExporterSettings
 
@@ -52,9 +52,7 @@ def names(cell: str) -> set[str]:
 def test_only_the_kubernetes_facing_functions_run_in_the_vpc() -> None:
     ((inside, outside),) = table(section("7. Clusters with a private API endpoint"), "| in the VPC |")
     assert names(inside) == {spec.name for spec in IN_VPC}
-    assert names(outside) == {spec.name for spec in (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)} - names(
-        inside
-    )
+    assert names(outside) == {spec.name for spec in ALL_TASKS} - names(inside)
 
 
 def needs(spec: TaskSpec, service: str) -> bool:
@@ -107,7 +105,7 @@ def test_the_manifests_are_applied_in_the_order_the_guide_explains() -> None:
 def test_the_uninstall_names_every_log_group_the_stack_removes() -> None:
     step = section("11. Uninstall")
     listed = set(re.findall(r"`(/aws/(?:lambda|vendedlogs/states)/[\w-]+)`", step))
-    functions = (*WORKFLOW_TASKS, INGEST_TASK, FINALIZER_TASK)
+    functions = ALL_TASKS
     assert listed == {f"/aws/lambda/{SHIPPED.stack_name}-{spec.name}" for spec in functions} | {
         f"/aws/vendedlogs/states/{SHIPPED.state_machine_name}"
     }

@@ -12,7 +12,7 @@
   items the task touches (``dynamodb:LeadingKeys``); no Scan, no index, no batch or table actions.
   With ``security.kmsKeyArn`` the same functions may use that key, and only through DynamoDB
   (``kms:ViaService``), to read and write the encrypted table.
-* SNS publish, StartExecution: only where the spec says so.
+* SNS publish: only where the spec says so. StartExecution: ingest and the counting function only.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class AccessConstruct(Construct):
         config: NodeHealConfig,
         workflow_functions: Sequence[NodeHealFunction],
         ingest_function: NodeHealFunction,
+        counter_function: NodeHealFunction,
         finalizer_function: NodeHealFunction,
         ledger_table: dynamodb.Table,
         topic: sns.ITopic,
@@ -68,14 +69,16 @@ class AccessConstruct(Construct):
         super().__init__(scope, id_)
         self._config = config
         self._stack = Stack.of(self)
-        everyone = (*workflow_functions, ingest_function, finalizer_function)
+        everyone = (*workflow_functions, ingest_function, counter_function, finalizer_function)
         self.access_entries = self._build_cluster_access(workflow_functions)
         self._grant_instance_actions(workflow_functions)
         self._grant_ledger(everyone, ledger_table)
         if ledger_key is not None:
             self._grant_ledger_key(everyone, ledger_key)
         self._grant_notifications(everyone, topic)
-        self._grant_start_execution(ingest_function, state_machine)
+        # Ingest and the counting function (a crossed window, D22) start remediations; nothing else.
+        for starter in (ingest_function, counter_function):
+            self._grant_start_execution(starter, state_machine)
 
     def cluster_arn(self, cluster: str) -> str:
         return self._stack.format_arn(service="eks", resource="cluster", resource_name=cluster)

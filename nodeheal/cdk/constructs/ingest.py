@@ -109,7 +109,7 @@ class IngestConstruct(Construct):
         return bus.archive(
             "Archive",
             description=ARCHIVE_DESCRIPTION,
-            event_pattern=_to_event_pattern(self.event_pattern),
+            event_pattern=to_event_pattern(self.event_pattern),
             retention=self._archive_retention(),
         )
 
@@ -121,27 +121,12 @@ class IngestConstruct(Construct):
             "Archive",
             source_event_bus=bus,
             description=ARCHIVE_DESCRIPTION,
-            event_pattern=_to_event_pattern(self.event_pattern),
+            event_pattern=to_event_pattern(self.event_pattern),
             retention=self._archive_retention(),
         )
 
     def _build_dead_letter_queue(self, id_: str, holds: str) -> sqs.Queue:
-        queue = sqs.Queue(
-            self,
-            id_,
-            # KMS with an explicit key, not SQS-managed SSE: the key's policy must admit EventBridge.
-            encryption=sqs.QueueEncryption.KMS,
-            encryption_master_key=self._queue_key,
-            enforce_ssl=True,
-            retention_period=DLQ_RETENTION,
-        )
-        Validations.of(queue).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-SQS3",
-                reason=f"This queue is itself a dead-letter queue (it holds {holds}); its depth is alarmed.",
-            )
-        )
-        return queue
+        return dead_letter_queue(self, id_, key=self._queue_key, holds=holds)
 
     def _build_function(
         self, code: lambda_.Code, ledger_table_name: str, state_machine: sfn.IStateMachine
@@ -169,16 +154,7 @@ class IngestConstruct(Construct):
             retry_attempts=FUNCTION_RETRY_ATTEMPTS,
             max_event_age=self._max_event_age(),
         )
-        # The destination's grant (CDK's Queue.grantSendMessages) includes the queue key's
-        # encrypt/decrypt actions, wildcards included; the key is the only resource.
-        for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
-            Validations.of(node_heal_function.role).acknowledge(
-                Acknowledgment(
-                    id=f"AwsSolutions-IAM5[Action::{action}]",
-                    reason="Sending failed events to the encrypted failure DLQ needs the queue key's "
-                    "data-key actions (CDK's SQS send grant); that key is the only resource.",
-                )
-            )
+        acknowledge_failure_destination(node_heal_function)
         return node_heal_function
 
     def _build_rule(self, bus: events.IEventBus, function: lambda_.IFunction) -> events.Rule:
@@ -187,7 +163,7 @@ class IngestConstruct(Construct):
             "Rule",
             event_bus=bus,
             description="Unhealthy Node condition transitions of the configured clusters -> ingest",
-            event_pattern=_to_event_pattern(self.event_pattern),
+            event_pattern=to_event_pattern(self.event_pattern),
             targets=[
                 targets.LambdaFunction(
                     function,
@@ -206,7 +182,7 @@ class IngestConstruct(Construct):
             "HeartbeatRule",
             event_bus=bus,
             description="Exporter heartbeats of the configured clusters -> ingest (counted per cluster)",
-            event_pattern=_to_event_pattern(build_heartbeat_pattern(self._config)),
+            event_pattern=to_event_pattern(build_heartbeat_pattern(self._config)),
             targets=[
                 targets.LambdaFunction(
                     function,
@@ -218,7 +194,40 @@ class IngestConstruct(Construct):
         )
 
 
-def _to_event_pattern(pattern: Mapping[str, Any]) -> events.EventPattern:
+def dead_letter_queue(scope: Construct, id_: str, *, key: kms.IKey, holds: str) -> sqs.Queue:
+    """A dead-letter queue of NodeHeal's event path: encrypted with ``key``, kept 14 days."""
+    queue = sqs.Queue(
+        scope,
+        id_,
+        # KMS with an explicit key, not SQS-managed SSE: the key's policy must admit EventBridge.
+        encryption=sqs.QueueEncryption.KMS,
+        encryption_master_key=key,
+        enforce_ssl=True,
+        retention_period=DLQ_RETENTION,
+    )
+    Validations.of(queue).acknowledge(
+        Acknowledgment(
+            id="AwsSolutions-SQS3",
+            reason=f"This queue is itself a dead-letter queue (it holds {holds}); its depth is alarmed.",
+        )
+    )
+    return queue
+
+
+def acknowledge_failure_destination(function: NodeHealFunction) -> None:
+    """The destination's grant (CDK's Queue.grantSendMessages) includes the queue key's
+    encrypt/decrypt actions, wildcards included; the key is the only resource."""
+    for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
+        Validations.of(function.role).acknowledge(
+            Acknowledgment(
+                id=f"AwsSolutions-IAM5[Action::{action}]",
+                reason="Sending failed events to the encrypted failure DLQ needs the queue key's "
+                "data-key actions (CDK's SQS send grant); that key is the only resource.",
+            )
+        )
+
+
+def to_event_pattern(pattern: Mapping[str, Any]) -> events.EventPattern:
     return events.EventPattern(
         source=_source_matcher(pattern["source"]),
         detail_type=pattern["detail-type"],

@@ -104,8 +104,9 @@ class ObservabilityConstruct(Construct):
                 queue.metric_approximate_number_of_messages_visible(
                     period=PERIOD, statistic=cloudwatch.Stats.MAXIMUM
                 ),
-                f"Node condition events are waiting in the dead-letter queue {queue.node.id}: they never "
-                "started a remediation. Inspect them, fix the cause, then redrive or delete.",
+                f"Events from the exporters are waiting in the dead-letter queue {queue.node.id}: a "
+                "condition transition that never started a remediation, or a Warning Node Event never "
+                "counted. Inspect them, fix the cause, then redrive or delete.",
             )
 
     def _build_breaker_alarm(self) -> cloudwatch.Alarm:

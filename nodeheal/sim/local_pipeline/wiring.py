@@ -33,6 +33,7 @@ from nodeheal.config import RemediationSettings
 from nodeheal.errors import STOP_ERRORS
 from nodeheal.events import (
     DETAIL_TYPE_CONDITION_CHANGED,
+    DETAIL_TYPE_NODE_EVENT,
     NodeConditionEvent,
     PreviousState,
     cluster_source,
@@ -436,13 +437,15 @@ class LocalPipeline:
             raise PipelineStoppedError(self._stopped)
 
     def _on_matched(self, rule: str, envelope: Mapping[str, Any]) -> None:
-        if envelope.get("detail-type") != DETAIL_TYPE_CONDITION_CHANGED:
+        detail_type = envelope.get("detail-type")
+        if detail_type not in (DETAIL_TYPE_CONDITION_CHANGED, DETAIL_TYPE_NODE_EVENT):
             return  # exporter heartbeats: counted by ingest, not part of any remediation
+        function = "ingest" if detail_type == DETAIL_TYPE_CONDITION_CHANGED else "count-signals"
         node, instance = _node_and_instance(envelope.get("detail"))
         self.timeline.emit(
             "eventbridge",
             "matched",
-            f"rule {rule} matched event {str(envelope.get('id', ''))[:8]} -> ingest function",
+            f"rule {rule} matched event {str(envelope.get('id', ''))[:8]} -> {function} function",
             node=node,
             instance=instance,
         )
@@ -458,6 +461,9 @@ class LocalPipeline:
         status = result.get("status", "")
         if status == "dropped":
             self._note_decision(self._dropped, node)
+        if delivery.envelope.get("detail-type") == DETAIL_TYPE_NODE_EVENT:
+            self._on_counted(delivery, node, instance)
+            return
         execution = str(result.get("execution", ""))
         if delivery.envelope.get("detail-type") != DETAIL_TYPE_CONDITION_CHANGED and not delivery.error:
             return
@@ -495,6 +501,24 @@ class LocalPipeline:
                 node=node,
                 instance=instance,
             )
+
+    def _on_counted(self, delivery: Delivery, node: str, instance: str | None) -> None:
+        """What the counting function made of a Warning Node Event (docs/architecture.md, D22)."""
+        result = delivery.result
+        status = str(result.get("status", ""))
+        execution = str(result.get("execution", ""))
+        if delivery.error:
+            text = f"counting failed {delivery.attempts}x: {delivery.error}"
+            status = "count-failed"
+        elif status == "crossed":
+            text = f"{result.get('reason')}: started execution {execution}"
+        elif status == "counted":
+            text = f"{result.get('signal')}: {result.get('count')} in {result.get('instanceId')}'s window"
+        elif status in ("dropped", "unattributed"):
+            text = f"{status} ({result.get('category')}): {result.get('reason')}"
+        else:
+            return  # ignored and duplicate Events: the bulk of a noisy node, and nothing changed
+        self.timeline.emit("count-signals", status, text, node=node, instance=instance, execution=execution)
 
     def _on_invocation(self, invocation: Invocation) -> None:
         payload = invocation.payload if isinstance(invocation.payload, Mapping) else {}
