@@ -235,8 +235,9 @@ ADMIT = Step(
     "Admit",
     "lambdas.admit.handler",
     "Re-read the Node, classify, check budgets and breaker, take the per-node lock",
-    # Node get + pool list; lock read/put (+ preempt), pause/budget read+write, history query.
-    Calls(kube_requests=2, aws_calls=7),
+    # Node get + pool list; lock read/put (+ preempt), pause/budget read+write, history query;
+    # a counted signal's window read (nodeheal.workflow.counted_condition).
+    Calls(kube_requests=2, aws_calls=8),
     result_key="admission",
     kubernetes_rules=(
         PolicyRule(
@@ -326,8 +327,8 @@ CORDON = Step(
     "Cordon",
     "lambdas.cordon.handler",
     "Cordon and taint the Node, annotate it with the execution and reason",
-    # Guard: pause read, node get, lock claim; then the node patch.
-    Calls(kube_requests=2, aws_calls=2),
+    # Guard: pause read, node get, a counted signal's window read, lock claim; then the node patch.
+    Calls(kube_requests=2, aws_calls=3),
     result_key="cordon",
     mutating=True,
     kubernetes_rules=(
@@ -370,8 +371,9 @@ DRAIN = Step(
     "Evict pods",
     "lambdas.drain.handler",
     "One eviction round through the Eviction API (PDBs respected)",
-    # Guard (node get, pause read, lock claim), pod list, one wave of evictions.
-    Calls(kube_requests=3, aws_calls=2),
+    # Guard (node get, pause read, a counted signal's window read, lock claim), pod list, one wave
+    # of evictions.
+    Calls(kube_requests=3, aws_calls=3),
     result_key="drain",
     mutating=True,
     kubernetes_rules=(
@@ -415,7 +417,8 @@ FORCE_DRAIN = Step(
     "Force-delete remaining pods",
     "lambdas.force_drain.handler",
     "Delete the pods left after the drain timeout with the configured grace period",
-    Calls(kube_requests=3, aws_calls=2),
+    # Guard (with a counted signal's window read), pod list, one wave of deletions.
+    Calls(kube_requests=3, aws_calls=3),
     # It ends the drain, so the steps after read its result where the drain's was.
     result_key=DRAIN.result_key,
     mutating=True,
@@ -468,8 +471,9 @@ TERMINATE = Step(
     "Terminate instance",
     "lambdas.terminate.handler",
     "Verify ownership and the live condition, then terminate the EC2 instance",
-    # Guard, DescribeInstances, ReportInstanceStatus, TerminateInstances, optional node delete.
-    Calls(kube_requests=2, aws_calls=5),
+    # Guard (with a counted signal's window read), DescribeInstances, ReportInstanceStatus,
+    # TerminateInstances, optional node delete.
+    Calls(kube_requests=2, aws_calls=6),
     result_key="instance",
     mutating=True,
     # The optional node-delete and NodeClaim roles: nodeheal.rbac, NODE_DELETE and NODECLAIM_DELETE.
@@ -489,7 +493,8 @@ REBOOT = Step(
     "Reboot instance",
     "lambdas.reboot.handler",
     "Verify ownership and the live condition, then reboot the EC2 instance",
-    Calls(kube_requests=1, aws_calls=4),
+    # Guard (with a counted signal's window read), DescribeInstances, RebootInstances.
+    Calls(kube_requests=1, aws_calls=5),
     result_key=TERMINATE.result_key,
     mutating=True,
     # A second RebootInstances is a second reboot.

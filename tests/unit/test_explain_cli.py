@@ -412,20 +412,20 @@ def test_defect_6_explain_config_prints_the_worst_case_and_the_i2_bound(
 ) -> None:
     out = explain(capsys, "--config", SHIPPED)
     holding = out["holding"]
-    assert (holding["totalSeconds"], holding["total"]) == (29_785, "8 h 16 min 25 s")
+    assert (holding["totalSeconds"], holding["total"]) == (30_425, "8 h 27 min 5 s")
     assert sum(term["seconds"] for term in holding["terms"]) == holding["totalSeconds"]
-    assert (holding["lockTtlSeconds"], holding["lockTtlMinimumSeconds"]) == (34_200, 32_764)
+    assert (holding["lockTtlSeconds"], holding["lockTtlMinimumSeconds"]) == (34_200, 33_468)
     drain = next(term for term in holding["terms"] if term["name"] == "drain")
     assert drain["detail"].startswith("drain.timeoutSeconds 900 + drain.pollSeconds 10 + 2 eviction rounds")
-    assert out["execution"]["totalSeconds"] == 67_093
-    assert out["execution"]["workflowTimeoutMinimumMinutes"] == 1231
+    assert out["execution"]["totalSeconds"] == 67_733
+    assert out["execution"]["workflowTimeoutMinimumMinutes"] == 1242
     bound = out["i2Bound"]
     assert [(term["name"], term["seconds"]) for term in bound["terms"]] == [
         ("confirmation", 600),
-        ("holder's worst case", 29_785),
+        ("holder's worst case", 30_425),
         ("finalizer latency", 360),
     ]
-    assert bound["totalSeconds"] == 30_745
+    assert bound["totalSeconds"] == 31_385
 
 
 def test_defect_6_explain_config_follows_the_configuration(
@@ -435,19 +435,19 @@ def test_defect_6_explain_config_follows_the_configuration(
     # A longer lock TTL lengthens the wait behind a holder: the workflow timeout must cover it too.
     config = cdk_json(
         tmp_path,
-        {"policy": {"conditionRules": rule}, "lockTtlSeconds": 40_000, "workflow": {"timeoutMinutes": 1400}},
+        {"policy": {"conditionRules": rule}, "lockTtlSeconds": 40_000, "workflow": {"timeoutMinutes": 1410}},
     )
     out = explain(capsys, "--config", config)
     # The hour-long confirmation replaces the built-in 10 minutes: 3000 s more to hold and to wait.
-    assert out["holding"]["totalSeconds"] == 29_785 + 3000
-    assert out["i2Bound"]["totalSeconds"] == 3600 + 32_785 + 360
+    assert out["holding"]["totalSeconds"] == 30_425 + 3000
+    assert out["i2Bound"]["totalSeconds"] == 3600 + 33_425 + 360
 
 
 def test_defect_6_explain_refuses_a_short_lock_ttl(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     error = fails(capsys, "--config", cdk_json(tmp_path, {"lockTtlSeconds": 7200}))
-    assert "context.nodeheal.lockTtlSeconds (7200) must be at least 32764" in error
+    assert "context.nodeheal.lockTtlSeconds (7200) must be at least 33468" in error
 
 
 def test_every_contract_problem_is_named_on_one_line(
@@ -495,7 +495,7 @@ def test_the_summary_of_an_event_says_decision_reason_timing_and_next(
     assert field(text, "reason") == document["reason"]
     assert field(text, "signal") == "xid:79 (Xid 79)"
     assert field(text, "timing").startswith("acts at once (this signal has no confirmation time)")
-    assert "8 h 16 min 25 s in the worst case" in field(text, "timing")
+    assert "8 h 27 min 5 s in the worst case" in field(text, "timing")
     steps = field(text, "next")
     assert steps.startswith("once Admit has re-read the live node")
     assert "up to 15 min (drain.timeoutSeconds), then force-delete what is left (30 s grace)" in steps
@@ -615,10 +615,10 @@ def test_the_timing_summary_shows_each_breakdown_and_what_it_requires(
 ) -> None:
     document = explain(capsys, "--config", SHIPPED)
     text = summary(capsys, "--config", SHIPPED)
-    assert "Holding a node's lock: 8 h 16 min 25 s (29785 s)" in text
-    assert "lockTtlSeconds 34200 (at least 32764: the worst case + a margin of 2979 s)" in text
-    assert "workflow.timeoutMinutes must be at least 1231 (the worst case + a margin of 6710 s)" in text
-    assert "Invariant I2: 8 h 32 min 25 s (30745 s)" in text
+    assert "Holding a node's lock: 8 h 27 min 5 s (30425 s)" in text
+    assert "lockTtlSeconds 34200 (at least 33468: the worst case + a margin of 3043 s)" in text
+    assert "workflow.timeoutMinutes must be at least 1242 (the worst case + a margin of 6774 s)" in text
+    assert "Invariant I2: 8 h 43 min 5 s (31385 s)" in text
     rows = text.splitlines()
     for section in ("holding", "execution", "i2Bound"):
         for term in document[section]["terms"]:

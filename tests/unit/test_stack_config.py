@@ -159,22 +159,22 @@ def test_bad_email(email: str) -> None:
 
 def test_lock_ttl_must_cover_the_worst_case_not_just_drain_and_recovery() -> None:
     # drain + recovery (1800 s) was the old floor; the worst case with retries is 29127 s (+ 2913).
-    refused(r"nodeheal\.lockTtlSeconds \(1800\) must be at least 32764", lockTtlSeconds=1800)
+    refused(r"nodeheal\.lockTtlSeconds \(1800\) must be at least 33468", lockTtlSeconds=1800)
 
 
 def test_workflow_timeout_must_exceed_the_worst_case() -> None:
     refused(
-        r"nodeheal\.workflow\.timeoutMinutes \(180\) must be at least 1231", workflow={"timeoutMinutes": 180}
+        r"nodeheal\.workflow\.timeoutMinutes \(180\) must be at least 1242", workflow={"timeoutMinutes": 180}
     )
 
 
 def test_workflow_timeout_follows_longer_drains() -> None:
-    # drain 3600 s adds 2700 s to the hold (32485 s): the lock TTL needs 32485 + 3249, and the run
-    # 3078 + (35734 + 30) + 32485 = 71327 s + 7133 s of margin = 1308 minutes.
-    refused(r"lockTtlSeconds \(34200\) must be at least 35734", drain={"timeoutSeconds": 3600})
-    longer = {"drain": {"timeoutSeconds": 3600}, "lockTtlSeconds": 35_734}
-    refused(r"timeoutMinutes \(1307\) must be at least 1308", workflow={"timeoutMinutes": 1307}, **longer)
-    assert parse(workflow={"timeoutMinutes": 1308}, **longer).workflow_timeout_minutes == 1308
+    # drain 3600 s adds 2700 s to the hold (33125 s): the lock TTL needs 33125 + 3313, and the run
+    # 3078 + (36438 + 30) + 33125 = 72671 s + 7268 s of margin = 1333 minutes.
+    refused(r"lockTtlSeconds \(34200\) must be at least 36438", drain={"timeoutSeconds": 3600})
+    longer = {"drain": {"timeoutSeconds": 3600}, "lockTtlSeconds": 36_438}
+    refused(r"timeoutMinutes \(1332\) must be at least 1333", workflow={"timeoutMinutes": 1332}, **longer)
+    assert parse(workflow={"timeoutMinutes": 1333}, **longer).workflow_timeout_minutes == 1333
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
         drain={"timeoutSeconds": 100, "pollSeconds": 5, "doNotDisruptWaitSeconds": 0},
         reboot={"recoveryTimeoutSeconds": 200, "pollSeconds": 10},
         retry={"intervalSeconds": 1, "maxAttempts": 1, "backoffRate": 1.0},
-        lockTtlSeconds=27_470,
+        lockTtlSeconds=28_075,
     )
     # Retry clauses of every idempotent task:
     #   Lambda service errors  6 attempts, 2 + 4 + 8 + 16 + 32 + 64        = 126 s
@@ -63,9 +63,9 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
     #   Lambda timeouts        2 attempts, 2 + 4                           =   6 s
     # so 19 attempts and 188.78125 s of backoff; reboot (not idempotent) has no timeout clause: 17
     # attempts and 182.78125 s. Task timeouts (TASK_TIMEOUT_SECONDS, from their call counts):
-    # admit, drain, force drain 130 s; terminate 110; cordon, uncordon 90; reboot 70; record 60;
-    # check recovery 40; read capacity 20. So admit 19 * 130 + 188.78 = 2659 s, cordon 1899, reboot
-    # 17 * 70 + 182.78 = 1373, check recovery 949, terminate 2279, record 1329, read capacity 569.
+    # admit, drain, force drain 130 s; terminate 120; cordon 100; uncordon 90; reboot 80; record 60;
+    # check recovery 40; read capacity 20. So admit 19 * 130 + 188.78 = 2659 s, cordon 2089, reboot
+    # 17 * 80 + 182.78 = 1543, check recovery 949, terminate 2469, record 1329, read capacity 569.
     # A contender that never takes over holds one step back: its mark lasts lockWaitPollSeconds 30 +
     # admit's timeout 130 + 60 = 220 s after its last renewal, at most MUTATION_BUSY 180 s in, so
     # the retries span 400 s: 15 + 30 + 60 + 120 + 240 = 465 s, each attempt up to 130 s: 1115 s.
@@ -74,45 +74,45 @@ def test_defect_6_breakdown_sums_a_config_checked_by_hand() -> None:
         ("admit", 2659),
         ("confirmation", 900),
         ("admit after confirmation", 2659),
-        ("cordon", 1899),
+        ("cordon", 2089),
         ("drain", 100 + 5 + 2 * 2659),
         ("force drain", 2659),
-        ("reboot", 1373),
+        ("reboot", 1543),
         ("recovery", 200 + 10 + 2 * 949),
-        ("terminate (escalation)", 2279),
+        ("terminate (escalation)", 2469),
         ("record", 1329),
         ("read-capacity", 569),
         ("a contender that never takes over", 465 + 5 * 130),
     ]
     assert (
         holding.total_seconds
-        == 3 * 2659 + 900 + 1899 + 5423 + 1373 + 2108 + 2279 + 1329 + 569 + 1115
-        == 24_972
+        == 3 * 2659 + 900 + 2089 + 5423 + 1543 + 2108 + 2469 + 1329 + 569 + 1115
+        == 25_522
     )
     assert holding.describe().endswith(
-        "record 1329 + read-capacity 569 + a contender that never takes over 1115 = 24972 s"
+        "record 1329 + read-capacity 569 + a contender that never takes over 1115 = 25522 s"
     )
-    # Margin: 10 % (2497.2, rounded up) is more than the 5-minute floor.
-    assert worst_case.margin_seconds(24_972) == 2498
-    assert worst_case.required_lock_ttl_seconds(config) == 27_470
+    # Margin: 10 % (2552.2, rounded up) is more than the 5-minute floor.
+    assert worst_case.margin_seconds(25_522) == 2553
+    assert worst_case.required_lock_ttl_seconds(config) == 28_075
 
     execution = worst_case.execution_worst_case(config)
     assert [(term.name, term.seconds) for term in execution.terms] == [
         ("admit", 2659),
-        ("wait behind the lock holder", 27_470 + 30),
-        ("hold the lock", 24_972),
+        ("wait behind the lock holder", 28_075 + 30),
+        ("hold the lock", 25_522),
     ]
-    # 55131 s + a margin of 5514 s = 60645 s, i.e. 1010.75 minutes.
-    assert execution.total_seconds == 55_131
-    assert worst_case.required_workflow_timeout_minutes(config) == 1011
+    # 56286 s + a margin of 5629 s = 61915 s, i.e. 1031.9 minutes.
+    assert execution.total_seconds == 56_286
+    assert worst_case.required_workflow_timeout_minutes(config) == 1032
 
     bound = worst_case.remediation_bound(config)
     assert [(term.name, term.seconds) for term in bound.terms] == [
         ("confirmation", 900),
-        ("holder's worst case", 24_972),
+        ("holder's worst case", 25_522),
         ("finalizer latency", 300 + 60),
     ]
-    assert bound.total_seconds == 26_232
+    assert bound.total_seconds == 26_782
 
 
 def test_defect_6_abort_has_no_forced_deletion_and_a_long_hold_extends_the_drain() -> None:
@@ -153,30 +153,30 @@ def test_defect_6_lock_ttl_equal_to_drain_plus_recovery_is_refused_with_the_numb
     with pytest.raises(ConfigurationError) as refused:
         parse(lockTtlSeconds=900 + 900)
     message = str(refused.value)
-    assert message.startswith("nodeheal.lockTtlSeconds (1800) must be at least 32764: ")
-    assert "hold the lock for 29785 s (8 h 16 min 25 s)" in message
-    assert "margin of 2979 s (10%, at least 300 s)" in message
-    assert "drain 7066 + force drain 3078 + reboot 1612 + recovery 3126" in message
-    assert message.endswith("read-capacity 658 + a contender that never takes over 1115 = 29785 s")
+    assert message.startswith("nodeheal.lockTtlSeconds (1800) must be at least 33468: ")
+    assert "hold the lock for 30425 s (8 h 27 min 5 s)" in message
+    assert "margin of 3043 s (10%, at least 300 s)" in message
+    assert "drain 7066 + force drain 3078 + reboot 1812 + recovery 3126" in message
+    assert message.endswith("read-capacity 658 + a contender that never takes over 1115 = 30425 s")
     # The smallest accepted value is exactly the one the message names.
     assert (
-        parse(lockTtlSeconds=32_764, workflow={"timeoutMinutes": 1320}).remediation.lock_ttl_seconds == 32_764
+        parse(lockTtlSeconds=33_468, workflow={"timeoutMinutes": 1320}).remediation.lock_ttl_seconds == 33_468
     )
-    with pytest.raises(ConfigurationError, match=r"\(32763\) must be at least 32764"):
-        parse(lockTtlSeconds=32_763)
+    with pytest.raises(ConfigurationError, match=r"\(33467\) must be at least 33468"):
+        parse(lockTtlSeconds=33_467)
 
 
 def test_defect_6_day_long_confirmation_forces_a_bigger_ttl() -> None:
     day_long = {"conditionRules": {"GPUProblem": {"action": "replace", "confirmSeconds": 86_400}}}
-    # 29785 - 600 + 86400 = 115585 s held at worst; + 11559 s (10 %) = 127144.
+    # 30425 - 600 + 86400 = 116225 s held at worst; + 11623 s (10 %) = 127848.
     for policy in (day_long, {"nodePools": {"gpu": day_long}}):
         with pytest.raises(
-            ConfigurationError, match=r"lockTtlSeconds \(34200\) must be at least 127144: .*115585 s"
+            ConfigurationError, match=r"lockTtlSeconds \(34200\) must be at least 127848: .*116225 s"
         ):
             parse(policy=policy)
-        with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1320\) must be at least 4508"):
-            parse(policy=policy, lockTtlSeconds=127_144)
-        config = parse(policy=policy, lockTtlSeconds=127_144, workflow={"timeoutMinutes": 4508})
+        with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1320\) must be at least 4532"):
+            parse(policy=policy, lockTtlSeconds=127_848)
+        config = parse(policy=policy, lockTtlSeconds=127_848, workflow={"timeoutMinutes": 4532})
         assert worst_case.holding_worst_case(config.remediation).seconds("confirmation") == 86_400
 
 
@@ -184,34 +184,34 @@ def test_defect_6_workflow_timeout_below_the_worst_case_is_refused() -> None:
     with pytest.raises(ConfigurationError) as refused:
         parse(workflow={"timeoutMinutes": 1230})
     message = str(refused.value)
-    assert message.startswith("nodeheal.workflow.timeoutMinutes (1230) must be at least 1231: ")
-    assert "one execution can run 67093 s (18 h 38 min 13 s)" in message
-    assert "margin of 6710 s" in message
-    assert "admit 3078 + wait behind the lock holder 34230 + hold the lock 29785 = 67093 s" in message
-    assert parse(workflow={"timeoutMinutes": 1231}).workflow_timeout_minutes == 1231
+    assert message.startswith("nodeheal.workflow.timeoutMinutes (1230) must be at least 1242: ")
+    assert "one execution can run 67733 s (18 h 48 min 53 s)" in message
+    assert "margin of 6774 s" in message
+    assert "admit 3078 + wait behind the lock holder 34230 + hold the lock 30425 = 67733 s" in message
+    assert parse(workflow={"timeoutMinutes": 1242}).workflow_timeout_minutes == 1242
 
 
 def test_defect_6_a_longer_lock_ttl_needs_a_longer_workflow_timeout() -> None:
-    # Waiting behind a holder lasts up to the TTL: 3078 + 72030 + 29785 = 104893 s, + 10490 s.
-    with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1320\) must be at least 1924"):
+    # Waiting behind a holder lasts up to the TTL: 3078 + 72030 + 30425 = 105533 s, + 10554 s.
+    with pytest.raises(ConfigurationError, match=r"timeoutMinutes \(1320\) must be at least 1935"):
         parse(lockTtlSeconds=72_000)
 
 
 def test_defect_6_shipped_cdk_json_passes_with_its_margins() -> None:
     config = NodeHealConfig.from_cdk_context(SHIPPED)
     remediation = config.remediation
-    assert worst_case.holding_worst_case(remediation).total_seconds == 29_785
+    assert worst_case.holding_worst_case(remediation).total_seconds == 30_425
     assert (
-        worst_case.required_lock_ttl_seconds(remediation) == 32_764 <= remediation.lock_ttl_seconds == 34_200
+        worst_case.required_lock_ttl_seconds(remediation) == 33_468 <= remediation.lock_ttl_seconds == 34_200
     )
-    assert worst_case.execution_worst_case(remediation).total_seconds == 67_093
+    assert worst_case.execution_worst_case(remediation).total_seconds == 67_733
     assert (
         worst_case.required_workflow_timeout_minutes(remediation)
-        == 1231
+        == 1242
         <= config.workflow_timeout_minutes
         == 1320
     )
-    assert worst_case.remediation_bound(remediation).total_seconds == 600 + 29_785 + 360
+    assert worst_case.remediation_bound(remediation).total_seconds == 600 + 30_425 + 360
 
 
 @pytest.mark.parametrize(
