@@ -185,13 +185,13 @@ def test_the_dead_letter_queues_are_encrypted_with_a_key(scanned: Scanned, scan:
     key whose policy admits it)."""
     synthesized = scanned.stack if scan == "stack" else scanned.keyed
     queues = logical_ids(synthesized, "AWS::SQS::Queue")
-    assert len(queues) == 2
+    assert len(queues) == 4  # ingest's and the counting function's: delivery and failure each
     assert scanned.of(scan, "CKV_AWS_27") == dict.fromkeys(queues, True)
 
 
 def test_with_a_customer_key_every_log_group_and_the_ledger_use_it(scanned: Scanned) -> None:
     log_groups = logical_ids(scanned.keyed, "AWS::Logs::LogGroup")
-    assert len(log_groups) == 14  # 13 functions and the state machine
+    assert len(log_groups) == 15  # 14 functions and the state machine
     assert scanned.of("stack+key", "CKV_AWS_158") == dict.fromkeys(log_groups, True)
     ledger = logical_ids(scanned.keyed, "AWS::DynamoDB::Table")
     assert scanned.of("stack+key", "CKV_AWS_119") == dict.fromkeys(ledger, True)
