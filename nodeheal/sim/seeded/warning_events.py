@@ -56,8 +56,8 @@ if TYPE_CHECKING:
 #: XORed with the seed: the Warning Event stream's own random stream.
 WARNING_STREAM = 0x5167A1
 #: Bursts of Warning Events a schedule plans, and when they begin (after the cluster starts).
-BURSTS = (2, 6)
-BURST_START_HOURS = 4.0
+BURSTS = (1, 2)
+BURST_START_HOURS = 1.5
 #: Chance that a Node object that goes had Warnings its exporter had not shipped yet (D10's case).
 LATE_EVENTS_CHANCE = 0.7
 #: Delivery of a shipped detail by EventBridge: seconds, and the chance of a second delivery.
@@ -77,7 +77,9 @@ SOURCES: tuple[tuple[str, int], ...] = (
     ("gpu-log-monitor-b", 1),
     ("gpu-log-monitor-c", 1),
 )
-SIGNALS: tuple[tuple[str, int], ...] = (("xid-92", 4), ("xid-63", 2), ("xid-94", 2), ("nvlink-nonfatal", 2))
+#: A second Xid 63 within a day reboots (the default rule), the rest alert: reboots are the dearer
+#: remediation to simulate, and one in ten bursts is enough to meet them.
+SIGNALS: tuple[tuple[str, int], ...] = (("xid-92", 4), ("xid-63", 1), ("xid-94", 2), ("nvlink-nonfatal", 3))
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _METRICS: list[Metrics] = []
 
@@ -154,17 +156,25 @@ class WatchItem:
 
 
 def draw_bursts(rng: random.Random, start: datetime) -> list[PlannedWarning]:
-    """The schedule's bursts: a repeated line (2 to 40 times, 1 s to 10 min apart: a fast one
-    meets the spam filter), or distinct lines (6 to 20 within minutes: aggregation from the 10th)."""
+    """The schedule's bursts: a repeated line (2 to 8 times, 1 s to 10 min apart), a flood of one
+    line (26 to 36 times 1 to 5 s apart, which the spam filter cuts after 25), or distinct lines
+    (6 to 13 within minutes: the recorder aggregates from the 10th). A flood is of a signal that
+    needs ten to cross: each crossing starts a remediation, and a schedule stays one schedule."""
     planned: list[PlannedWarning] = []
     for burst in range(rng.randint(*BURSTS)):
         at = start + timedelta(seconds=rng.uniform(0, BURST_START_HOURS * 3600))
         node_index = rng.randrange(64)
         source = _weighted(rng, SOURCES)
         signal = "xid-92" if source == NODE_MONITORING_AGENT else _weighted(rng, SIGNALS)
-        distinct = rng.random() < 0.35
-        times = rng.randint(6, 20) if distinct else rng.randint(2, 40)
-        gap = rng.uniform(1, 40) if distinct else rng.choice([rng.uniform(1, 20), rng.uniform(60, 600)])
+        shape = rng.choices(["repeat", "flood", "distinct"], weights=[6, 1, 3])[0]
+        distinct = shape == "distinct"
+        if shape == "flood":
+            signal = "xid-92" if signal in ("xid-63", "xid-94") else signal
+            times, gap = rng.randint(26, 36), rng.uniform(1, 5)
+        elif distinct:
+            times, gap = rng.randint(6, 13), rng.uniform(1, 40)
+        else:
+            times, gap = rng.randint(2, 8), rng.choice([rng.uniform(1, 20), rng.uniform(60, 600)])
         for index in range(times):
             reason, message = warning_line(signal, source, index if distinct else 0)
             planned.append(PlannedWarning(at, len(planned), burst, node_index, source, reason, message))
