@@ -19,7 +19,7 @@ from typing import Any
 from nodeheal.conditions import is_bad_status
 from nodeheal.counted_signals import COUNTED_CONDITION_TYPE
 from nodeheal.errors import InvalidEventError
-from nodeheal.events import NodeConditionEvent
+from nodeheal.events import MAX_FIELD_CHARS, NodeConditionEvent
 from nodeheal.kube_event_body import NOTE_MAX_BYTES, REPORTING_INSTANCE_PREFIX
 from nodeheal.kube_views import ANNOTATION_EXECUTION
 from nodeheal.sim.seeded.faults import FAULT_KINDS
@@ -40,11 +40,14 @@ from nodeheal.workflow.signal_windows import (
 from nodeheal.worst_case import NOT_IDEMPOTENT_TASKS, holding_worst_case, remediation_bound
 
 #: I20: bytes of one window item beyond its sources' times and Events' counters (keys, cluster,
-#: instance, signal, boot); a source's name and an Event's uid are bounded as the contract bounds them.
+#: instance, signal, boot). JSON escapes a byte of a name as up to six characters (``\u0001``).
 WINDOW_ITEM_FIXED_BYTES = 1024
-WINDOW_SOURCE_BYTES = 300  # its name (the contract's 256-byte cap) and the key's quoting
+#: A source's key: its name (the counting function refuses a detail whose fields pass
+#: MAX_FIELD_CHARS), escaped, quoted.
+WINDOW_SOURCE_BYTES = 6 * MAX_FIELD_CHARS + 8
 WINDOW_TIME_BYTES = 24  # one epoch-seconds float and its separator
-WINDOW_EVENT_BYTES = 320  # a uid (256-byte cap), the count and the time
+#: An Event's counter: its uid (MAX_FIELD_CHARS), escaped, the count and the time.
+WINDOW_EVENT_BYTES = 6 * MAX_FIELD_CHARS + 64
 
 
 def window_item_bound(count: int) -> int:
@@ -725,6 +728,12 @@ class Invariants:
                 f"{where} keeps {len(window.occurrences)} sources (at most {MAX_SOURCES})",
             )
         for source, times in window.occurrences.items():
+            if len(json.dumps(source).encode()) > WINDOW_SOURCE_BYTES:
+                self.fail(
+                    "I20 no window item grows without bound",
+                    f"{where} keeps a source under a key of {len(source)} characters "
+                    f"(at most {MAX_FIELD_CHARS}, {WINDOW_SOURCE_BYTES} bytes escaped): {source[:60]}...",
+                )
             if len(times) > max(rule.count, 1):
                 self.fail(
                     "I20 no window item grows without bound",
