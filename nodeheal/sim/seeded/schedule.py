@@ -191,6 +191,9 @@ class SimOptions:
     interleave: float = 0.25
     max_steps: int = 6000
     horizon: timedelta = timedelta(hours=30)
+    #: Warning Events on the nodes (:mod:`nodeheal.sim.seeded.warning_events`). Off only to replay
+    #: a trace kept from before they existed: their steps change a seed's interleaving.
+    warning_events: bool = True
 
 
 class FaultInjector(Protocol):
@@ -296,7 +299,7 @@ class Simulation:
         self._handlers: dict[str, Any] = {}
         #: Warning Events on the nodes, shipped and counted: a stream of its own (``seed ^
         #: WARNING_STREAM``), so every stream above draws what it drew before it existed.
-        self.warnings = WarningEvents(self, seed)
+        self.warnings = WarningEvents(self, seed, enabled=self.options.warning_events)
         self._build_cluster()
 
     # -- clock and trace --------------------------------------------------------------------------

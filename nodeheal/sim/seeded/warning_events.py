@@ -186,10 +186,11 @@ def draw_bursts(rng: random.Random, start: datetime) -> list[PlannedWarning]:
 class WarningEvents:
     """The Warning Event stream of one schedule (see the module docstring)."""
 
-    def __init__(self, sim: Simulation, seed: int) -> None:
+    def __init__(self, sim: Simulation, seed: int, *, enabled: bool = True) -> None:
         self.sim = sim
+        self.enabled = enabled
         self.rng = random.Random(seed ^ WARNING_STREAM)
-        self.planned = draw_bursts(self.rng, sim.clock)
+        self.planned = draw_bursts(self.rng, sim.clock) if enabled else []
         self.api_server = ApiServerEvents()
         #: instance -> its NPD process (recorder caches per source): a new instance, a new process.
         self.processes: dict[str, NpdProblemClient] = {}
@@ -322,7 +323,7 @@ class WarningEvents:
         """A Node object goes: often its instance's NPD wrote its last Warnings seconds before, and
         the exporter ships them only after a stall of its watch, when a new Node may have joined
         under the same name (D10's case, drawn here so the simulation meets it often)."""
-        if self.rng.random() >= LATE_EVENTS_CHANCE:
+        if not self.enabled or self.rng.random() >= LATE_EVENTS_CHANCE:
             return
         metadata = raw["metadata"]
         instance_id = str((raw.get("spec") or {}).get("providerID", "")).rsplit("/", 1)[-1]
