@@ -13,6 +13,7 @@ Every new safety check enters :data:`MUTANTS` with its mutant, and the table in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,8 @@ from typing import Any
 from nodeheal.actions import Mode
 from nodeheal.config import ReplaceSettings
 from nodeheal.errors import NodeGoneError, NodeReplacedError
+from nodeheal.exporter import node_events
+from nodeheal.exporter.transitions import CachedNode
 from nodeheal.kube_views import LiveNode
 from nodeheal.policy.decide import Decision
 from nodeheal.sim.seeded.memory_ledger import MemoryLedger
@@ -173,6 +176,16 @@ def _escalation_never_defers(state: WorkflowState, now: datetime) -> str:
     return ""
 
 
+# -- 13: which instance a Node Event is about (D10) ---------------------------------------------------
+
+
+def _attributed_by_name_alone(event: Mapping[str, Any], cached: CachedNode | None) -> CachedNode | None:
+    """``node_events.attributed_node`` without D10's proof: the Node cached under the Event's name
+    is taken for the Event's, whatever its uid or creation time says, so an Event of an earlier
+    Node of that name counts for the instance that took the name over."""
+    return cached
+
+
 # -- 11: the scarce-pool rule --------------------------------------------------------------------------
 
 
@@ -269,6 +282,14 @@ MUTANTS: tuple[Mutant, ...] = (
         # The terminate step holds the function it imported by name.
         (Patch(mutations, "block_note_at_escalation", _escalation_never_defers),),
         invariants=("I17 no replacement into a Capacity Block about to reclaim it",),
+    ),
+    Mutant(
+        13,
+        "a count attributed to the wrong instance (the exporter attaches a Node Event to the Node "
+        "cached under its name, without D10's proof by uid or creation time)",
+        # The shipper calls the function it imported by name.
+        (Patch(node_events, "attributed_node", _attributed_by_name_alone),),
+        invariants=("I19 no count attributed to another instance",),
     ),
 )
 

@@ -3,7 +3,9 @@
 A schedule is a seed. From it come a cluster (Karpenter pools, a managed node group, unlabelled
 nodes, pods under a PodDisruptionBudget), the capacity behind each instance (on-demand, an ODCR,
 a Capacity Block, spot) and whether the Karpenter pool is scarce (a stream of their own), a few
-variations of the deployed settings, a plan of faults, and every choice the scheduler makes. The
+variations of the deployed settings, a plan of faults, Warning Events on the nodes (a stream of
+their own, :mod:`.warning_events`: recorded through client-go's recorder model, shipped by the
+exporter's attribution, counted into per-instance windows), and every choice the scheduler makes. The
 workflow runs as deployed: the state machine is read from the synthesized template (:mod:`.asl`
 walks it one state at a time, with its Choice rules, Retry and Catch clauses and timeout) and
 every Task runs the real Lambda handler over
@@ -52,6 +54,12 @@ I17    a terminate of an instance in a Capacity Block that the decision chose   
        minBlockRemainingMinutes away
 I18    an on-demand, unreserved instance of a scarce pool is terminated only      D12
        after its own execution rebooted it, or for a fault calling for replace
+I19    every count in the window of an instance comes from an Event a recorder  D1, D10
+       wrote about the Node object of that instance, with a count it wrote; an
+       execution a counted crossing started acts only on that instance
+I20    every stored window keeps at most MAX_SOURCES sources, the rule's count    D17
+       of times per source, MAX_EVENTS_REMEMBERED Event counters, and a size
+       under ``invariants.window_item_bound``
 R1     a single injected transient fault (5xx, throttle, deadline, Lambda         D6
        timeout) never ends a remediation in Record failure
 E1     every Kubernetes Event a step tells names its execution and the function   D8

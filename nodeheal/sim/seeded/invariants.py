@@ -9,6 +9,7 @@ NodeHeal's own bookkeeping wherever the two could differ.
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,20 +17,45 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodeheal.conditions import is_bad_status
+from nodeheal.counted_signals import COUNTED_CONDITION_TYPE
 from nodeheal.errors import InvalidEventError
-from nodeheal.events import NodeConditionEvent
+from nodeheal.events import MAX_FIELD_CHARS, NodeConditionEvent
 from nodeheal.kube_event_body import NOTE_MAX_BYTES, REPORTING_INSTANCE_PREFIX
 from nodeheal.kube_views import ANNOTATION_EXECUTION
 from nodeheal.sim.seeded.faults import FAULT_KINDS
 from nodeheal.sim.seeded.policy_oracle import classify, confirm_seconds, transition_key
-from nodeheal.sim.seeded.schedule import Invocation, SimExecution, Simulation
+from nodeheal.sim.seeded.schedule import NODE_EVENT_DELIVERIES, Invocation, SimExecution, Simulation
 from nodeheal.sim.seeded.world import Mutation
 from nodeheal.steps import ADMIT, DRAIN, FORCE_DRAIN, RECORD
 from nodeheal.timestamps import format_timestamp, parse_timestamp
 from nodeheal.workflow.budget import PoolHealth, pool_allowance
 from nodeheal.workflow.capacity import CAPACITY_BLOCK, CapacityContext, block_usable_until
 from nodeheal.workflow.records import Outcome
+from nodeheal.workflow.signal_windows import (
+    MAX_EVENTS_REMEMBERED,
+    MAX_SOURCES,
+    still_over,
+    window_to_item,
+)
 from nodeheal.worst_case import NOT_IDEMPOTENT_TASKS, holding_worst_case, remediation_bound
+
+#: I20: bytes of one window item beyond its sources' times and Events' counters (keys, cluster,
+#: instance, signal, boot). JSON escapes a byte of a name as up to six characters (``\u0001``).
+WINDOW_ITEM_FIXED_BYTES = 1024
+#: A source's key: its name (the counting function refuses a detail whose fields pass
+#: MAX_FIELD_CHARS), escaped, quoted.
+WINDOW_SOURCE_BYTES = 6 * MAX_FIELD_CHARS + 8
+WINDOW_TIME_BYTES = 24  # one epoch-seconds float and its separator
+#: An Event's counter: its uid (MAX_FIELD_CHARS), escaped, the count and the time.
+WINDOW_EVENT_BYTES = 6 * MAX_FIELD_CHARS + 64
+
+
+def window_item_bound(count: int) -> int:
+    """I20's byte bound of one stored window whose rule counts ``count``: it grows with the
+    rule, never with how many Events a node writes."""
+    per_source = WINDOW_SOURCE_BYTES + WINDOW_TIME_BYTES * max(count, 1)
+    return WINDOW_ITEM_FIXED_BYTES + MAX_SOURCES * per_source + MAX_EVENTS_REMEMBERED * WINDOW_EVENT_BYTES
+
 
 #: D17: the whole state stays under this.
 STATE_BOUND_BYTES = 64 * 1024
@@ -317,6 +343,7 @@ class Invariants:
         if mutation.kind == "terminate":
             self.check_i17_capacity_block(mutation, invocation)
             self.check_i18_scarce_pool(mutation, invocation)
+        self.check_i19_counted_execution_acts_on_its_instance(mutation, invocation)
 
     def state_entered(self, execution: SimExecution) -> None:
         run = execution.run
@@ -495,6 +522,23 @@ class Invariants:
                 f"{mutation.kind} by {invocation.execution} in a step that started while NodeHeal was paused",
             )
 
+    def _counted_still_over(self, invocation: Invocation, mutation: Mutation) -> bool:
+        """A counted signal's condition is bad while its window (every count in it proven the
+        instance's by I19) still reaches the rule's count on the boot the node runs."""
+        counted = (self.sim.executions.get(invocation.execution) or None) and (
+            self.sim.executions[invocation.execution].run.input.get("event") or {}
+        ).get("countedSignal")
+        windows = getattr(self.sim.ledger, "windows", None)
+        if not isinstance(counted, Mapping) or windows is None:
+            return True  # a ledger whose windows the simulation cannot read without a call
+        signal = str(counted.get("signal", ""))
+        stored = windows.get((self.sim.world.cluster, mutation.instance_id, signal))
+        node = self.sim.world.nodes.get(mutation.node)
+        boot = str(node["status"]["nodeInfo"].get("bootID", "")) if node is not None else ""
+        rule = self.sim.settings.policy.counted_rule(signal)
+        window = stored[0] if stored is not None and stored[1] > invocation.started_at else None
+        return still_over(window, rule, boot_id=boot, now=invocation.started_at) is not None
+
     def _was_bad_during(self, node_uid: str, condition_type: str, node: str, since: datetime) -> bool:
         if self.sim.world.node_uid(node) == node_uid and self.sim.world.is_bad(node, condition_type):
             return True
@@ -506,7 +550,10 @@ class Invariants:
             return
         condition_type = invocation.condition_type
         admitted_uid = str(invocation.admitted.get("uid", ""))
-        bad = self._was_bad_during(admitted_uid, condition_type, mutation.node, invocation.started_at)
+        if condition_type == COUNTED_CONDITION_TYPE:
+            bad = self._counted_still_over(invocation, mutation)
+        else:
+            bad = self._was_bad_during(admitted_uid, condition_type, mutation.node, invocation.started_at)
         displaced = str(
             ((((invocation.payload or {}).get("admission") or {}).get("displaced")) or {}).get(
                 "conditionType", ""
@@ -611,6 +658,98 @@ class Invariants:
                 f"no reservation) by {invocation.execution}, which never rebooted it, for a fault calling "
                 f"for {invocation.worst_at_start} (decision {decision.get('action')}, planned "
                 f"{decision.get('plannedAction')}, escalated {decision.get('escalated')})",
+            )
+
+    # -- I19, I20: counted signals (Warning Events, issue 31) -------------------------------------
+
+    def counted(self, delivery: Any, result: Any) -> None:
+        """The counting function returned on a delivered Node Event: every window it may have
+        written is checked (windows change nowhere else)."""
+        windows = getattr(self.sim.ledger, "windows", None)
+        if windows is None:
+            return  # the DynamoDB ledger: reading its windows would be a call of its own
+        for (_cluster, instance_id, signal), (window, _expires) in windows.items():
+            self.check_i19_no_count_for_another_instance(instance_id, signal, window)
+            self.check_i20_window_bounded(instance_id, signal, window)
+
+    def check_i19_no_count_for_another_instance(self, instance_id: str, signal: str, window: Any) -> None:
+        """I19 (D1, D10): every Event counted into the window of instance X was written by a
+        recorder about the Node object whose instance was X when it wrote it, and with a count it
+        wrote. The ground truth is the recorder's (``WarningEvents.written``), not the exporter's
+        attribution: a Node name outlives its instance, so an Event of an earlier Node of that name
+        that ships after a new one joined must count for no instance."""
+        written = self.sim.warnings.written
+        for uid, (count, _at) in window.events.items():
+            truth = written.get(uid)
+            if truth is None:
+                self.fail(
+                    "I19 no count attributed to another instance",
+                    f"the {signal} window of {instance_id} counts Event {uid}, which no recorder wrote",
+                )
+                return
+            if truth.instance_id != instance_id:
+                self.fail(
+                    "I19 no count attributed to another instance",
+                    f"the {signal} window of {instance_id} counts Event {uid}, which the recorder wrote "
+                    f"about instance {truth.instance_id} (Node uid {truth.node_uid})",
+                )
+            if count > truth.count:
+                self.fail(
+                    "I19 no count attributed to another instance",
+                    f"the {signal} window of {instance_id} holds count {count} of Event {uid}; the "
+                    f"recorder wrote at most {truth.count}",
+                )
+
+    def check_i19_counted_execution_acts_on_its_instance(
+        self, mutation: Mutation, invocation: Invocation
+    ) -> None:
+        """I19 at the mutation: an execution a counted crossing started acts only on the instance
+        whose window crossed (I1 holds it to the admitted Node; this to the count behind it)."""
+        execution = self.sim.executions.get(invocation.execution)
+        if execution is None or execution.started_by not in NODE_EVENT_DELIVERIES:
+            return
+        counted = (execution.run.input.get("event") or {}).get("countedSignal") or {}
+        if mutation.instance_id and mutation.instance_id != counted.get("instanceId"):
+            self.fail(
+                "I19 no count attributed to another instance",
+                f"{mutation.kind} of {mutation.pod or mutation.node} (instance {mutation.instance_id}) by "
+                f"{invocation.execution}, started by a count of instance {counted.get('instanceId')}",
+            )
+
+    def check_i20_window_bounded(self, instance_id: str, signal: str, window: Any) -> None:
+        """I20: no window item grows without bound, however noisy the node: at most MAX_SOURCES
+        sources, the rule's count of times per source, MAX_EVENTS_REMEMBERED Event counters, and
+        a serialized size under :func:`window_item_bound` (a DynamoDB item is 400 KB at most)."""
+        rule = self.sim.settings.policy.counted_rule(signal)
+        where = f"the {signal} window of {instance_id}"
+        if len(window.occurrences) > MAX_SOURCES:
+            self.fail(
+                "I20 no window item grows without bound",
+                f"{where} keeps {len(window.occurrences)} sources (at most {MAX_SOURCES})",
+            )
+        for source, times in window.occurrences.items():
+            if len(json.dumps(source).encode()) > WINDOW_SOURCE_BYTES:
+                self.fail(
+                    "I20 no window item grows without bound",
+                    f"{where} keeps a source under a key of {len(source)} characters "
+                    f"(at most {MAX_FIELD_CHARS}, {WINDOW_SOURCE_BYTES} bytes escaped): {source[:60]}...",
+                )
+            if len(times) > max(rule.count, 1):
+                self.fail(
+                    "I20 no window item grows without bound",
+                    f"{where} keeps {len(times)} times of {source} (the rule's count is {rule.count})",
+                )
+        if len(window.events) > MAX_EVENTS_REMEMBERED:
+            self.fail(
+                "I20 no window item grows without bound",
+                f"{where} remembers {len(window.events)} Events (at most {MAX_EVENTS_REMEMBERED})",
+            )
+        size = len(json.dumps(window_to_item(window)).encode())
+        if size > window_item_bound(rule.count):
+            self.fail(
+                "I20 no window item grows without bound",
+                f"{where} is {size} bytes (bound "
+                f"{window_item_bound(rule.count)} for a count of {rule.count})",
             )
 
     def check_i9_one_mutator(self, mutation: Mutation, invocation: Invocation) -> None:

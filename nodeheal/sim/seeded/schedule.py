@@ -50,6 +50,7 @@ from nodeheal.sim.seeded.handler_env import quiet
 from nodeheal.sim.seeded.memory_ledger import MemoryLedger
 from nodeheal.sim.seeded.policy_oracle import transition_key
 from nodeheal.sim.seeded.template import REGION, STATE_MACHINE_ARN, SimFunction, SimTemplate
+from nodeheal.sim.seeded.warning_events import WarningEvents
 from nodeheal.sim.seeded.world import (
     CLUSTER,
     START,
@@ -64,6 +65,9 @@ from nodeheal.timestamps import format_timestamp
 #: what recovers an event EventBridge delivered too late for ingest.
 EXPORTER_RESYNC_SECONDS = 3600
 
+
+#: Deliveries of ``Node Event Observed`` details (the counting function's), first and repeated.
+NODE_EVENT_DELIVERIES = frozenset({"node-event", "node-event-duplicate"})
 
 #: Faults applied only between invocations (a clock jump inside one would be a Lambda running for hours).
 BETWEEN_INVOCATIONS = frozenset({"lock-ttl-expiry"})
@@ -126,7 +130,9 @@ class Delivery:
 
     at: datetime
     envelope: dict[str, Any]
-    kind: str  # genuine | duplicate | replayed | forged | foreign | future-dated | stale | oversized | resync
+    #: genuine | duplicate | replayed | forged | foreign | future-dated | stale | oversized | resync,
+    #: or a Node Event on its way to the counting function (:data:`NODE_EVENT_DELIVERIES`)
+    kind: str
     original: str = ""  # for duplicates and replays: the execution name of the original, if known
 
 
@@ -185,6 +191,9 @@ class SimOptions:
     interleave: float = 0.25
     max_steps: int = 6000
     horizon: timedelta = timedelta(hours=30)
+    #: Warning Events on the nodes (:mod:`nodeheal.sim.seeded.warning_events`). Off only to replay
+    #: a trace kept from before they existed: their steps change a seed's interleaving.
+    warning_events: bool = True
 
 
 class FaultInjector(Protocol):
@@ -221,6 +230,7 @@ class Observer(Protocol):
     def task_returned(self, function: str, execution: str, result: Any) -> None: ...
     def taken_back(self, node_uid: str, at: datetime, executions: Iterable[str]) -> None: ...
     def operator_changed(self, kind: str) -> None: ...
+    def counted(self, delivery: Any, result: Any) -> None: ...
 
 
 class Simulation:
@@ -264,29 +274,32 @@ class Simulation:
         self.executions: dict[str, SimExecution] = {}
         self.by_arn: dict[str, SimExecution] = {}
         self.executions_port = SimExecutions(self)
-        self.starter = SimStarter(self)
+        self.starter: SimStarter = SimStarter(self)
         self.deliveries: list[Delivery] = []
         self.status_changes: list[tuple[datetime, str]] = []
         self.next_sweep = START + timedelta(seconds=template.sweep_seconds or 300)
         self.next_resync = START + timedelta(seconds=EXPORTER_RESYNC_SECONDS)
         self.last_end_at = START
         self.last_sweep_at = START
-        self.deployed_mode = ""
+        self.deployed_mode: str = ""
         self.stack: list[Invocation] = []
-        self.invocations = 0
+        self.invocations: int = 0
         self.delivering: Delivery | None = None
         self.sent_events: list[Delivery] = []
         self.armed: dict[str, int] = {}
         #: Executions whose drain contender-ends has provoked a contender for already.
         self._provoked: set[str] = set()
-        self.settings = self._settings(settings_overrides)
+        self.settings: RemediationSettings = self._settings(settings_overrides)
         self.definition = self._definition()
         self.machine = asl.StateMachine.from_definition(self.definition)
-        self.tracker = TransitionTracker(CLUSTER, lambda t: True, clock=self.now)
+        self.tracker: TransitionTracker = TransitionTracker(CLUSTER, lambda t: True, clock=self.now)
         self.world.on_node_change = self._node_changed
         self.world.observer = self
-        self.invariants = observer(self)
+        self.invariants: Observer = observer(self)
         self._handlers: dict[str, Any] = {}
+        #: Warning Events on the nodes, shipped and counted: a stream of its own (``seed ^
+        #: WARNING_STREAM``), so every stream above draws what it drew before it existed.
+        self.warnings = WarningEvents(self, seed, enabled=self.options.warning_events)
         self._build_cluster()
 
     # -- clock and trace --------------------------------------------------------------------------
@@ -390,6 +403,7 @@ class Simulation:
     def _node_changed(self, raw: dict[str, Any], deleted: bool) -> None:
         """The exporter's watch: every transition becomes an event on the bus."""
         if deleted:
+            self.warnings.node_deleted(raw)
             self.tracker.forget(raw)
             return
         for event in self.tracker.observe(raw):
@@ -728,6 +742,7 @@ class Simulation:
             ready.append(("sweep", None))
         if self.next_resync <= now:
             ready.append(("resync", None))
+        ready.extend(self.warnings.ready(now))
         return ready
 
     def _next_time(self) -> datetime | None:
@@ -737,6 +752,9 @@ class Simulation:
         timer = self.world.next_timer_at()
         if timer is not None:
             times.append(timer)
+        warning = self.warnings.next_time()
+        if warning is not None:
+            times.append(warning)
         if (
             any(not e.run.done for e in self.executions.values())
             or self.deliveries
@@ -780,6 +798,8 @@ class Simulation:
             if timer is not None:
                 self.log(f"cluster: {timer.label}")
                 timer.action()
+        elif kind in ("warning", "event-watch"):
+            self.warnings.step(kind)
         elif kind == "resync":
             self.next_resync = self.clock + timedelta(seconds=EXPORTER_RESYNC_SECONDS)
             for event in self.tracker.resync_from_memory():
@@ -794,6 +814,9 @@ class Simulation:
         return True
 
     def _deliver(self, delivery: Delivery) -> None:
+        if delivery.kind in NODE_EVENT_DELIVERIES:
+            self.warnings.count(delivery)
+            return
         self.delivering = delivery
         try:
             outcome = self.invoke_function(self.template.ingest, delivery.envelope)
@@ -847,4 +870,5 @@ class Simulation:
             and not self.deliveries
             and not self.status_changes
             and self.world.next_timer_at() is None
+            and self.warnings.settled
         )
