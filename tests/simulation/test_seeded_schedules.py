@@ -311,6 +311,9 @@ REGRESSIONS: dict[str, tuple[int, list[PlannedFault] | None]] = {
     # reboot a later Xid 48 called for. A message that clears before its confirmation counts nowhere.
     # The oracle's own crash once every message it had seen of a node's conditions was a flap.
     "I13 a node whose every seen message was a flap": (16004133, None),
+    # An Event the old Node's NPD wrote in the second a new Node took the name was counted on the
+    # new instance: "not before" the new Node's whole-second creation let it through (D10).
+    "I19 an Event of the old Node in the new one's first second": (723, None),
     "I8 a fault that cleared before its confirmation was a flap": (
         15013547,
         plan(

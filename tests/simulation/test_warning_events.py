@@ -6,8 +6,6 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-import pytest
-
 from nodeheal.policy.counted_signals import counted_signal
 from nodeheal.sim.seeded.runner import run_schedule
 from nodeheal.sim.seeded.template import SimTemplate
@@ -51,22 +49,3 @@ def test_schedules_count_cross_and_refuse_the_late_events_of_a_replaced_node(tem
     assert "start " in text and "(node-event)" in text
     assert ": unattributed" in text  # an Event of an earlier Node of the name counted for none
     assert "warning patched" in text  # a repeat raised an Event's count
-
-
-#: D10's rule meets an Event of the old Node written in the second the new Node was created (both
-#: timestamps are whole seconds, and "not before" lets the old Event through). Its fix is the
-#: exporter's (nodeheal/exporter/node_events.py, attributed_node); once made, this seed passes, the
-#: strict xfail fails, and the seed moves to test_seeded_schedules.REGRESSIONS.
-SAME_SECOND_SEED = 723
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="D10's timestamp rule attributes an Event written in the same second as the new Node's "
-    "creation to the new Node (seed 723, I19)",
-)
-def test_an_event_of_the_old_node_in_the_second_the_new_one_was_created_counts_for_none(
-    template: SimTemplate,
-) -> None:
-    result = run_schedule(template, SAME_SECOND_SEED)
-    assert result.ok, result.violation.render() if result.violation else result.crash

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -29,6 +29,7 @@ from nodeheal.kube.client import StaticClientProvider
 from nodeheal.kube.event_writer import EventOperations
 from nodeheal.kube_event_body import EventType, ObjectEvent, ObjectRef
 from nodeheal.sim.apiserver import FakeKubeApiServer, make_event
+from nodeheal.timestamps import format_timestamp, parse_timestamp
 from tests.unit.exporter.conftest import RecordingEvents, wait_for
 from tests.unit.exporter.helpers import node
 
@@ -278,9 +279,12 @@ ATTRIBUTION = [
         about("0d7c0000-0000-0000-0000-000000000000", first="2026-11-21T10:00:00Z"),
         False,
     ),
-    # NPD v1.35 to v1.37.0-alpha.1: no uid; the Event must not be older than the Node object.
+    # NPD v1.35 to v1.37.0-alpha.1: no uid; the Event must be newer than the Node object.
     ("no uid, newer than the Node", about(None, first="2026-11-21T10:00:00Z"), True),
-    ("no uid, same second as the Node", about("", first="2026-11-21T09:00:00Z"), True),
+    # Both are whole seconds: an Event of the old Node in the second the new one was created
+    # would count on the new instance (seed 723 of the seeded simulation), so it counts for none.
+    ("no uid, same second as the Node", about("", first="2026-11-21T09:00:00Z"), False),
+    ("no uid, a second after the Node", about("", first="2026-11-21T09:00:01Z"), True),
     ("no uid, older than the Node", about("", first="2026-11-21T08:59:59Z"), False),
     # NPD v1.34 and older: the node's name as uid, which is no uid.
     ("the name as uid, newer", about("gpu-a", first="2026-11-21T10:00:00Z"), True),
@@ -374,10 +378,14 @@ def test_an_event_about_an_earlier_node_of_the_same_name_counts_for_no_instance(
     wait_for(
         lambda: (exporter.pipeline.cached_node("gpu-a") or CACHED).boot_id == rebooted, what="the reboot seen"
     )
-    core.create_namespaced_event(
-        "default",
-        make_event("gpu-a.4", "default", involved=no_uid, reason="GPUInformationalXid", message="92"),
+    # Written a second after the new Node's creation (both whole seconds: the same second proves
+    # nothing, D10).
+    later_event = make_event(
+        "gpu-a.4", "default", involved=no_uid, reason="GPUInformationalXid", message="92"
     )
+    created = parse_timestamp(new["metadata"]["creationTimestamp"], "creationTimestamp")
+    later_event["firstTimestamp"] = format_timestamp(created + timedelta(seconds=1))
+    core.create_namespaced_event("default", later_event)
     later = [d["node"] for d in shipped_details(events, 4)[1:]]
     assert later == [
         {"name": "gpu-a", "uid": old["metadata"]["uid"], "instanceID": "", "bootID": ""},
