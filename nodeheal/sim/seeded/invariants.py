@@ -22,9 +22,10 @@ from nodeheal.errors import InvalidEventError
 from nodeheal.events import MAX_FIELD_CHARS, NodeConditionEvent
 from nodeheal.kube_event_body import NOTE_MAX_BYTES, REPORTING_INSTANCE_PREFIX
 from nodeheal.kube_views import ANNOTATION_EXECUTION
+from nodeheal.sim.seeded.deliveries import NODE_EVENT_DELIVERIES
 from nodeheal.sim.seeded.faults import FAULT_KINDS
 from nodeheal.sim.seeded.policy_oracle import classify, confirm_seconds, transition_key
-from nodeheal.sim.seeded.schedule import NODE_EVENT_DELIVERIES, Invocation, SimExecution, Simulation
+from nodeheal.sim.seeded.schedule import Invocation, SimExecution, Simulation
 from nodeheal.sim.seeded.world import Mutation
 from nodeheal.steps import ADMIT, DRAIN, FORCE_DRAIN, RECORD
 from nodeheal.timestamps import format_timestamp, parse_timestamp

@@ -40,6 +40,7 @@ from nodeheal.patterns import match
 from nodeheal.runtime import using_runtime
 from nodeheal.sim.seeded import asl
 from nodeheal.sim.seeded.aws_fakes import SimContext, SimExecutions, SimNotifier, SimRuntime, SimStarter
+from nodeheal.sim.seeded.deliveries import NODE_EVENT_DELIVERIES, Delivery
 from nodeheal.sim.seeded.faults import (
     HELD_CHECKPOINT_APP,
     IDENTITY_BEFORE,
@@ -65,9 +66,6 @@ from nodeheal.timestamps import format_timestamp
 #: what recovers an event EventBridge delivered too late for ingest.
 EXPORTER_RESYNC_SECONDS = 3600
 
-
-#: Deliveries of ``Node Event Observed`` details (the counting function's), first and repeated.
-NODE_EVENT_DELIVERIES = frozenset({"node-event", "node-event-duplicate"})
 
 #: Faults applied only between invocations (a clock jump inside one would be a Lambda running for hours).
 BETWEEN_INVOCATIONS = frozenset({"lock-ttl-expiry"})
@@ -122,18 +120,6 @@ class SimExecution:
     #: Transient faults injected per state visit (state name, visit number) -> count.
     transient: dict[str, int] = field(default_factory=dict)
     last_error_state: str = ""
-
-
-@dataclass
-class Delivery:
-    """An event on its way from the bus to ingest."""
-
-    at: datetime
-    envelope: dict[str, Any]
-    #: genuine | duplicate | replayed | forged | foreign | future-dated | stale | oversized | resync,
-    #: or a Node Event on its way to the counting function (:data:`NODE_EVENT_DELIVERIES`)
-    kind: str
-    original: str = ""  # for duplicates and replays: the execution name of the original, if known
 
 
 @dataclass

@@ -54,6 +54,8 @@ class SimTemplate:
     functions: Mapping[str, SimFunction]
     ingest: SimFunction
     finalize: SimFunction
+    #: The counting function the Node Event rule invokes (docs/architecture.md, D22).
+    count_signals: SimFunction
     condition_pattern: Mapping[str, Any]
     sweep_seconds: int
     #: The ledger table's Properties (key schema, index), for the moto-backed sample.
@@ -69,6 +71,7 @@ class SimTemplate:
         by_arn = {function_arn(logical): function for logical, function in functions.items()}
         ingest = _the(functions, "lambdas.ingest.handler")
         finalize = _the(functions, "lambdas.finalize.handler")
+        count_signals = _the(functions, "lambdas.count_signals.handler")
         pattern: Mapping[str, Any] | None = None
         sweep = 0
         for rule in app.resources("AWS::Events::Rule").values():
@@ -93,6 +96,7 @@ class SimTemplate:
             functions=by_arn,
             ingest=ingest,
             finalize=finalize,
+            count_signals=count_signals,
             condition_pattern=pattern,
             sweep_seconds=sweep,
             table=app.single("AWS::DynamoDB::Table")[1]["Properties"],

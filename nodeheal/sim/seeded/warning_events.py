@@ -36,22 +36,52 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nodeheal.errors import LedgerContentionError
 from nodeheal.events import DETAIL_TYPE_NODE_EVENT, cluster_source
 from nodeheal.exporter.metrics import Metrics
 from nodeheal.exporter.node_events import NodeEventShipper
 from nodeheal.exporter.queue import QueuedEvent
+from nodeheal.exporter.transitions import TransitionTracker
 from nodeheal.sim.event_recorder import Action, NpdProblemClient, Recording
 from nodeheal.sim.event_recorder import EventStore as ApiServerEvents
-from nodeheal.sim.seeded.template import REGION
-from nodeheal.sim.seeded.world import CLUSTER
+from nodeheal.sim.seeded.asl import TaskOutcome
+from nodeheal.sim.seeded.deliveries import Delivery
+from nodeheal.sim.seeded.template import REGION, SimFunction, SimTemplate
+from nodeheal.sim.seeded.world import CLUSTER, World
 from nodeheal.timestamps import format_timestamp
-from nodeheal.workflow.counting import CountResult, count_node_event
+from nodeheal.workflow.counting import CountResult
 
-if TYPE_CHECKING:
-    from nodeheal.sim.seeded.schedule import Delivery, Simulation
+
+class _Counted(Protocol):
+    def counted(self, delivery: Any, result: Any) -> None: ...
+
+
+class StreamHost(Protocol):
+    """What the stream needs of the schedule that runs it (``nodeheal.sim.seeded.schedule``'s
+    Simulation), named here so the two modules do not import each other."""
+
+    delivering: Delivery | None
+    invocations: int
+
+    @property
+    def clock(self) -> datetime: ...
+    @property
+    def deliveries(self) -> list[Delivery]: ...
+    @property
+    def world(self) -> World: ...
+    @property
+    def template(self) -> SimTemplate: ...
+    @property
+    def tracker(self) -> TransitionTracker: ...
+    @property
+    def invariants(self) -> _Counted: ...
+
+    def now(self) -> datetime: ...
+    def log(self, text: str) -> None: ...
+    def invoke_function(self, function: SimFunction, payload: Any) -> TaskOutcome: ...
+
 
 #: XORed with the seed: the Warning Event stream's own random stream.
 WARNING_STREAM = 0x5167A1
@@ -186,7 +216,7 @@ def draw_bursts(rng: random.Random, start: datetime) -> list[PlannedWarning]:
 class WarningEvents:
     """The Warning Event stream of one schedule (see the module docstring)."""
 
-    def __init__(self, sim: Simulation, seed: int, *, enabled: bool = True) -> None:
+    def __init__(self, sim: StreamHost, seed: int, *, enabled: bool = True) -> None:
         self.sim = sim
         self.enabled = enabled
         self.rng = random.Random(seed ^ WARNING_STREAM)
@@ -210,7 +240,6 @@ class WarningEvents:
             sim.tracker.cached,
             clock=sim.now,
         )
-        self._ingest_settings: Any = None
 
     # -- the scheduler's view -------------------------------------------------------------------
 
@@ -355,8 +384,6 @@ class WarningEvents:
     # -- the exporter, EventBridge and the counting function -------------------------------------
 
     def _submit(self, items: list[QueuedEvent]) -> None:
-        from nodeheal.sim.seeded.schedule import Delivery
-
         sim = self.sim
         for item in items:
             sim.invocations += 1
@@ -378,46 +405,27 @@ class WarningEvents:
                 sim.deliveries.append(Delivery(again, envelope, "node-event-duplicate"))
 
     def count(self, delivery: Delivery) -> CountResult | None:
-        """The counting function on one delivered detail: the one place that becomes an invocation
-        of ``lambdas/count_signals.py`` once it lands. Its ports are the schedule's: the ledger
-        (windows and dropped events) and ingest's starter."""
-        from nodeheal.sim.seeded.schedule import Delivery, Invocation
-
+        """The counting function (``lambdas/count_signals.py``, the template's) invoked on one
+        delivered detail, as the rule invokes it: through the schedule's Lambda runtime, so its
+        ports are the schedule's (the ledger's windows and dropped events, ingest's starter) and a
+        lost ledger race is Lambda's asynchronous retry."""
         sim = self.sim
-        sim.invocations += 1
-        invocation = Invocation(
-            number=sim.invocations,
-            function="count_signals",
-            execution="",
-            state_name="",
-            payload=delivery.envelope,
-            started_at=sim.clock,
-            timeout_seconds=30.0,
-            mode=sim.deployed_mode,
-            paused=False,
-        )
-        sim.invariants.invocation_started(invocation)
-        sim.stack.append(invocation)
-        sim.delivering = delivery
+        sim.delivering = delivery  # an execution a crossing starts says which delivery started it
         try:
-            result = count_node_event(
-                json.loads(json.dumps(delivery.envelope)),
-                settings=self.ingest_settings,
-                policy=sim.settings.policy,
-                windows=sim.ledger,
-                starter=sim.starter,
-                ledger=sim.ledger,
-                now=sim.clock,
-            )
-        except LedgerContentionError:
-            # Lambda retries the asynchronous invocation.
-            retry = sim.clock + timedelta(seconds=self.rng.uniform(*RETRY_SECONDS))
-            sim.deliveries.append(Delivery(retry, delivery.envelope, delivery.kind))
-            result = None
+            outcome = sim.invoke_function(sim.template.count_signals, delivery.envelope)
         finally:
             sim.delivering = None
-            sim.stack.pop()
-            sim.invariants.invocation_ended(invocation)
+        result: CountResult | None = None
+        if outcome.error == LedgerContentionError.__name__:
+            retry = sim.clock + timedelta(seconds=self.rng.uniform(*RETRY_SECONDS))
+            sim.deliveries.append(Delivery(retry, delivery.envelope, delivery.kind))
+        elif outcome.error is not None:
+            # Lambda retries an asynchronous invocation that failed for any other reason too.
+            sim.log(f"count failed ({outcome.error}): Lambda retries it")
+            retry = sim.clock + timedelta(seconds=self.rng.uniform(*RETRY_SECONDS))
+            sim.deliveries.append(Delivery(retry, delivery.envelope, delivery.kind))
+        else:
+            result = CountResult(**_count_fields(outcome.output))
         detail = delivery.envelope["detail"]
         sim.log(
             f"count {delivery.kind} of {str(detail['node']['name']).split('.')[0]} "
@@ -431,13 +439,20 @@ class WarningEvents:
         sim.invariants.counted(delivery, result)
         return result
 
-    @property
-    def ingest_settings(self) -> Any:
-        if self._ingest_settings is None:
-            from nodeheal.sim.seeded.aws_fakes import SimRuntime
 
-            self._ingest_settings = SimRuntime(self.sim, self.sim.template.ingest).ingest_settings
-        return self._ingest_settings
+def _count_fields(output: Any) -> dict[str, Any]:
+    """The handler's JSON answer (``CountResult.to_json``) as CountResult's fields."""
+    answer = output if isinstance(output, Mapping) else {}
+    return {
+        "status": str(answer.get("status", "")),
+        "reason": str(answer.get("reason", "")),
+        "signal": str(answer.get("signal", "")),
+        "instance_id": str(answer.get("instanceId", "")),
+        "count": int(answer.get("count", 0) or 0),
+        "execution": str(answer.get("execution", "")),
+        "execution_arn": str(answer.get("executionArn", "")),
+        "category": str(answer.get("category", "")),
+    }
 
 
 def _metrics() -> Metrics:
