@@ -19,6 +19,15 @@ def test_repeated_xid_92_is_counted_to_one_alert_naming_the_count_and_the_window
     assert record is not None and record.outcome is Outcome.ALERTED
     assert record.condition["type"] == COUNTED_CONDITION_TYPE
     assert record.instance_id == run.facts["instance"]
+    # Each write reached the counting function by the synthesized rule, and its verdict is on the
+    # timeline, the last one the crossing.
+    matched = run.pipeline.timeline.events("matched", node=run.subject)
+    assert len([e for e in matched if e.text.endswith("-> count-signals function")]) == 10, matched
+    # (An update the bus delivered after a later one raises no count and is not shown.)
+    counted = run.pipeline.timeline.events("counted", node=run.subject)
+    crossed = run.pipeline.timeline.events("crossed", node=run.subject)
+    assert counted and len(crossed) == 1, (counted, crossed)
+    assert {e.source for e in counted + crossed} == {"count-signals"}
     (execution,) = run.pipeline.executions()
     # The name says whose window crossed: the cluster, the node, the signal.
     assert "-xid-92-" in execution["name"]
