@@ -191,13 +191,7 @@ class NodeConditionEvent:
     @classmethod
     def from_detail(cls, detail: Any) -> NodeConditionEvent:
         """Validate and parse an event ``detail`` (dict or JSON string)."""
-        if isinstance(detail, str | bytes):
-            try:
-                detail = json.loads(detail)
-            except ValueError as exc:
-                raise InvalidEventError(f"event detail is not valid JSON: {exc}") from exc
-        if not isinstance(detail, dict):
-            raise InvalidEventError(f"event detail must be a JSON object, got {type(detail).__name__}")
+        detail = _detail_object(detail)
         version = detail.get("schemaVersion")
         if version not in SUPPORTED_SCHEMA_VERSIONS:
             raise InvalidEventError(
@@ -256,6 +250,18 @@ def unwrap_eventbridge_envelope(payload: Any) -> Any:
     if isinstance(payload, dict) and "detail" in payload and "detail-type" in payload:
         return payload["detail"]
     return payload
+
+
+def _detail_object(detail: Any) -> dict[str, Any]:
+    """An event ``detail`` as delivered (an object, or its JSON text) as an object."""
+    if isinstance(detail, str | bytes):
+        try:
+            detail = json.loads(detail)
+        except ValueError as exc:
+            raise InvalidEventError(f"event detail is not valid JSON: {exc}") from exc
+    if not isinstance(detail, dict):
+        raise InvalidEventError(f"event detail must be a JSON object, got {type(detail).__name__}")
+    return detail
 
 
 def _required_string(container: dict[str, Any], key: str, prefix: str = "") -> str:
@@ -342,13 +348,7 @@ class NodeEventDetail:
 
     @classmethod
     def from_detail(cls, detail: Any) -> NodeEventDetail:
-        if isinstance(detail, str | bytes):
-            try:
-                detail = json.loads(detail)
-            except ValueError as exc:
-                raise InvalidEventError(f"event detail is not valid JSON: {exc}") from exc
-        if not isinstance(detail, dict):
-            raise InvalidEventError(f"event detail must be a JSON object, got {type(detail).__name__}")
+        detail = _detail_object(detail)
         version = detail.get("schemaVersion")
         if version != SCHEMA_VERSION:
             raise InvalidEventError(

@@ -16,8 +16,6 @@ wrong one, so it counts for none.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -42,9 +40,9 @@ from nodeheal.workflow.ingest import (
     check_source,
     execution_input,
     execution_name,
+    record_dropped,
 )
 from nodeheal.workflow.ports import ExecutionStarter, LedgerPort
-from nodeheal.workflow.records import DroppedEvent
 from nodeheal.workflow.signal_windows import (
     Crossing,
     EventUpdate,
@@ -57,7 +55,6 @@ from nodeheal.workflow.signal_windows import (
 #: Read-modify-write rounds on one window before the invocation fails (and is retried by
 #: Lambda's asynchronous retries): two Events of one instance counted at once race here.
 MAX_WRITE_ATTEMPTS = 8
-_EXCERPT_BYTES = 2048
 UNATTRIBUTED = "unattributed"
 
 
@@ -110,7 +107,17 @@ def count_node_event(
     event_id = str(payload.get("id", ""))[:MAX_EVENT_ID_CHARS] if isinstance(payload, dict) else ""
 
     def drop(category: str, reason: str, detail: NodeEventDetail | None = None) -> CountResult:
-        _record_drop(ledger, now, event_id, category, reason, payload, detail)
+        record_dropped(
+            ledger,
+            now,
+            event_id,
+            category,
+            reason,
+            payload=payload,
+            cluster=detail.cluster if detail else "",
+            node=detail.node_name if detail else "",
+            condition_type=COUNTED_CONDITION_TYPE,
+        )
         return CountResult("dropped" if category != UNATTRIBUTED else UNATTRIBUTED, reason, category=category)
 
     try:
@@ -275,30 +282,3 @@ def _detail_of(payload: Any) -> Any:
     if "detail" not in payload:
         raise InvalidEventError("EventBridge event has no detail")
     return payload["detail"]
-
-
-def _record_drop(
-    ledger: LedgerPort,
-    now: datetime,
-    event_id: str,
-    category: str,
-    reason: str,
-    payload: Any,
-    detail: NodeEventDetail | None,
-) -> None:
-    try:
-        excerpt = json.dumps(payload, default=str, sort_keys=True)
-    except (TypeError, ValueError):
-        excerpt = repr(payload)
-    ledger.put_dropped_event(
-        DroppedEvent(
-            at=now,
-            event_id=event_id or hashlib.sha256(excerpt.encode()).hexdigest()[:16],
-            reason=reason,
-            category=category,
-            cluster=detail.cluster if detail else "",
-            node=detail.node_name if detail else "",
-            condition_type=COUNTED_CONDITION_TYPE,
-            excerpt=excerpt.encode()[:_EXCERPT_BYTES].decode(errors="ignore"),
-        )
-    )

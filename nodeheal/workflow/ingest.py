@@ -397,6 +397,34 @@ def _drop(
     payload: Any,
     event: NodeConditionEvent | None = None,
 ) -> IngestResult:
+    record_dropped(
+        ledger,
+        now,
+        event_id,
+        category,
+        reason,
+        payload=payload,
+        cluster=event.cluster if event else "",
+        node=event.node.name if event else "",
+        condition_type=event.condition.type if event else "",
+    )
+    return IngestResult("dropped", reason, category=category)
+
+
+def record_dropped(
+    ledger: LedgerPort,
+    now: datetime,
+    event_id: str,
+    category: str,
+    reason: str,
+    *,
+    payload: Any,
+    cluster: str = "",
+    node: str = "",
+    condition_type: str = "",
+) -> None:
+    """Keep why an event started nothing, with an excerpt of it, in the ledger: so "why did nothing
+    happen?" always has an answer. An event without an id gets one from its text."""
     try:
         excerpt = json.dumps(payload, default=str, sort_keys=True)
     except (TypeError, ValueError):
@@ -407,10 +435,9 @@ def _drop(
             event_id=event_id or hashlib.sha256(excerpt.encode()).hexdigest()[:16],
             reason=reason,
             category=category,
-            cluster=event.cluster if event else "",
-            node=event.node.name if event else "",
-            condition_type=event.condition.type if event else "",
+            cluster=cluster,
+            node=node,
+            condition_type=condition_type,
             excerpt=excerpt.encode()[:_EXCERPT_BYTES].decode(errors="ignore"),
         )
     )
-    return IngestResult("dropped", reason, category=category)
