@@ -88,6 +88,21 @@ class Ledger:
         self._table = table_name
         self._clock = clock
 
+    def _put_if(self, item: dict[str, Any], condition: str, values: dict[str, Any]) -> bool:
+        """PutItem of ``item`` only where ``condition`` holds; False when it did not."""
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=serialize_item(item),
+                ConditionExpression=condition,
+                ExpressionAttributeValues=serialize_item(values),
+            )
+        except ClientError as error:
+            if _is_conditional_failure(error):
+                return False
+            raise
+        return True
+
     # -- per-instance locks ----------------------------------------------------------------------
     #
     # ``subject`` is the identity key of the admitted node (its EC2 instance ID; see
@@ -238,18 +253,7 @@ class Ledger:
             values[":false"] = False
         item = self._lock_item(cluster, subject, execution, ttl, claim)
         item["preempted"] = holder.execution
-        try:
-            self._client.put_item(
-                TableName=self._table,
-                Item=serialize_item(item),
-                ConditionExpression=condition,
-                ExpressionAttributeValues=serialize_item(values),
-            )
-        except ClientError as error:
-            if _is_conditional_failure(error):
-                return False
-            raise
-        return True
+        return self._put_if(item, condition, values)
 
     def contend(
         self,
@@ -656,19 +660,10 @@ class Ledger:
         else:
             condition = "version = :version"
             values = {":version": window.version}
-        try:
-            self._client.put_item(
-                TableName=self._table,
-                Item=serialize_item(item),
-                ConditionExpression=condition,
-                ExpressionAttributeValues=serialize_item(values),
+        if not self._put_if(item, condition, values):
+            raise LedgerContentionError(
+                f"the {window.signal} window of {window.instance_id} changed since it was read"
             )
-        except ClientError as error:
-            if _is_conditional_failure(error):
-                raise LedgerContentionError(
-                    f"the {window.signal} window of {window.instance_id} changed since it was read"
-                ) from error
-            raise
         return written
 
     def clear_sightings(self, cluster: str, subject: str, sightings: list[Sighting], at: datetime) -> int:

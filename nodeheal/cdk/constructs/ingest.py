@@ -149,48 +149,33 @@ class IngestConstruct(Construct):
             log_key=self._log_key,
             reserved_concurrency=config.ingest_reserved_concurrency,
         )
-        node_heal_function.function.configure_async_invoke(
-            on_failure=destinations.SqsDestination(self.failure_dlq),
-            retry_attempts=FUNCTION_RETRY_ATTEMPTS,
-            max_event_age=self._max_event_age(),
-        )
-        acknowledge_failure_destination(node_heal_function)
+        fail_to_queue(node_heal_function, self.failure_dlq, max_event_age=self._max_event_age())
         return node_heal_function
 
     def _build_rule(self, bus: events.IEventBus, function: lambda_.IFunction) -> events.Rule:
-        return events.Rule(
+        return rule_to_function(
             self,
             "Rule",
-            event_bus=bus,
+            bus=bus,
+            function=function,
+            pattern=self.event_pattern,
             description="Unhealthy Node condition transitions of the configured clusters -> ingest",
-            event_pattern=to_event_pattern(self.event_pattern),
-            targets=[
-                targets.LambdaFunction(
-                    function,
-                    dead_letter_queue=self.delivery_dlq,
-                    retry_attempts=TARGET_RETRY_ATTEMPTS,
-                    max_event_age=self._max_event_age(),
-                )
-            ],
+            dead_letter_queue=self.delivery_dlq,
+            max_event_age=self._max_event_age(),
         )
 
     def _build_heartbeat_rule(self, bus: events.IEventBus, function: lambda_.IFunction) -> events.Rule:
         # Same function as the remediation rule: one place validates what the exporter sends, and
         # ingest turns each heartbeat into a per-cluster metric the "no heartbeat" alarm watches.
-        return events.Rule(
+        return rule_to_function(
             self,
             "HeartbeatRule",
-            event_bus=bus,
+            bus=bus,
+            function=function,
+            pattern=build_heartbeat_pattern(self._config),
             description="Exporter heartbeats of the configured clusters -> ingest (counted per cluster)",
-            event_pattern=to_event_pattern(build_heartbeat_pattern(self._config)),
-            targets=[
-                targets.LambdaFunction(
-                    function,
-                    dead_letter_queue=self.delivery_dlq,
-                    retry_attempts=TARGET_RETRY_ATTEMPTS,
-                    max_event_age=Duration.seconds(MIN_EVENT_AGE_SECONDS),
-                )
-            ],
+            dead_letter_queue=self.delivery_dlq,
+            max_event_age=Duration.seconds(MIN_EVENT_AGE_SECONDS),
         )
 
 
@@ -212,6 +197,48 @@ def dead_letter_queue(scope: Construct, id_: str, *, key: kms.IKey, holds: str) 
         )
     )
     return queue
+
+
+def rule_to_function(
+    scope: Construct,
+    id_: str,
+    *,
+    bus: events.IEventBus,
+    function: lambda_.IFunction,
+    pattern: Mapping[str, Any],
+    description: str,
+    dead_letter_queue: sqs.IQueue,
+    max_event_age: Duration,
+) -> events.Rule:
+    """A rule of NodeHeal's event path: ``pattern`` on ``bus`` to ``function``, retried
+    :data:`TARGET_RETRY_ATTEMPTS` times, and what EventBridge still cannot deliver kept in
+    ``dead_letter_queue``."""
+    return events.Rule(
+        scope,
+        id_,
+        event_bus=bus,
+        description=description,
+        event_pattern=to_event_pattern(pattern),
+        targets=[
+            targets.LambdaFunction(
+                function,
+                dead_letter_queue=dead_letter_queue,
+                retry_attempts=TARGET_RETRY_ATTEMPTS,
+                max_event_age=max_event_age,
+            )
+        ],
+    )
+
+
+def fail_to_queue(function: NodeHealFunction, failure_dlq: sqs.IQueue, *, max_event_age: Duration) -> None:
+    """An asynchronously invoked function of the event path: Lambda retries a failed invocation
+    :data:`FUNCTION_RETRY_ATTEMPTS` times, then keeps the event in ``failure_dlq``."""
+    function.function.configure_async_invoke(
+        on_failure=destinations.SqsDestination(failure_dlq),
+        retry_attempts=FUNCTION_RETRY_ATTEMPTS,
+        max_event_age=max_event_age,
+    )
+    acknowledge_failure_destination(function)
 
 
 def acknowledge_failure_destination(function: NodeHealFunction) -> None:

@@ -19,21 +19,17 @@ import json
 
 from aws_cdk import Duration
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from nodeheal.cdk.constructs.ingest import (
-    FUNCTION_RETRY_ATTEMPTS,
     MAX_EVENT_AGE_SECONDS,
-    TARGET_RETRY_ATTEMPTS,
-    acknowledge_failure_destination,
     dead_letter_queue,
-    to_event_pattern,
+    fail_to_queue,
+    rule_to_function,
 )
 from nodeheal.cdk.constructs.lambda_function import NodeHealFunction
 from nodeheal.cdk.rule_pattern import build_node_event_pattern
@@ -128,27 +124,17 @@ class SignalCounterConstruct(Construct):
             log_key=log_key,
             reserved_concurrency=RESERVED_CONCURRENCY,
         )
-        node_heal_function.function.configure_async_invoke(
-            on_failure=destinations.SqsDestination(self.failure_dlq),
-            retry_attempts=FUNCTION_RETRY_ATTEMPTS,
-            max_event_age=MAX_EVENT_AGE,
-        )
-        acknowledge_failure_destination(node_heal_function)
+        fail_to_queue(node_heal_function, self.failure_dlq, max_event_age=MAX_EVENT_AGE)
         return node_heal_function
 
     def _build_rule(self, bus: events.IEventBus, function: lambda_.IFunction) -> events.Rule:
-        return events.Rule(
+        return rule_to_function(
             self,
             "Rule",
-            event_bus=bus,
+            bus=bus,
+            function=function,
+            pattern=self.event_pattern,
             description="Warning Node Events of the configured clusters -> count-signals (instance windows)",
-            event_pattern=to_event_pattern(self.event_pattern),
-            targets=[
-                targets.LambdaFunction(
-                    function,
-                    dead_letter_queue=self.delivery_dlq,
-                    retry_attempts=TARGET_RETRY_ATTEMPTS,
-                    max_event_age=MAX_EVENT_AGE,
-                )
-            ],
+            dead_letter_queue=self.delivery_dlq,
+            max_event_age=MAX_EVENT_AGE,
         )
