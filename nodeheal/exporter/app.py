@@ -130,8 +130,10 @@ class Exporter:
             on_listed=self.health.mark_ready,
         )
         self.event_watcher: ListWatcher | None = None
+        #: The Node Events handler (None with ship_node_events off); ``listed`` once its first list is done.
+        self.node_events: NodeEventShipper | None = None
         if settings.ship_node_events:
-            shipper = NodeEventShipper(
+            shipper = self.node_events = NodeEventShipper(
                 settings.cluster_name,
                 self._submit_node_events,
                 self.metrics,

@@ -243,6 +243,11 @@ class NodeEventShipper:
         if items:
             self._submit(items)
 
+    @property
+    def listed(self) -> bool:
+        """The first list is done: Events recorded from now on are news, and are shipped."""
+        return self._listed_once
+
     def begin_list(self) -> None:
         self._in_list = True
 

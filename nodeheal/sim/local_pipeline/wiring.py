@@ -322,8 +322,14 @@ class LocalPipeline:
         exporter = Exporter(self.exporter_settings(), api_client, events)
         exporter.start(serve_http=False)
         self._exporter = exporter
-        # Faults injected before the first list would reach the bus as resyncs, not transitions.
-        wait_until(lambda: exporter.health.ready or exporter.failed, timeout=30, what="exporter's first list")
+        # Faults injected before the first list would reach the bus as resyncs, not transitions, and
+        # Node Events recorded before the Events list are history the exporter never ships.
+        wait_until(
+            lambda: exporter.failed
+            or (exporter.health.ready and (exporter.node_events is None or exporter.node_events.listed)),
+            timeout=30,
+            what="exporter's first lists",
+        )
         return exporter
 
     def stop_exporter(self) -> None:
